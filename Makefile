@@ -1,0 +1,69 @@
+# lockgate — make help lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.lockgate-installed
+KAFKA_PORT ?= $(or $(LOCKGATE_KAFKA_PORT),9092)
+CHAOS_KILLS ?= 40
+PYTEST_ARGS ?=
+
+.PHONY: help setup kafka-up kafka-down lint format typecheck test test-fast chaos run docs images bench clean
+
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python >= 3.11 is required)" >&2; exit 2; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Create .venv with lockgate (editable) and the dev/test tools
+	@echo "ready: $(BIN)/lockgate"
+
+kafka-up: $(STAMP) ## Start the local Kafka broker on 127.0.0.1:$$LOCKGATE_KAFKA_PORT, default 9092 (returns when ready)
+	@LOCKGATE_KAFKA_PORT=$(KAFKA_PORT) LOCKGATE_KAFKA_PYTHON=$(BIN)/python docker/kafka/broker.sh up
+
+kafka-down: ## Stop the local Kafka broker
+	@LOCKGATE_KAFKA_PORT=$(KAFKA_PORT) docker/kafka/broker.sh down
+
+lint: $(STAMP) ## ruff check + format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP) ## Apply ruff fixes and formatting
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: $(STAMP) ## mypy --strict on processors/ and state/
+	$(BIN)/mypy
+
+docs: $(STAMP) ## Regenerate docs/configuration.md from the settings model
+	$(BIN)/python -m processors._configdoc > docs/configuration.md
+
+test: $(STAMP) ## Everything: lint, types, unit, integration, deploy, containers, short chaos
+	$(MAKE) --no-print-directory lint typecheck
+	docker/ensure-engine.sh
+	$(BIN)/pytest -p no:cacheprovider -q -ra $(PYTEST_ARGS) tests
+
+test-fast: $(STAMP) ## Unit tests only (no broker)
+	$(BIN)/pytest -q tests/unit
+
+chaos: $(STAMP) ## Long chaos run (CHAOS_KILLS kill -9s, default 40)
+	LOCKGATE_CHAOS_KILLS=$(CHAOS_KILLS) $(BIN)/pytest -q -s tests/chaos
+
+run: $(STAMP) ## Demo: broker (if none configured), demo input, running_sum, print its output
+	@if [ -z "$$LOCKGATE_BOOTSTRAP_SERVERS" ]; then $(MAKE) --no-print-directory kafka-up >/dev/null; fi
+	LOCKGATE_BOOTSTRAP_SERVERS=$${LOCKGATE_BOOTSTRAP_SERVERS:-127.0.0.1:$(KAFKA_PORT)} $(BIN)/python -m examples.demo
+
+images: ## Build the processor and Kafka images (local base image, no registry)
+	docker/build-images.sh
+
+bench: $(STAMP) ## Benchmarks vs raw confluent-kafka, Quix Streams, Faust -> benchmarks/RESULTS.md
+	$(BIN)/python -m benchmarks.run
+
+clean: ## Remove the venv and caches (keeps .cache/kafka jars)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

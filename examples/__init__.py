@@ -1,0 +1,1 @@
+"""Runnable lockgate example apps (they double as end-to-end test fixtures)."""

@@ -1,0 +1,307 @@
+"""The user API: an :class:`App` with one input stream, an operator chain and keyed state."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from processors._context import Context
+from processors.exceptions import ConfigError
+from state.cache import KeyCursor
+from state.codecs import JSON, STR, Codec
+from state.primitives import (
+    AggregatingState,
+    Aggregator,
+    ListState,
+    MapState,
+    ReducingState,
+    StateHandle,
+    StoreSpec,
+    ValueState,
+)
+
+__all__ = ["App", "OutputSpec", "Stream"]
+
+T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
+
+Handler = Callable[[Any, Any, Context], None]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """A declared output topic and the codecs of its records.
+
+    Attributes:
+        partitions: partition count used when lockgate creates the topic (``None``:
+            the input's partition count).
+        internal: read by another lockgate app: barrier records are written to it
+            at every epoch end (DESIGN 6.2).
+    """
+
+    topic: str
+    key: Codec = STR
+    value: Codec = JSON
+    partitions: int | None = None
+    internal: bool = False
+
+
+@dataclass
+class _Source:
+    topics: tuple[str, ...]
+    key: Codec
+    value: Codec
+
+
+class Stream:
+    """An operator chain from the app's input to its outputs.
+
+    Operators are applied per record in the order they are added. ``map``,
+    ``filter`` and ``flat_map`` work on values; ``process`` gets the key, the
+    value and the :class:`Context` (state, emit, record metadata); ``to`` sends
+    the values that reach it to a topic with the record's key.
+    """
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._ops: list[tuple[str, Any]] = []
+
+    def map(self, fn: Callable[[Any], Any]) -> Stream:
+        """Replace each value with ``fn(value)``."""
+        self._ops.append(("map", fn))
+        return self
+
+    def filter(self, predicate: Callable[[Any], bool]) -> Stream:
+        """Keep only the values for which ``predicate(value)`` is true."""
+        self._ops.append(("filter", predicate))
+        return self
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Stream:
+        """Replace each value with zero or more values."""
+        self._ops.append(("flat_map", fn))
+        return self
+
+    def process(self, fn: Handler) -> Stream:
+        """Call ``fn(key, value, ctx)``; it emits with ``ctx.emit`` (terminal for values)."""
+        self._ops.append(("process", fn))
+        return self
+
+    def to(self, topic: str, *, key: Codec = STR, value: Codec = JSON, **kw: Any) -> Stream:
+        """Send the values that reach this point to ``topic`` with the record's key."""
+        self._app.output(topic, key=key, value=value, **kw)
+        self._ops.append(("to", topic))
+        return self
+
+    def compile(self) -> Handler:
+        """Return one handler ``(key, value, ctx)`` that runs the whole chain."""
+        step: Callable[[Any, Any, Context], None] = lambda k, v, c: None  # noqa: E731
+        for kind, arg in reversed(self._ops):
+            step = _compose(kind, arg, step)
+        return step
+
+
+def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> Handler:
+    if kind == "map":
+        return lambda k, v, c: nxt(k, arg(v), c)
+    if kind == "filter":
+
+        def filtered(k: Any, v: Any, c: Context) -> None:
+            if arg(v):
+                nxt(k, v, c)
+
+        return filtered
+    if kind == "flat_map":
+
+        def flat(k: Any, v: Any, c: Context) -> None:
+            for item in arg(v):
+                nxt(k, item, c)
+
+        return flat
+    if kind == "process":
+        return arg  # type: ignore[no-any-return]
+    if kind == "to":
+
+        def sink(k: Any, v: Any, c: Context) -> None:
+            c.emit(arg, k, v)
+            nxt(k, v, c)
+
+        return sink
+    raise AssertionError(kind)
+
+
+@dataclass
+class _Definition:
+    source: _Source | None = None
+    stream: Stream | None = None
+    outputs: dict[str, OutputSpec] = field(default_factory=dict)
+    stores: dict[str, StateHandle] = field(default_factory=dict)
+
+
+class App:
+    """A lockgate app: one consumer group, one input stream, keyed state, outputs.
+
+    Example:
+        >>> app = App("running-sum")
+        >>> total = app.value_state("total")
+        >>> @app.process("numbers", outputs=["sums"])
+        ... def handle(key, value, ctx):
+        ...     t = (total.value() or 0) + value["v"]
+        ...     total.update(t)
+        ...     ctx.emit("sums", key, {"sum": t})
+
+    The name is the consumer group id and prefixes internal topics
+    (``<app>.<store>.changelog``, ``<app>.dlq``); ``LOCKGATE_APP_NAME`` overrides it.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not _NAME.match(name):
+            raise ConfigError(f"app name {name!r} must match {_NAME.pattern}")
+        self.name = name
+        self.cursor = KeyCursor()
+        self._def = _Definition()
+
+    # -- definition -------------------------------------------------------------------------
+
+    def stream(self, *topics: str, key: Codec = STR, value: Codec = JSON) -> Stream:
+        """Declare the input topics (co-partitioned) and return the operator chain."""
+        if self._def.source is not None:
+            raise ConfigError(f"app {self.name!r} already has an input stream")
+        if not topics:
+            raise ConfigError("stream() needs at least one input topic")
+        self._def.source = _Source(tuple(topics), key, value)
+        self._def.stream = Stream(self)
+        return self._def.stream
+
+    def process(
+        self,
+        *topics: str,
+        outputs: Iterable[str | OutputSpec] = (),
+        key: Codec = STR,
+        value: Codec = JSON,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator: ``fn(key, value, ctx)`` handles every record of ``topics``."""
+
+        def register(fn: Handler) -> Handler:
+            for out in outputs:
+                if isinstance(out, OutputSpec):
+                    self._def.outputs[out.topic] = out
+                else:
+                    self.output(out)
+            self.stream(*topics, key=key, value=value).process(fn)
+            return fn
+
+        return register
+
+    def output(
+        self,
+        topic: str,
+        *,
+        key: Codec = STR,
+        value: Codec = JSON,
+        partitions: int | None = None,
+        internal: bool = False,
+    ) -> OutputSpec:
+        """Declare an output topic (created when missing) with its codecs."""
+        spec = OutputSpec(topic, key, value, partitions, internal)
+        self._def.outputs[topic] = spec
+        return spec
+
+    def _add(self, handle: StateHandle) -> Any:
+        name = handle.spec.name
+        if not _NAME.match(name):
+            raise ConfigError(f"store name {name!r} must match {_NAME.pattern}")
+        if name in self._def.stores:
+            raise ConfigError(f"store {name!r} is declared twice in app {self.name!r}")
+        self._def.stores[name] = handle
+        return handle
+
+    def value_state(
+        self, name: str, *, default: T | None = None, codec: Codec = JSON, ttl_ms: int | None = None
+    ) -> ValueState[T]:
+        """Declare a value-per-key store."""
+        spec = StoreSpec(name, "value", codec, ttl_ms)
+        return self._add(ValueState(spec, self.cursor, default))  # type: ignore[no-any-return]
+
+    def list_state(
+        self, name: str, *, codec: Codec = JSON, ttl_ms: int | None = None
+    ) -> ListState[Any]:
+        """Declare a list-per-key store."""
+        return self._add(  # type: ignore[no-any-return]
+            ListState(StoreSpec(name, "list", codec, ttl_ms), self.cursor)
+        )
+
+    def map_state(
+        self, name: str, *, codec: Codec = JSON, ttl_ms: int | None = None
+    ) -> MapState[Any]:
+        """Declare a map-per-key store."""
+        return self._add(  # type: ignore[no-any-return]
+            MapState(StoreSpec(name, "map", codec, ttl_ms), self.cursor)
+        )
+
+    def reducing_state(
+        self,
+        name: str,
+        reduce: Callable[[T, T], T],
+        *,
+        codec: Codec = JSON,
+        ttl_ms: int | None = None,
+    ) -> ReducingState[T]:
+        """Declare a store that folds added values with ``reduce``."""
+        spec = StoreSpec(name, "reducing", codec, ttl_ms)
+        return self._add(ReducingState(spec, self.cursor, reduce))  # type: ignore[no-any-return]
+
+    def aggregating_state(
+        self,
+        name: str,
+        aggregator: Aggregator[T, A, R],
+        *,
+        codec: Codec = JSON,
+        ttl_ms: int | None = None,
+    ) -> AggregatingState[T, A, R]:
+        """Declare a store that keeps an aggregator's accumulator per key."""
+        spec = StoreSpec(name, "aggregating", codec, ttl_ms)
+        return self._add(  # type: ignore[no-any-return]
+            AggregatingState(spec, self.cursor, aggregator)
+        )
+
+    # -- read by the runtime ----------------------------------------------------------------
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        """The input topics."""
+        return self._source().topics
+
+    @property
+    def key_codec(self) -> Codec:
+        """Codec of input keys."""
+        return self._source().key
+
+    @property
+    def value_codec(self) -> Codec:
+        """Codec of input values."""
+        return self._source().value
+
+    @property
+    def outputs(self) -> dict[str, OutputSpec]:
+        """Declared outputs by topic."""
+        return dict(self._def.outputs)
+
+    @property
+    def stores(self) -> dict[str, StateHandle]:
+        """Declared state handles by store name."""
+        return dict(self._def.stores)
+
+    def handler(self) -> Handler:
+        """Return the compiled operator chain."""
+        if self._def.stream is None:
+            raise ConfigError(f"app {self.name!r} has no input: call app.stream() or @app.process")
+        return self._def.stream.compile()
+
+    def _source(self) -> _Source:
+        if self._def.source is None:
+            raise ConfigError(f"app {self.name!r} has no input: call app.stream() or @app.process")
+        return self._def.source

@@ -1,0 +1,212 @@
+"""Kafka I/O helpers: client configuration, topic administration, error classes."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported in cimpl
+    AdminClient,
+    NewTopic,
+    OffsetSpec,
+)
+
+from processors._settings import Guarantee, Settings
+from processors.exceptions import FatalKafkaError, TopicError
+
+log = logging.getLogger("lockgate.kafka")
+
+CONTROL_TOPIC = "lockgate.control"
+T = TypeVar("T")
+
+
+def _common(settings: Settings) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers}
+    conf.update(settings.kafka_config())
+    return conf
+
+
+def producer_config(settings: Settings, app: str, transactional_id: str | None) -> dict[str, Any]:
+    """Return the producer configuration (transactional when ``transactional_id`` is set)."""
+    conf = {
+        "partitioner": "murmur2_random",  # Java-compatible placement, never CRC32
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "enable.idempotence": True,
+        "client.id": f"{app}-producer",
+    }
+    if transactional_id is not None:
+        conf["transactional.id"] = transactional_id
+        conf["transaction.timeout.ms"] = settings.transaction_timeout_ms
+    conf.update(_common(settings))
+    return conf
+
+
+def consumer_config(settings: Settings, app: str) -> dict[str, Any]:
+    """Return the group consumer configuration (cooperative, manual offsets)."""
+    conf: dict[str, Any] = {
+        "group.id": app,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "client.id": f"{app}-{settings.instance_id}",
+        "fetch.wait.max.ms": 100,
+    }
+    if settings.static_membership:
+        conf["group.instance.id"] = settings.instance_id
+    if settings.guarantee is Guarantee.AT_LEAST_ONCE:
+        conf["isolation.level"] = "read_uncommitted"
+    conf.update(_common(settings))
+    return conf
+
+
+def restore_consumer_config(settings: Settings, app: str) -> dict[str, Any]:
+    """Return the configuration of the changelog reader (no group, read_committed)."""
+    conf: dict[str, Any] = {
+        "group.id": f"{app}.restore",  # required by librdkafka; never used to commit
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "client.id": f"{app}-{settings.instance_id}-restore",
+    }
+    conf.update(_common(settings))
+    conf.pop("group.protocol", None)
+    return conf
+
+
+def admin_config(settings: Settings) -> dict[str, Any]:
+    """Return the admin client configuration."""
+    return _common(settings)
+
+
+class Admin:
+    """Topic checks and creation, last stable offsets."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._admin = AdminClient(admin_config(settings))
+
+    def partitions_of(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int]:
+        """Return the partition count of each existing topic among ``topics``."""
+        md = self._admin.list_topics(timeout=timeout)
+        out = {}
+        for topic in topics:
+            tmd = md.topics.get(topic)
+            if tmd is not None and tmd.error is None:
+                out[topic] = len(tmd.partitions)
+        return out
+
+    def input_partitions(self, topics: Iterable[str]) -> int:
+        """Return P, the common partition count of the input topics.
+
+        Raises:
+            TopicError: an input topic does not exist, or the counts differ.
+        """
+        topics = list(topics)
+        found = self.partitions_of(topics)
+        missing = [t for t in topics if t not in found]
+        if missing:
+            raise TopicError(
+                f"input topic(s) {', '.join(missing)} do not exist: create them first "
+                "(lockgate never creates input topics)"
+            )
+        counts = {found[t] for t in topics}
+        if len(counts) != 1:
+            raise TopicError(
+                f"input topics are not co-partitioned: {found}; all inputs need the same "
+                "partition count"
+            )
+        return counts.pop()
+
+    def ensure_topics(
+        self, specs: dict[str, tuple[int, dict[str, str]]], timeout: float = 30.0
+    ) -> None:
+        """Create the topics in ``specs`` (name -> (partitions, config)) that are missing.
+
+        Existing topics are kept; a partition count that differs is an error for
+        changelogs (their partition g must be key group g).
+        """
+        existing = self.partitions_of(specs)
+        for name, (partitions, _) in specs.items():
+            if name in existing and existing[name] != partitions and name.endswith(".changelog"):
+                raise TopicError(
+                    f"changelog {name} has {existing[name]} partitions, the input has "
+                    f"{partitions}: a changelog must match the input partition count"
+                )
+        new = [
+            NewTopic(name, num_partitions=parts, replication_factor=-1, config=config)
+            for name, (parts, config) in specs.items()
+            if name not in existing
+        ]
+        if not new:
+            return
+        for name, fut in self._admin.create_topics(new, operation_timeout=timeout).items():
+            try:
+                fut.result()
+                log.info("created topic", extra={"topic": name})
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise TopicError(f"cannot create topic {name}: {exc}") from exc
+        deadline = time.monotonic() + timeout
+        while set(self.partitions_of(specs)) != set(specs):
+            if time.monotonic() > deadline:
+                raise TopicError(f"topics {sorted(specs)} did not appear within {timeout}s")
+            time.sleep(0.1)
+
+    def last_stable_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Return the last stable offset (read_committed end) of each partition."""
+        if not tps:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
+        req = {TopicPartition(tp.topic, tp.partition): latest for tp in tps}
+        futs = self._admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED)
+        out = {}
+        for tp, fut in futs.items():
+            out[(tp.topic, tp.partition)] = fut.result().offset
+        return out
+
+
+class AbortEpoch(Exception):  # noqa: N818 - control flow, not an error for users
+    """The open transaction must be aborted and the inputs rewound (an abortable error)."""
+
+
+def kafka_call(fn: Callable[..., T], *args: Any, what: str, attempts: int = 30) -> T:
+    """Call a transactional API, applying librdkafka's error classes.
+
+    Retriable errors are retried with backoff; errors that require an abort raise
+    :class:`AbortEpoch`; fatal errors (e.g. fenced) and errors of no class raise
+    :class:`FatalKafkaError`.
+    """
+    delay = 0.05
+    for attempt in range(attempts):
+        try:
+            return fn(*args)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not isinstance(err, KafkaError):
+                raise FatalKafkaError(f"{what}: {exc}") from exc
+            if err.fatal():
+                raise FatalKafkaError(
+                    f"{what}: fatal Kafka error {err.name()}: {err.str()}"
+                ) from exc
+            if err.txn_requires_abort():
+                raise AbortEpoch(f"{what}: {err.name()}: {err.str()}") from exc
+            if err.retriable() and attempt + 1 < attempts:
+                log.warning(
+                    "retrying", extra={"call": what, "error": err.name(), "attempt": attempt + 1}
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            raise FatalKafkaError(f"{what}: {err.name()}: {err.str()}") from exc
+    raise FatalKafkaError(f"{what}: gave up after {attempts} attempts")
+
+
+#: librdkafka's "reached the end of the partition" event code.
+PARTITION_EOF: int = KafkaError._PARTITION_EOF  # noqa: SLF001 - public constant, underscored name

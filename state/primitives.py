@@ -1,0 +1,272 @@
+"""Keyed state handles, in the style of Flink's keyed state.
+
+A handle is declared once (``app.value_state("total")``) and used inside the
+record handler without passing the key: it always reads and writes the state of
+the record being processed. Values returned by ``value()``/``get()`` may be
+mutated only if the change is then written back (``update``/``put``/``add``);
+state changes are visible to later records at once and become durable when the
+epoch commits.
+
+TTL (``ttl_ms``) is processing time: an entry not written for ``ttl_ms`` reads as
+absent. Expired entries are removed when next read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from state.cache import DELETED, KeyCursor, StoreCache
+from state.codecs import JSON, Codec
+from state.exceptions import StateError
+
+__all__ = [
+    "AggregatingState",
+    "Aggregator",
+    "ListState",
+    "MapState",
+    "ReducingState",
+    "StateHandle",
+    "StoreSpec",
+    "ValueState",
+]
+
+T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
+T_in = TypeVar("T_in", contravariant=True)
+R_out = TypeVar("R_out", covariant=True)
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """The definition of a store: its name (the address of its state), kind, codec, TTL."""
+
+    name: str
+    kind: str
+    codec: Codec = JSON
+    ttl_ms: int | None = None
+
+
+class _Unbound:
+    """Stands in for a cache until the runtime binds a key group."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise StateError(
+            "keyed state can only be used while a record is processed (inside the handler)"
+        )
+
+
+_UNBOUND: Any = _Unbound()
+
+
+class StateHandle:
+    """Base of every keyed state handle. The runtime binds ``_cache`` per key group."""
+
+    __slots__ = ("_cache", "_cursor", "spec")
+
+    def __init__(self, spec: StoreSpec, cursor: KeyCursor) -> None:
+        self.spec = spec
+        self._cursor = cursor
+        self._cache: StoreCache = _UNBOUND
+
+    def bind(self, cache: StoreCache | None) -> None:
+        """Point this handle at a key group's cache (``None`` unbinds)."""
+        self._cache = _UNBOUND if cache is None else cache
+
+    def _key(self) -> bytes:
+        key = self._cursor.key
+        if key is None:
+            raise StateError(f"state {self.spec.name!r} needs a record key, this record has none")
+        return key
+
+    def _read(self) -> Any:
+        """Return the stored value of the current key, or DELETED."""
+        key = self._key()
+        value = self._cache.get(key)
+        ttl = self.spec.ttl_ms
+        if ttl is None or value is DELETED:
+            return value
+        expires, inner = value
+        if expires <= self._cursor.now_ms:
+            self._cache.put(key, DELETED)
+            return DELETED
+        return inner
+
+    def _write(self, value: Any) -> None:
+        ttl = self.spec.ttl_ms
+        if ttl is not None and value is not DELETED:
+            value = [self._cursor.now_ms + ttl, value]
+        self._cache.put(self._key(), value)
+
+    def clear(self) -> None:
+        """Delete the current key's state."""
+        self._cache.put(self._key(), DELETED)
+
+
+class ValueState(StateHandle, Generic[T]):
+    """One value per key."""
+
+    __slots__ = ("default",)
+
+    def __init__(self, spec: StoreSpec, cursor: KeyCursor, default: T | None = None) -> None:
+        super().__init__(spec, cursor)
+        self.default = default
+
+    def value(self) -> T | None:
+        """Return the current key's value, or the default when there is none."""
+        if self.spec.ttl_ms is None:
+            key = self._cursor.key
+            if key is None:
+                self._key()
+            value = self._cache.get(key)  # type: ignore[arg-type]  # checked above
+        else:
+            value = self._read()
+        return self.default if value is DELETED else value
+
+    def update(self, value: T) -> None:
+        """Set the current key's value."""
+        if self.spec.ttl_ms is None:
+            key = self._cursor.key
+            if key is None:
+                self._key()
+            self._cache.put(key, value)  # type: ignore[arg-type]  # checked above
+        else:
+            self._write(value)
+
+
+class ListState(StateHandle, Generic[T]):
+    """A list of values per key."""
+
+    __slots__ = ()
+
+    def get(self) -> list[T]:
+        """Return the current key's list (empty when none)."""
+        value = self._read()
+        return [] if value is DELETED else list(value)
+
+    def add(self, value: T) -> None:
+        """Append ``value``."""
+        current = self._read()
+        self._write([value] if current is DELETED else [*current, value])
+
+    def add_all(self, values: Iterable[T]) -> None:
+        """Append every value of ``values``."""
+        current = self._read()
+        self._write([*([] if current is DELETED else current), *values])
+
+    def update(self, values: Iterable[T]) -> None:
+        """Replace the list."""
+        self._write(list(values))
+
+
+class MapState(StateHandle, Generic[T]):
+    """A map per key. With the JSON codec map keys must be strings.
+
+    The whole map of a key is one stored value (one changelog record per epoch);
+    keep maps small (thousands of entries, not millions).
+    """
+
+    __slots__ = ()
+
+    def _map(self) -> dict[str, T]:
+        value = self._read()
+        return {} if value is DELETED else value
+
+    def get(self, map_key: str, default: T | None = None) -> T | None:
+        """Return the value of ``map_key`` for the current key."""
+        return self._map().get(map_key, default)
+
+    def put(self, map_key: str, value: T) -> None:
+        """Set ``map_key`` to ``value``."""
+        current = dict(self._map())
+        current[map_key] = value
+        self._write(current)
+
+    def remove(self, map_key: str) -> None:
+        """Remove ``map_key`` (no error when absent)."""
+        current = dict(self._map())
+        current.pop(map_key, None)
+        if current:
+            self._write(current)
+        else:
+            self.clear()
+
+    def contains(self, map_key: str) -> bool:
+        """Return whether ``map_key`` is set."""
+        return map_key in self._map()
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        """Iterate the entries (a snapshot: safe to modify the state while iterating)."""
+        return iter(list(self._map().items()))
+
+    def keys(self) -> Iterator[str]:
+        """Iterate the map keys (a snapshot)."""
+        return iter(list(self._map()))
+
+    def values(self) -> Iterator[T]:
+        """Iterate the values (a snapshot)."""
+        return iter(list(self._map().values()))
+
+    def is_empty(self) -> bool:
+        """Return whether the map has no entries."""
+        return not self._map()
+
+
+class ReducingState(StateHandle, Generic[T]):
+    """Keeps ``reduce(reduce(v1, v2), v3)...`` of the values added for a key."""
+
+    __slots__ = ("reduce",)
+
+    def __init__(self, spec: StoreSpec, cursor: KeyCursor, reduce: Callable[[T, T], T]) -> None:
+        super().__init__(spec, cursor)
+        self.reduce = reduce
+
+    def get(self) -> T | None:
+        """Return the reduced value, or ``None`` when nothing was added."""
+        value = self._read()
+        return None if value is DELETED else value
+
+    def add(self, value: T) -> None:
+        """Fold ``value`` into the state."""
+        current = self._read()
+        self._write(value if current is DELETED else self.reduce(current, value))
+
+
+class Aggregator(Protocol[T_in, A, R_out]):
+    """Flink's AggregateFunction: an accumulator of type A, inputs T, result R."""
+
+    def create_accumulator(self) -> A:
+        """Return a new, empty accumulator."""
+        ...
+
+    def add(self, value: T_in, accumulator: A) -> A:
+        """Return the accumulator with ``value`` added."""
+        ...
+
+    def get_result(self, accumulator: A) -> R_out:
+        """Return the result for ``accumulator``."""
+        ...
+
+
+class AggregatingState(StateHandle, Generic[T, A, R]):
+    """Keeps an accumulator per key; ``get`` returns the aggregator's result."""
+
+    __slots__ = ("aggregator",)
+
+    def __init__(self, spec: StoreSpec, cursor: KeyCursor, aggregator: Aggregator[T, A, R]):
+        super().__init__(spec, cursor)
+        self.aggregator = aggregator
+
+    def get(self) -> R | None:
+        """Return the aggregate of the values added so far, or ``None``."""
+        acc = self._read()
+        return None if acc is DELETED else self.aggregator.get_result(acc)
+
+    def add(self, value: T) -> None:
+        """Add ``value`` to the accumulator."""
+        acc = self._read()
+        if acc is DELETED:
+            acc = self.aggregator.create_accumulator()
+        self._write(self.aggregator.add(value, acc))

@@ -1,0 +1,5 @@
+"""RocksDB state backend (rocksdict, raw mode)."""
+
+from state.rocksdb.store import RocksDBBackend, RocksDBKeyGroupStore
+
+__all__ = ["RocksDBBackend", "RocksDBKeyGroupStore"]

@@ -1,0 +1,92 @@
+"""Test helpers that talk to the real broker: topics, producing inputs, reading outputs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def unique(prefix: str) -> str:
+    """Return a topic/app name nobody else uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futs = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])
+    for fut in futs.values():
+        fut.result(30)
+    deadline = time.monotonic() + 30
+    while name not in admin.list_topics(timeout=10).topics:
+        if time.monotonic() > deadline:
+            raise TimeoutError(name)
+        time.sleep(0.1)
+
+
+def produce_numbers(bootstrap: str, topic: str, records: Iterable[tuple[str, int, int]]) -> int:
+    """Produce running_sum inputs ``(key, v, seq)`` with the murmur2 partitioner."""
+    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 10})
+    n = 0
+    for key, v, seq in records:
+        while True:
+            try:
+                p.produce(topic, orjson.dumps({"v": v, "seq": seq}), key.encode())
+                break
+            except BufferError:
+                p.poll(0.1)
+        n += 1
+        if n % 5000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    return n
+
+
+def read_all(
+    bootstrap: str,
+    topic: str,
+    expected: int | None = None,
+    timeout: float = 60.0,
+    idle: float = 3.0,
+    isolation: str = "read_committed",
+) -> list[Any]:
+    """Read every record of ``topic`` from the start (read_committed by default).
+
+    Stops when ``expected`` records arrived and nothing more came for ``idle`` seconds,
+    or at ``timeout``. Returns confluent_kafka Messages.
+    """
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("reader"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
+        }
+    )
+    md = c.list_topics(topic, timeout=10).topics[topic]
+    c.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    last = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error() is None:
+                    out.append(m)
+                    last = time.monotonic()
+                elif m.error().code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(m.error())
+            done = expected is None or len(out) >= expected
+            if done and time.monotonic() - last > idle:
+                break
+    finally:
+        c.close()
+    return out
