@@ -165,11 +165,13 @@ class Admin:
             return {}
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
         req = {TopicPartition(tp.topic, tp.partition): latest for tp in tps}
-        futs = self._admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED)
-        out = {}
-        for tp, fut in futs.items():
-            out[(tp.topic, tp.partition)] = fut.result().offset
-        return out
+
+        def query() -> dict[tuple[str, int], int]:
+            futs = self._admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED)
+            return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
+
+        # Leadership of a just-created topic may not have propagated yet (retriable).
+        return kafka_call(query, what="list_offsets(read_committed)")
 
 
 class AbortEpoch(Exception):  # noqa: N818 - control flow, not an error for users

