@@ -99,9 +99,13 @@ class Settings(BaseSettings):
         1000, ge=10, le=600_000, description="Epoch length: a checkpoint commits this often."
     )
     transaction_timeout_ms: int = Field(
-        60_000,
+        10_000,
         ge=1000,
-        description="Kafka transaction.timeout.ms; must exceed the checkpoint interval.",
+        le=900_000,
+        description=(
+            "Kafka transaction.timeout.ms (>= 2x the checkpoint interval). Also bounds how "
+            "long a new owner waits for a dead instance's open transaction."
+        ),
     )
     on_error: OnError = Field(
         OnError.DLQ,

@@ -1,0 +1,113 @@
+"""Shared machinery of the chaos tests: a steady input producer and an app fleet."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import orjson
+from confluent_kafka import Producer
+
+from tests.support.procs import AppProcess
+
+
+class InputFeeder(threading.Thread):
+    """Produces running_sum inputs at a steady rate; remembers them for the model.
+
+    Idempotent producer: per-partition order is the order of ``self.produced``.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, total: int, rate: float, keys: int) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.total = total
+        self.rate = rate
+        self.keys = keys
+        self.produced: list[tuple[str, int, int]] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            p = Producer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "partitioner": "murmur2_random",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                }
+            )
+            started = time.monotonic()
+            for seq in range(self.total):
+                key = f"key-{(seq * 7919) % self.keys}"
+                v = (seq * 31) % 17
+                p.produce(self.topic, orjson.dumps({"v": v, "seq": seq}), key.encode())
+                self.produced.append((key, v, seq))
+                ahead = seq / self.rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+                p.poll(0)
+            assert p.flush(60) == 0
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+class Fleet:
+    """Instances of one app, each with its own instance id and state dir."""
+
+    def __init__(self, spec: str, env: dict[str, str], root: Path, ids: list[str]) -> None:
+        self.spec = spec
+        self.env = env
+        self.root = root
+        self.procs: dict[str, AppProcess] = {}
+        self.ids = ids
+        self.starts = 0
+
+    def state_dir(self, iid: str) -> Path:
+        return self.root / f"state-{iid}"
+
+    def start(self, iid: str, wipe_state: bool = False) -> AppProcess:
+        if wipe_state:
+            shutil.rmtree(self.state_dir(iid), ignore_errors=True)
+        env = {
+            **self.env,
+            "LOCKGATE_INSTANCE_ID": iid,
+            "LOCKGATE_STATE_DIR": str(self.state_dir(iid)),
+        }
+        proc = AppProcess(self.spec, env, self.root / f"{iid}.log").start()
+        self.procs[iid] = proc
+        self.starts += 1
+        return proc
+
+    def start_all(self) -> None:
+        for iid in self.ids:
+            self.start(iid)
+
+    def stop_all(self) -> dict[str, int]:
+        codes = {}
+        for iid, proc in self.procs.items():
+            proc.signal(15)
+        for iid, proc in self.procs.items():
+            codes[iid] = proc.wait(90) if proc.alive else proc.wait(1)
+        return codes
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"===== {iid} =====\n{p.log_text()[-4000:]}" for iid, p in self.procs.items()
+        )
+
+
+def chaos_env(bootstrap: str, app: str, inp: str, out: str) -> dict[str, str]:
+    return {
+        "LOCKGATE_BOOTSTRAP_SERVERS": bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": os.environ.get("LOCKGATE_CHAOS_INTERVAL_MS", "250"),
+        "LOCKGATE_TRANSACTION_TIMEOUT_MS": "10000",
+        "LOCKGATE_KAFKA__SESSION_TIMEOUT_MS": "6000",
+        "LOCKGATE_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",
+    }
