@@ -20,6 +20,11 @@ from processors.exceptions import FatalKafkaError, TopicError
 log = logging.getLogger("lockgate.kafka")
 
 CONTROL_TOPIC = "lockgate.control"
+_METADATA_NOT_READY = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 T = TypeVar("T")
 
 
@@ -154,10 +159,20 @@ class Admin:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise TopicError(f"cannot create topic {name}: {exc}") from exc
         deadline = time.monotonic() + timeout
-        while set(self.partitions_of(specs)) != set(specs):
+        while not self._all_led(specs):
             if time.monotonic() > deadline:
-                raise TopicError(f"topics {sorted(specs)} did not appear within {timeout}s")
+                raise TopicError(f"topics {sorted(specs)} did not get leaders within {timeout}s")
             time.sleep(0.1)
+
+    def _all_led(self, topics: Iterable[str]) -> bool:
+        md = self._admin.list_topics(timeout=10)
+        for topic in topics:
+            tmd = md.topics.get(topic)
+            if tmd is None or tmd.error is not None or not tmd.partitions:
+                return False
+            if any(p.leader < 0 for p in tmd.partitions.values()):
+                return False
+        return True
 
     def last_stable_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Return the last stable offset (read_committed end) of each partition."""
@@ -170,8 +185,21 @@ class Admin:
             futs = self._admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED)
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
 
-        # Leadership of a just-created topic may not have propagated yet (retriable).
-        return kafka_call(query, what="list_offsets(read_committed)")
+        # Leadership of a just-created topic may not have propagated yet: retry those too.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return kafka_call(query, what="list_offsets(read_committed)")
+            except FatalKafkaError as exc:
+                cause = exc.__cause__
+                err = cause.args[0] if isinstance(cause, KafkaException) else None
+                if (
+                    not isinstance(err, KafkaError)
+                    or err.code() not in _METADATA_NOT_READY
+                    or time.monotonic() > deadline
+                ):
+                    raise
+                time.sleep(0.2)
 
 
 class AbortEpoch(Exception):  # noqa: N818 - control flow, not an error for users

@@ -105,6 +105,7 @@ class Runner:
         self._kgs: dict[int, KeyGroup] = {}
         self._committed: dict[tuple[str, int], int] = {}
         self._uncommitted = 0  # records consumed since the last commit
+        self._last_epoch_records = 0
         self._poison: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
         self._commit_now = False
         self._checkpoint = 0
@@ -457,10 +458,16 @@ class Runner:
         for tp in offsets:
             self._committed[(tp.topic, tp.partition)] = tp.offset
         self._checkpoint = ckpt
+        self._last_epoch_records = self._uncommitted
         self._uncommitted = 0
         if self.eos:
             producer.begin_transaction()
         took = time.monotonic() - started
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "epoch committed",
+                extra={"checkpoint": ckpt, "records": self._last_epoch_records, "seconds": took},
+            )
         m = self.metrics
         m.epochs_committed += 1
         m.last_checkpoint_id = ckpt

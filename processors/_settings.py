@@ -54,6 +54,21 @@ def _default_state_dir() -> Path:
     return Path(base) / "lockgate"
 
 
+#: librdkafka properties lockgate owns (exactly-once depends on them), and why.
+RESERVED_KAFKA_KEYS = {
+    "bootstrap.servers": "use LOCKGATE_BOOTSTRAP_SERVERS",
+    "group.id": "the app name; use LOCKGATE_APP_NAME",
+    "group.instance.id": "the instance id; use LOCKGATE_INSTANCE_ID",
+    "transactional.id": "<app>-<instance id>",
+    "transaction.timeout.ms": "use LOCKGATE_TRANSACTION_TIMEOUT_MS",
+    "enable.auto.commit": "offsets commit with each epoch",
+    "enable.auto.offset.store": "offsets commit with each epoch",
+    "isolation.level": "follows LOCKGATE_GUARANTEE",
+    "partitioner": "always murmur2_random (Java-compatible key placement)",
+    "enable.idempotence": "always on",
+    "partition.assignment.strategy": "cooperative-sticky",
+}
+
 _SECRET_HINTS = ("password", "secret", "sasl.oauthbearer.config", "key.pem", "token")
 
 
@@ -151,6 +166,18 @@ class Settings(BaseSettings):
     def _instance(cls, value: str) -> str:
         if not value or any(c.isspace() for c in value):
             raise ValueError("must be a non-empty id without spaces")
+        return value
+
+    @field_validator("kafka")
+    @classmethod
+    def _not_reserved(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for key in value:
+            prop = key.lower().replace("_", ".")
+            if prop in RESERVED_KAFKA_KEYS:
+                raise ValueError(
+                    f"{prop} is set by lockgate itself ({RESERVED_KAFKA_KEYS[prop]}); "
+                    f"remove LOCKGATE_KAFKA__{key.upper()}"
+                )
         return value
 
     def kafka_config(self) -> dict[str, str]:

@@ -88,7 +88,7 @@ class Fleet:
 
     def stop_all(self) -> dict[str, int]:
         codes = {}
-        for iid, proc in self.procs.items():
+        for proc in self.procs.values():
             proc.signal(15)
         for iid, proc in self.procs.items():
             codes[iid] = proc.wait(90) if proc.alive else proc.wait(1)

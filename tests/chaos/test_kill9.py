@@ -17,7 +17,6 @@ from pathlib import Path
 from tests.chaos._harness import Fleet, InputFeeder, chaos_env
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, read_all, unique
-from tests.support.procs import wait_until
 
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "8"))
 
@@ -27,8 +26,15 @@ def test_random_kill9_never_loses_or_duplicates(kafka_bootstrap: str, tmp_path: 
     inp, out, app = unique("chaos-in"), unique("chaos-out"), unique("chaos-sum")
     create_topic(kafka_bootstrap, inp, 6)
     total = max(6000, KILLS * 500)
-    feeder = InputFeeder(kafka_bootstrap, inp, total=total, rate=total / (KILLS * 2.5 + 10), keys=60)
-    fleet = Fleet("examples.running_sum:app", chaos_env(kafka_bootstrap, app, inp, out), tmp_path, ["i1", "i2"])
+    feeder = InputFeeder(
+        kafka_bootstrap, inp, total=total, rate=total / (KILLS * 2.5 + 10), keys=60
+    )
+    fleet = Fleet(
+        "examples.running_sum:app",
+        chaos_env(kafka_bootstrap, app, inp, out),
+        tmp_path,
+        ["i1", "i2"],
+    )
     fleet.start_all()
     feeder.start()
     kills = 0
@@ -58,7 +64,9 @@ def test_random_kill9_never_loses_or_duplicates(kafka_bootstrap: str, tmp_path: 
     except BaseException:
         print(fleet.logs())
         raise
-    print(f"chaos: {kills} kills ({wipes} with state wiped), {len(feeder.produced)} inputs, "
-          f"{len(outputs)} outputs, {fleet.starts} starts")
+    print(
+        f"chaos: {kills} kills ({wipes} with state wiped), {len(feeder.produced)} inputs, "
+        f"{len(outputs)} outputs, {fleet.starts} starts"
+    )
     assert problems == [], "\n".join(problems[:20]) + "\n" + fleet.logs()
     assert codes == {"i1": 0, "i2": 0}, fleet.logs()

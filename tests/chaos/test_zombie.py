@@ -29,9 +29,7 @@ def test_sigstopped_instance_cannot_commit_after_its_partitions_moved(
         zombie = fleet.procs["z1"]
         zombie.signal(signal.SIGSTOP)
         # z2 takes every key group once z1's session times out.
-        wait_until(
-            lambda: fleet.procs["z2"].log_text().count("assigned") >= 2, 90, what="takeover"
-        )
+        wait_until(lambda: fleet.procs["z2"].log_text().count("assigned") >= 2, 90, what="takeover")
         time.sleep(3)
         zombie.signal(signal.SIGCONT)
         feeder.join(120)

@@ -46,8 +46,10 @@ def test_probes_and_metrics(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert len(read_all(kafka_bootstrap, out, expected=500, idle=1)) == 500
         wait_until(lambda: "lockgate_records_in_total" in _get(port, "/metrics")[1], 10)
         wait_until(
-            lambda: 'lockgate_records_out_total{' in _get(port, "/metrics")[1]
-            and _metric(_get(port, "/metrics")[1], "lockgate_records_out_total") == 500,
+            lambda: (
+                "lockgate_records_out_total{" in _get(port, "/metrics")[1]
+                and _metric(_get(port, "/metrics")[1], "lockgate_records_out_total") == 500
+            ),
             20,
             what="records_out == 500",
         )

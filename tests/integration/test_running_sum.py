@@ -35,7 +35,9 @@ def _env(bootstrap: str, names, tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
-def test_running_sum_exact_output(kafka_bootstrap: str, names, tmp_path: Path, guarantee: str) -> None:  # type: ignore[no-untyped-def]
+def test_running_sum_exact_output(
+    kafka_bootstrap: str, names, tmp_path: Path, guarantee: str
+) -> None:  # type: ignore[no-untyped-def]
     env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_GUARANTEE=guarantee)
     create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 3)
     inputs = _inputs(3000, 40, seed=1)
@@ -51,7 +53,9 @@ def test_running_sum_exact_output(kafka_bootstrap: str, names, tmp_path: Path, g
 
 
 def test_restart_resumes_from_local_state_and_from_changelog_only(
-    kafka_bootstrap: str, names, tmp_path: Path  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str,
+    names,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     env = _env(kafka_bootstrap, names, tmp_path)
     create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 4)
@@ -109,7 +113,10 @@ def _dlq_inputs(topic: str, bootstrap: str) -> list[tuple[str, int, int]]:
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_bad_records_go_to_dlq_and_partial_effects_never_commit(
-    kafka_bootstrap: str, names, tmp_path: Path, guarantee: str  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str,
+    names,
+    tmp_path: Path,
+    guarantee: str,  # type: ignore[no-untyped-def]
 ) -> None:
     env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_GUARANTEE=guarantee)
     create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 2)
@@ -122,7 +129,10 @@ def test_bad_records_go_to_dlq_and_partial_effects_never_commit(
     finally:
         assert app.terminate() == 0
     by_source = {
-        (dict(m.headers())["lockgate-source-partition"], dict(m.headers())["lockgate-source-offset"]): m
+        (
+            dict(m.headers())["lockgate-source-partition"],
+            dict(m.headers())["lockgate-source-offset"],
+        ): m
         for m in dlq
     }
     if guarantee == "exactly_once":
@@ -149,13 +159,19 @@ def test_bad_records_go_to_dlq_and_partial_effects_never_commit(
 
 
 def test_on_error_fail_stops_with_exit_3_and_commits_nothing_after(
-    kafka_bootstrap: str, names, tmp_path: Path  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str,
+    names,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_ON_ERROR="fail")
     create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 1)
     p = Producer({"bootstrap.servers": kafka_bootstrap})
     for seq in range(50):
-        p.produce(env["LOCKGATE_INPUT_TOPIC"], orjson.dumps({"v": -1 if seq == 40 else 1, "seq": seq}), b"k")
+        p.produce(
+            env["LOCKGATE_INPUT_TOPIC"],
+            orjson.dumps({"v": -1 if seq == 40 else 1, "seq": seq}),
+            b"k",
+        )
     p.flush()
     app = AppProcess("tests.integration.apps.faulty:app", env, tmp_path / "app.log").start()
     assert app.wait(90) == 3

@@ -26,7 +26,11 @@ class AppProcess:
 
     def start(self) -> AppProcess:
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()/kill()
-        full_env = {**os.environ, "LOCKGATE_LOG_FORMAT": "console", "LOCKGATE_HTTP_PORT": "0"}  # tests override
+        full_env = {
+            **os.environ,
+            "LOCKGATE_LOG_FORMAT": "console",
+            "LOCKGATE_HTTP_PORT": "0",
+        }  # tests override
         full_env.update(self.env)
         self.proc = subprocess.Popen(
             [str(LOCKGATE), "run", self.spec],

@@ -4,7 +4,8 @@ import pytest
 
 from processors import key_group, murmur2
 
-# Kafka's own vectors: clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java testMurmur2
+# Kafka's own vectors: UtilsTest.testMurmur2 in
+# clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java
 KAFKA_VECTORS = {
     b"21": -973932308,
     b"foobar": -790332482,

@@ -42,3 +42,9 @@ def test_settings_are_frozen() -> None:
     s = load_settings()
     with pytest.raises(Exception):  # noqa: B017 - pydantic's ValidationError
         s.checkpoint_interval_ms = 5  # type: ignore[misc]
+
+
+def test_reserved_kafka_keys_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKGATE_KAFKA__ISOLATION_LEVEL", "read_uncommitted")
+    with pytest.raises(ConfigError, match="isolation.level is set by lockgate"):
+        load_settings()

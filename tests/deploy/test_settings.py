@@ -1,0 +1,204 @@
+"""The chart speaks the settings model's language: env names, enums, bounds and defaults.
+
+The settings model ignores unknown LOCKGATE_* variables (extra="ignore"), so a misspelled name
+in the chart would be silently dropped at run time; these tests catch it at render time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.helm import CHART_DIR, container_env, render, statefulset_container_spec
+
+try:
+    from processors._settings import Settings
+except ImportError as exc:  # pragma: no cover - only while the model does not exist
+    pytest.skip(
+        f"processors._settings.Settings cannot be imported ({exc}); env names unchecked",
+        allow_module_level=True,
+    )
+
+REPO = CHART_DIR.parents[2]
+VALUES_DIR = Path(__file__).resolve().parent / "values"
+VALUES_FILES = sorted(VALUES_DIR.glob("*.yaml"))
+PRODUCTION = VALUES_DIR / "production.yaml"
+SINGLE = VALUES_DIR / "single-replica.yaml"
+NAME = re.compile(r"\bLOCKGATE_[A-Z0-9_]*[A-Z0-9]")
+KAFKA_PREFIX = "LOCKGATE_KAFKA__"
+#: Variables of the development tooling, not of the app (deploy/helm/ensure-helm.sh).
+TOOLING_NAMES = {"LOCKGATE_TOOLS_DIR"}
+SECRETS = {
+    "sums-kafka-user": {"username": "user", "password": "secret"},
+    "sums-key-password": {"password": "key-secret"},
+}
+CONFIG_MAPS = {"sums-extra-settings": {}}
+
+
+def _settings_env_names() -> set[str]:
+    names = set()
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias if isinstance(field.validation_alias, str) else None
+        names.add((alias or f"LOCKGATE_{name}").upper())
+    return names
+
+
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads((CHART_DIR / "values.schema.json").read_text())
+    return schema
+
+
+def _chart_defaults() -> dict[str, Any]:
+    values: dict[str, Any] = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    return values
+
+
+def _settings_from(values_file: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Build the settings model from the env the chart renders for ``values_file``."""
+    spec = statefulset_container_spec(render(values_files=[values_file]))
+    env = container_env(spec, pod_name="sums-lockgate-1", secrets=SECRETS, config_maps=CONFIG_MAPS)
+    for name in list(os.environ):
+        if name.upper().startswith("LOCKGATE_"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Settings()
+
+
+def _bounds(field: str) -> tuple[int | None, int | None]:
+    low = high = None
+    for item in Settings.model_fields[field].metadata:
+        low = getattr(item, "ge", low)
+        high = getattr(item, "le", high)
+    return low, high
+
+
+def test_every_rendered_env_name_is_a_setting() -> None:
+    known = _settings_env_names()
+    rendered: set[str] = set()
+    for values_file in VALUES_FILES:
+        spec = statefulset_container_spec(render(values_files=[values_file]))
+        rendered |= {e["name"] for e in spec["env"] if e["name"].startswith("LOCKGATE_")}
+    unknown = {n for n in rendered if not n.startswith(KAFKA_PREFIX)} - known
+    assert not unknown, f"rendered env names the settings model does not read: {unknown}"
+
+
+def test_every_env_name_in_the_chart_and_docs_is_a_setting() -> None:
+    """Names written in templates, values and docs (even in branches no test renders)."""
+    sources = [
+        *sorted((CHART_DIR / "templates").iterdir()),
+        CHART_DIR / "values.yaml",
+        CHART_DIR / "values.schema.json",
+        REPO / "docs" / "helm.md",
+    ]
+    known = _settings_env_names() | TOOLING_NAMES
+    unknown: dict[str, set[str]] = {}
+    for path in sources:
+        if not path.exists():
+            continue
+        for name in NAME.findall(path.read_text()):
+            if not name.startswith(KAFKA_PREFIX.rstrip("_")) and name not in known:
+                unknown.setdefault(name, set()).add(path.name)
+    assert not unknown, f"env names the settings model does not read: {unknown}"
+
+
+@pytest.mark.parametrize("values_file", [PRODUCTION, SINGLE], ids=lambda p: p.stem)
+def test_settings_accept_the_rendered_env(
+    values_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = yaml.safe_load(values_file.read_text())
+    settings = _settings_from(values_file, monkeypatch)
+    assert settings.instance_id == "sums-lockgate-1"
+    assert settings.bootstrap_servers == values["kafka"]["bootstrapServers"]
+    assert settings.app_name == values["appName"]
+    assert str(settings.state_dir) == "/var/lib/lockgate/state"
+    assert settings.guarantee.value == values["processing"]["guarantee"]
+    assert settings.on_error.value == values["processing"]["onError"]
+    conf = settings.kafka_config()
+    for key, value in values["kafka"]["config"].items():
+        assert conf[key] == str(value), key
+
+
+def test_settings_see_sasl_and_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _settings_from(PRODUCTION, monkeypatch)
+    conf = settings.kafka_config()
+    assert conf["sasl.username"] == "user"
+    assert conf["sasl.password"] == "secret"
+    assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert conf["ssl.ca.location"] == "/etc/lockgate/kafka-tls/ca.crt"
+    assert conf["ssl.certificate.location"] == "/etc/lockgate/kafka-tls/tls.crt"
+    assert conf["ssl.key.location"] == "/etc/lockgate/kafka-tls/tls.key"
+    assert conf["ssl.key.password"] == "key-secret"
+    assert "secret" not in json.dumps(settings.masked())
+
+
+def test_enums_match_the_model() -> None:
+    props = _schema()["properties"]
+    fields = Settings.model_fields
+    pairs = {
+        "guarantee": props["processing"]["properties"]["guarantee"],
+        "on_error": props["processing"]["properties"]["onError"],
+        "log_format": props["logging"]["properties"]["format"],
+    }
+    for field, schema in pairs.items():
+        enum_type = fields[field].annotation
+        assert set(schema["enum"]) == {m.value for m in enum_type}, field
+
+
+def test_log_levels_match_the_model() -> None:
+    chart = set(_schema()["properties"]["logging"]["properties"]["level"]["enum"])
+    accepted = set()
+    for level in ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL"):
+        try:
+            Settings(log_level=level)
+        except ValueError:
+            continue
+        accepted.add(level)
+    assert chart == accepted
+
+
+@pytest.mark.parametrize(
+    ("field", "schema_path"),
+    [
+        ("checkpoint_interval_ms", ("processing", "checkpointIntervalMs")),
+        ("transaction_timeout_ms", ("processing", "transactionTimeoutMs")),
+        ("liveness_timeout_ms", ("probes", "liveness", "progressTimeoutMs")),
+        ("http_port", ("httpPort",)),
+    ],
+)
+def test_bounds_are_within_the_model(field: str, schema_path: tuple[str, ...]) -> None:
+    node = _schema()
+    for key in schema_path:
+        node = node["properties"][key]
+    low, high = _bounds(field)
+    if low is not None:
+        assert node["minimum"] >= low
+    if high is not None:
+        assert node["maximum"] <= high
+    if field in ("checkpoint_interval_ms", "transaction_timeout_ms"):  # no stricter limits here
+        assert (node["minimum"], node["maximum"]) == (low, high)
+
+
+def test_defaults_match_the_model() -> None:
+    values = _chart_defaults()
+    fields = Settings.model_fields
+    pairs = {
+        "guarantee": values["processing"]["guarantee"],
+        "checkpoint_interval_ms": values["processing"]["checkpointIntervalMs"],
+        "transaction_timeout_ms": values["processing"]["transactionTimeoutMs"],
+        "on_error": values["processing"]["onError"],
+        "http_port": values["httpPort"],
+        "liveness_timeout_ms": values["probes"]["liveness"]["progressTimeoutMs"],
+        "log_level": values["logging"]["level"],
+        "log_format": values["logging"]["format"],
+    }
+    for field, chart_default in pairs.items():
+        default = fields[field].default
+        assert getattr(default, "value", default) == chart_default, field
