@@ -244,9 +244,15 @@ class Runner:
                 self._end_epoch()
             except AbortEpoch as exc:
                 self._abort_epoch(str(exc))
-        except (FatalKafkaError, UserCodeError) as exc:
-            log.error("stopping on a fatal error: %s", exc)
-            code = 1 if isinstance(exc, FatalKafkaError) else 3
+        except (FatalKafkaError, UserCodeError, ConfigError) as exc:
+            hint = ""
+            if "FENCED" in str(exc) or "UNRELEASED_INSTANCE_ID" in str(exc):
+                hint = (
+                    f" (another process runs with LOCKGATE_INSTANCE_ID={self.settings.instance_id}"
+                    " for this app: instance ids must be unique per live instance)"
+                )
+            log.error("stopping on a fatal error: %s%s", exc, hint)
+            code = {FatalKafkaError: 1, UserCodeError: 3, ConfigError: 2}[type(exc)]
             self._close(graceful=False)
             return code
         except KafkaException as exc:
@@ -323,6 +329,8 @@ class Runner:
                 continue
             try:
                 handler(key, value, ctx)
+            except ConfigError:
+                raise  # a programming error (e.g. emit to an undeclared topic): stop
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
                 self._bad_input(msg, exc, "process", replay=True)
         self._uncommitted += count

@@ -1,0 +1,558 @@
+"""Container helpers for the tests in tests/containers (and anything else that needs images).
+
+Everything runs on the host network: the engine here is started with ``--bridge=none`` (see
+docker/ensure-engine.sh), the Kafka image listens on 127.0.0.1 only, and every port these
+helpers pick lies in 39000-39999 (``LOCKGATE_TEST_PORT_RANGE=lo-hi`` overrides it).
+
+* :func:`ensure_images` builds ``lockgate/processor:dev`` and ``lockgate/kafka:dev`` once per
+  test process (docker/build-images.sh: engine, local base image, skip when up to date).
+* :func:`kafka_container` / :func:`start_kafka` run the Kafka image with testcontainers'
+  ``DockerContainer``, wait for "Kafka Server started", then (by default) until the group and
+  transaction coordinators answer, and give back the bootstrap address.
+* :func:`processor_container` / :func:`start_processor` run the processor image with the given
+  arguments and environment; :func:`run_processor` runs it to completion.
+
+Testcontainers' reaper (Ryuk) is an image from a registry, which this machine cannot reach, so
+it is turned off unless ``TESTCONTAINERS_RYUK_DISABLED`` says otherwise; containers started here
+are removed by their handles and, as a fallback, when the Python process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = ROOT / "docker" / "build-images.sh"
+
+PROCESSOR_IMAGE = os.environ.get("LOCKGATE_PROCESSOR_IMAGE", "lockgate/processor:dev")
+KAFKA_IMAGE = os.environ.get("LOCKGATE_KAFKA_IMAGE", "lockgate/kafka:dev")
+
+KAFKA_STARTED = "Kafka Server started"
+TEST_LABEL = "io.lockgate.test"
+
+if "TESTCONTAINERS_RYUK_DISABLED" not in os.environ:
+    testcontainers_config.ryuk_disabled = True
+
+
+class ImagesUnavailableError(RuntimeError):
+    """The engine could not be started or an image could not be built."""
+
+
+# ----------------------------------------------------------------------------- images
+
+_images_lock = threading.Lock()
+_images: tuple[str, str] | None = None
+
+
+def docker_available() -> bool:
+    """Return True if a Docker engine answers right now (does not start one)."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        done = subprocess.run(["docker", "info"], capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def ensure_images(*, force: bool = False, timeout: float = 1800.0) -> tuple[str, str]:
+    """Build (or find up to date) the processor and Kafka images; return their names.
+
+    Runs docker/build-images.sh at most once per process (again only with ``force``). The
+    script starts the engine if needed, builds the local base image on first use, and skips
+    images whose inputs did not change, so a warm call costs about a second.
+
+    Returns:
+        ``(processor_image, kafka_image)``.
+
+    Raises:
+        ImagesUnavailableError: the script failed or timed out; the message carries the tail
+            of its output.
+    """
+    global _images
+    with _images_lock:
+        if _images is not None and not force:
+            return _images
+        cmd = [str(BUILD_SCRIPT)]
+        if force:
+            cmd.append("--force")
+        env = {
+            **os.environ,
+            "LOCKGATE_PROCESSOR_IMAGE": PROCESSOR_IMAGE,
+            "LOCKGATE_KAFKA_IMAGE": KAFKA_IMAGE,
+        }
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ImagesUnavailableError(f"{BUILD_SCRIPT} timed out after {timeout:.0f}s") from exc
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or "").splitlines()[-40:])
+            raise ImagesUnavailableError(
+                f"{BUILD_SCRIPT} failed with exit code {done.returncode}:\n{tail}"
+            )
+        _images = (PROCESSOR_IMAGE, KAFKA_IMAGE)
+        return _images
+
+
+# ----------------------------------------------------------------------------- ports
+
+
+def _port_range() -> tuple[int, int]:
+    spec = os.environ.get("LOCKGATE_TEST_PORT_RANGE", "39000-39999")
+    lo, _, hi = spec.partition("-")
+    return int(lo), int(hi)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(count: int = 1) -> int:
+    """Return a port p in the test range such that p .. p+count-1 are free on 127.0.0.1.
+
+    A port is only free when it is checked: start the user quickly, and retry on a bind
+    failure (the Kafka helpers do).
+    """
+    lo, hi = _port_range()
+    candidates = list(range(lo, hi - count + 2))
+    random.shuffle(candidates)
+    for port in candidates[:500]:
+        if all(_port_free(port + i) for i in range(count)):
+            return port
+    raise RuntimeError(f"no {count} consecutive free ports in {lo}-{hi}")
+
+
+# ----------------------------------------------------------------------------- cleanup
+
+_live: dict[str, DockerContainer] = {}
+_live_lock = threading.Lock()
+
+
+def _track(container: DockerContainer) -> None:
+    with _live_lock:
+        _live[container.get_wrapped_container().id] = container
+
+
+def _untrack(container: DockerContainer) -> None:
+    wrapped = container._container  # None if it never got created
+    if wrapped is not None:
+        with _live_lock:
+            _live.pop(wrapped.id, None)
+
+
+@atexit.register
+def _remove_leftovers() -> None:
+    with _live_lock:
+        leftovers = list(_live.values())
+        _live.clear()
+    for container in leftovers:
+        with contextlib.suppress(Exception):
+            container.stop()
+
+
+def _remove(container: DockerContainer) -> None:
+    """Remove a container (SIGKILL if still running) and its anonymous volumes."""
+    try:
+        container.stop(force=True, delete_volume=True)
+    except Exception:  # noqa: BLE001 - already gone is fine
+        pass
+    finally:
+        _untrack(container)
+
+
+def _logs(container: DockerContainer) -> str:
+    try:
+        out, err = container.get_logs()
+    except Exception as exc:  # noqa: BLE001 - logs are diagnostics only
+        return f"<no logs: {exc}>"
+    text = out.decode(errors="replace")
+    if err:
+        text += err.decode(errors="replace")
+    return text
+
+
+def _graceful_stop(container: DockerContainer, timeout: float) -> int | None:
+    """`docker stop` (SIGTERM, SIGKILL after ``timeout``); return the exit code."""
+    wrapped = container.get_wrapped_container()
+    with contextlib.suppress(Exception):
+        wrapped.stop(timeout=int(max(1, timeout)))
+    try:
+        wrapped.reload()
+        code = wrapped.attrs["State"]["ExitCode"]
+    except Exception:  # noqa: BLE001 - removed already
+        return None
+    return int(code)
+
+
+# ----------------------------------------------------------------------------- kafka
+
+
+@dataclass
+class KafkaBroker:
+    """A running Kafka container. ``bootstrap`` is ``127.0.0.1:<port>``."""
+
+    container: DockerContainer
+    port: int
+    controller_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        """Bootstrap address for clients on this machine."""
+        return f"127.0.0.1:{self.port}"
+
+    def logs(self) -> str:
+        """Broker stdout and stderr so far."""
+        return _logs(self.container)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """Stop the broker cleanly (SIGTERM), remove the container, return its exit code."""
+        code = _graceful_stop(self.container, timeout)
+        _remove(self.container)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL the broker and remove the container."""
+        _remove(self.container)
+
+
+def wait_kafka_ready(bootstrap: str, timeout: float = 60.0) -> None:
+    """Wait until the broker serves metadata and its group and transaction coordinators.
+
+    The first OffsetFetch creates ``__consumer_offsets`` and the first InitProducerId creates
+    ``__transaction_state``; a consumer or transactional producer used before that can stall
+    or fail. Mirrors the readiness check of docker/kafka/broker.sh.
+
+    Raises:
+        TimeoutError: not ready within ``timeout`` seconds.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + timeout
+    quiet: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0}
+
+    def left() -> float:
+        return max(1.0, deadline - time.monotonic())
+
+    def retry(what: str, fn: Any) -> None:
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                fn()
+                return
+            except KafkaException as exc:
+                last = exc
+                time.sleep(0.25)
+        raise TimeoutError(f"Kafka on {bootstrap}: {what} not ready within {timeout:.0f}s: {last}")
+
+    admin = AdminClient(quiet)
+
+    def metadata() -> None:
+        md = admin.list_topics(timeout=min(10.0, left()))
+        if not md.brokers:
+            raise KafkaException("metadata lists no brokers")
+
+    retry("metadata", metadata)
+
+    # OffsetFetch through a consumer (FindCoordinator creates __consumer_offsets). Not
+    # AdminClient.list_consumer_group_offsets: with confluent-kafka 2.16.1 (librdkafka 2.16.0)
+    # that call segfaulted the process every time when sent right after the broker started.
+    consumer = Consumer({**quiet, "group.id": "lockgate-container-readiness"})
+    try:
+        probe = [TopicPartition("lockgate-container-readiness", 0)]
+        retry("group coordinator", lambda: consumer.committed(probe, timeout=min(10.0, left())))
+    finally:
+        consumer.close()
+
+    producer = Producer(
+        {
+            **quiet,
+            "transactional.id": "lockgate-container-readiness",
+            "transaction.timeout.ms": 10000,
+        }
+    )
+    retry("transaction coordinator", lambda: producer.init_transactions(min(30.0, left())))
+    producer.flush(1)
+
+
+def start_kafka(
+    *,
+    image: str | None = None,
+    port: int | None = None,
+    extra_properties: Mapping[str, str] | None = None,
+    heap: str = "-Xms256m -Xmx512m",
+    startup_timeout: float = 120.0,
+    ready_for_transactions: bool = True,
+    attempts: int = 3,
+) -> KafkaBroker:
+    """Start the Kafka image on the host network and wait until it is usable.
+
+    Args:
+        image: image to run; default :data:`KAFKA_IMAGE` (build it with :func:`ensure_images`).
+        port: client port; default a free one in the test range (controller port = port+1).
+            With an explicit port there is a single attempt.
+        extra_properties: broker properties appended to server.properties.
+        heap: JVM heap flags.
+        startup_timeout: seconds to wait for "Kafka Server started".
+        ready_for_transactions: also wait for the group and transaction coordinators
+            (:func:`wait_kafka_ready`), which takes a few seconds more.
+        attempts: tries with fresh random ports if the broker dies at start (a port taken
+            between the check and the bind).
+
+    Returns:
+        The running broker; call :meth:`KafkaBroker.stop` (or use :func:`kafka_container`).
+    """
+    image = image or KAFKA_IMAGE
+    tries = 1 if port is not None else max(1, attempts)
+    last_error: Exception | None = None
+    for _ in range(tries):
+        client_port = port if port is not None else free_port(2)
+        env = {
+            "KAFKA_PORT": str(client_port),
+            "KAFKA_CONTROLLER_PORT": str(client_port + 1),
+            "KAFKA_HEAP_OPTS": heap,
+        }
+        if extra_properties:
+            env["KAFKA_EXTRA_PROPERTIES"] = "\n".join(
+                f"{key}={value}" for key, value in extra_properties.items()
+            )
+        container = (
+            DockerContainer(image, env=env)
+            .with_kwargs(network_mode="host", labels={TEST_LABEL: "kafka"})
+            .waiting_for(
+                LogMessageWaitStrategy(KAFKA_STARTED).with_startup_timeout(
+                    timedelta(seconds=startup_timeout)
+                )
+            )
+        )
+        try:
+            container.start()
+        except (RuntimeError, TimeoutError) as exc:
+            last_error = RuntimeError(f"{exc}\n--- broker log ---\n{_logs(container)}")
+            _remove(container)
+            continue
+        _track(container)
+        broker = KafkaBroker(container=container, port=client_port, controller_port=client_port + 1)
+        if ready_for_transactions:
+            try:
+                wait_kafka_ready(broker.bootstrap, timeout=startup_timeout)
+            except Exception:
+                broker.kill()
+                raise
+        return broker
+    raise RuntimeError(f"Kafka container did not start after {tries} attempt(s)") from last_error
+
+
+@contextlib.contextmanager
+def kafka_container(**kwargs: Any) -> Iterator[KafkaBroker]:
+    """Context manager around :func:`start_kafka`; stops and removes the broker on exit."""
+    broker = start_kafka(**kwargs)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+# ----------------------------------------------------------------------------- processor
+
+
+@dataclass
+class ProcessorRun:
+    """A processor container that ran to completion."""
+
+    exit_code: int
+    output: str
+
+
+@dataclass
+class Processor:
+    """A running processor container (host network).
+
+    ``http_port`` is the port of /livez /readyz /startupz /metrics (``LOCKGATE_HTTP_PORT``).
+    """
+
+    container: DockerContainer
+    http_port: int
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """Container id."""
+        return str(self.container.get_wrapped_container().id)
+
+    def logs(self) -> str:
+        """Processor stdout and stderr so far."""
+        return _logs(self.container)
+
+    def status(self) -> str:
+        """Docker status: created, running, exited, ..."""
+        wrapped = self.container.get_wrapped_container()
+        wrapped.reload()
+        return str(wrapped.status)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the container to exit by itself; return its exit code."""
+        result = self.container.get_wrapped_container().wait(timeout=timeout)
+        return int(result["StatusCode"])
+
+    def signal(self, sig: str) -> None:
+        """Send a signal (e.g. ``"SIGTERM"``, ``"SIGKILL"``, ``"SIGSTOP"``) to PID 1."""
+        self.container.get_wrapped_container().kill(signal=sig)
+
+    def stop(self, timeout: float = 30.0, *, remove: bool = True) -> int | None:
+        """`docker stop`: SIGTERM, SIGKILL after ``timeout``; return the exit code.
+
+        With ``remove`` (default) the container is removed afterwards; named volumes stay.
+        """
+        code = _graceful_stop(self.container, timeout)
+        if remove:
+            _remove(self.container)
+        return code
+
+    def remove(self) -> None:
+        """Remove the container now (SIGKILL if it still runs)."""
+        _remove(self.container)
+
+
+def _processor_container(
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    image: str | None,
+    state_volume: str | None,
+    name: str | None,
+    http_port: int | None,
+) -> tuple[DockerContainer, int, dict[str, str]]:
+    full_env = dict(env or {})
+    if "LOCKGATE_HTTP_PORT" in full_env:
+        port = int(full_env["LOCKGATE_HTTP_PORT"])
+    else:
+        port = http_port if http_port is not None else free_port()
+        full_env["LOCKGATE_HTTP_PORT"] = str(port)
+    container = DockerContainer(image or PROCESSOR_IMAGE, env=full_env).with_kwargs(
+        network_mode="host", labels={TEST_LABEL: "processor"}
+    )
+    if args:
+        container = container.with_command(list(args))
+    if name:
+        container = container.with_name(name)
+    if state_volume:
+        container = container.with_volume_mapping(state_volume, "/var/lib/lockgate", "rw")
+    return container, port, full_env
+
+
+def start_processor(
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    *,
+    image: str | None = None,
+    state_volume: str | None = None,
+    name: str | None = None,
+    http_port: int | None = None,
+    wait_for_log: str | None = None,
+    startup_timeout: float = 60.0,
+) -> Processor:
+    """Start the processor image on the host network.
+
+    Args:
+        args: arguments after the ``lockgate`` entrypoint, e.g.
+            ``["run", "examples.running_sum:app"]``.
+        env: environment, e.g. ``{"LOCKGATE_BOOTSTRAP_SERVERS": broker.bootstrap}``.
+        image: image to run; default :data:`PROCESSOR_IMAGE`.
+        state_volume: a Docker *named* volume mounted on /var/lib/lockgate (the state dir's
+            parent); it survives the container, so a restart with the same name keeps state.
+            Remove it with :func:`remove_volume`. (A host directory would be owned by root,
+            and the image runs as uid 10001.)
+        name: container name (default: Docker picks one).
+        http_port: ``LOCKGATE_HTTP_PORT``; default a free port in the test range unless
+            ``env`` sets it.
+        wait_for_log: a regex to wait for in the output before returning.
+        startup_timeout: seconds to wait for ``wait_for_log``.
+
+    Returns:
+        The running container's handle; stop it with :meth:`Processor.stop` or use
+        :func:`processor_container`.
+    """
+    container, port, full_env = _processor_container(
+        args, env, image, state_volume, name, http_port
+    )
+    if wait_for_log:
+        container = container.waiting_for(
+            LogMessageWaitStrategy(wait_for_log).with_startup_timeout(
+                timedelta(seconds=startup_timeout)
+            )
+        )
+    try:
+        container.start()
+    except Exception:
+        _remove(container)
+        raise
+    _track(container)
+    return Processor(container=container, http_port=port, env=full_env)
+
+
+@contextlib.contextmanager
+def processor_container(
+    args: Sequence[str] = (), env: Mapping[str, str] | None = None, **kwargs: Any
+) -> Iterator[Processor]:
+    """Context manager around :func:`start_processor`; stops (SIGTERM) and removes on exit."""
+    proc = start_processor(args, env, **kwargs)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def run_processor(
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    *,
+    image: str | None = None,
+    timeout: float = 120.0,
+    entrypoint: str | None = None,
+) -> ProcessorRun:
+    """Run the processor image to completion (e.g. ``["--help"]``); return code and output.
+
+    ``entrypoint`` replaces ``lockgate`` (e.g. ``"python"`` with ``args=["-c", "..."]``).
+    """
+    kwargs: dict[str, Any] = {"network_mode": "host", "labels": {TEST_LABEL: "processor-run"}}
+    if entrypoint:
+        kwargs["entrypoint"] = [entrypoint]
+    container = DockerContainer(image or PROCESSOR_IMAGE, env=dict(env or {})).with_kwargs(**kwargs)
+    if args:
+        container = container.with_command(list(args))
+    try:
+        container.start()
+        _track(container)
+        code = int(container.get_wrapped_container().wait(timeout=timeout)["StatusCode"])
+        return ProcessorRun(exit_code=code, output=_logs(container))
+    finally:
+        _remove(container)
+
+
+def remove_volume(name: str) -> None:
+    """Remove a named volume (ignore a missing one)."""
+    subprocess.run(["docker", "volume", "rm", "-f", name], capture_output=True, check=False)
