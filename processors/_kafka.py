@@ -14,7 +14,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 
-from processors._settings import Guarantee, Settings
+from processors._settings import GroupProtocol, Guarantee, Settings
 from processors.exceptions import FatalKafkaError, TopicError
 
 log = logging.getLogger("lockgate.kafka")
@@ -62,6 +62,10 @@ def consumer_config(settings: Settings, app: str) -> dict[str, Any]:
         "client.id": f"{app}-{settings.instance_id}",
         "fetch.wait.max.ms": 100,
     }
+    if settings.group_protocol is GroupProtocol.CONSUMER:
+        # KIP-848: the broker assigns (incrementally); client-side strategies do not apply.
+        conf["group.protocol"] = "consumer"
+        del conf["partition.assignment.strategy"]
     if settings.static_membership:
         conf["group.instance.id"] = settings.instance_id
     if settings.guarantee is Guarantee.AT_LEAST_ONCE:

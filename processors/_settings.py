@@ -42,6 +42,13 @@ class LogFormat(StrEnum):
     CONSOLE = "console"
 
 
+class GroupProtocol(StrEnum):
+    """Consumer group protocol."""
+
+    CLASSIC = "classic"
+    CONSUMER = "consumer"
+
+
 class StateBackendKind(StrEnum):
     """Where key group state lives."""
 
@@ -66,7 +73,8 @@ RESERVED_KAFKA_KEYS = {
     "isolation.level": "follows LOCKGATE_GUARANTEE",
     "partitioner": "always murmur2_random (Java-compatible key placement)",
     "enable.idempotence": "always on",
-    "partition.assignment.strategy": "cooperative-sticky",
+    "partition.assignment.strategy": "cooperative-sticky (classic protocol)",
+    "group.protocol": "use LOCKGATE_GROUP_PROTOCOL",
 }
 
 _SECRET_HINTS = ("password", "secret", "sasl.oauthbearer.config", "key.pem", "token")
@@ -128,6 +136,13 @@ class Settings(BaseSettings):
     )
     consume_batch_size: int = Field(
         1000, ge=1, le=100_000, description="Records fetched per consume() call."
+    )
+    group_protocol: GroupProtocol = Field(
+        GroupProtocol.CLASSIC,
+        description=(
+            "classic (cooperative-sticky assignment) or consumer (KIP-848, brokers >= 4.0; "
+            "the broker assigns, incrementally)."
+        ),
     )
     static_membership: bool = Field(
         True, description="Set group.instance.id to the instance id (no rebalance on restart)."

@@ -110,4 +110,5 @@ def chaos_env(bootstrap: str, app: str, inp: str, out: str) -> dict[str, str]:
         "LOCKGATE_TRANSACTION_TIMEOUT_MS": "10000",
         "LOCKGATE_KAFKA__SESSION_TIMEOUT_MS": "6000",
         "LOCKGATE_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",
+        "LOCKGATE_GROUP_PROTOCOL": os.environ.get("LOCKGATE_CHAOS_GROUP_PROTOCOL", "classic"),
     }

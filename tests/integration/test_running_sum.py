@@ -34,11 +34,17 @@ def _env(bootstrap: str, names, tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
-def test_running_sum_exact_output(
-    kafka_bootstrap: str, names, tmp_path: Path, guarantee: str
-) -> None:  # type: ignore[no-untyped-def]
-    env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_GUARANTEE=guarantee)
+@pytest.mark.parametrize(
+    ("guarantee", "protocol"),
+    [("exactly_once", "classic"), ("at_least_once", "classic"), ("exactly_once", "consumer")],
+)
+def test_running_sum_exact_output(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path, guarantee: str, protocol: str
+) -> None:
+    env = _env(
+        kafka_bootstrap, names, tmp_path, LOCKGATE_GUARANTEE=guarantee,
+        LOCKGATE_GROUP_PROTOCOL=protocol,
+    )  # fmt: skip
     create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 3)
     inputs = _inputs(3000, 40, seed=1)
     produce_numbers(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], inputs)
