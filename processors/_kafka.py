@@ -28,9 +28,39 @@ _METADATA_NOT_READY = {
 T = TypeVar("T")
 
 
-def _common(settings: Settings) -> dict[str, Any]:
+# Pass-through properties that only one kind of client accepts; librdkafka warns about the
+# others (or, for the group properties KIP-848 moved to the broker, refuses to start).
+_CONSUMER_ONLY = (
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "fetch.",
+    "auto.offset.reset",
+    "group.",
+    "queued.",
+    "check.crcs",
+    "allow.auto.create.topics",
+)
+_PRODUCER_ONLY = (
+    "linger.ms",
+    "queue.buffering.",
+    "batch.",
+    "compression.",
+    "acks",
+    "request.required.acks",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "retries",
+    "sticky.",
+)
+_KIP848_BROKER_SIDE = ("session.timeout.ms", "heartbeat.interval.ms")
+
+
+def _common(settings: Settings, drop: tuple[str, ...] = ()) -> dict[str, Any]:
     conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers}
-    conf.update(settings.kafka_config())
+    for key, value in settings.kafka_config().items():
+        if not key.startswith(drop):
+            conf[key] = value
     return conf
 
 
@@ -46,7 +76,7 @@ def producer_config(settings: Settings, app: str, transactional_id: str | None) 
     if transactional_id is not None:
         conf["transactional.id"] = transactional_id
         conf["transaction.timeout.ms"] = settings.transaction_timeout_ms
-    conf.update(_common(settings))
+    conf.update(_common(settings, drop=_CONSUMER_ONLY))
     return conf
 
 
@@ -70,7 +100,17 @@ def consumer_config(settings: Settings, app: str) -> dict[str, Any]:
         conf["group.instance.id"] = settings.instance_id
     if settings.guarantee is Guarantee.AT_LEAST_ONCE:
         conf["isolation.level"] = "read_uncommitted"
-    conf.update(_common(settings))
+    drop: tuple[str, ...] = _PRODUCER_ONLY
+    if settings.group_protocol is GroupProtocol.CONSUMER:
+        ignored = [k for k in settings.kafka_config() if k in _KIP848_BROKER_SIDE]
+        if ignored:
+            log.warning(
+                "ignoring client-side group timeouts under group.protocol=consumer: the "
+                "broker's group.consumer.* settings apply",
+                extra={"ignored": ignored},
+            )
+        drop = drop + _KIP848_BROKER_SIDE
+    conf.update(_common(settings, drop=drop))
     return conf
 
 
@@ -82,17 +122,17 @@ def restore_consumer_config(settings: Settings, app: str) -> dict[str, Any]:
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
+        "fetch.wait.max.ms": 20,  # reach the end (EOF) quickly
         "auto.offset.reset": "earliest",
         "client.id": f"{app}-{settings.instance_id}-restore",
     }
-    conf.update(_common(settings))
-    conf.pop("group.protocol", None)
+    conf.update(_common(settings, drop=_PRODUCER_ONLY + _CONSUMER_ONLY))
     return conf
 
 
 def admin_config(settings: Settings) -> dict[str, Any]:
     """Return the admin client configuration."""
-    return _common(settings)
+    return _common(settings, drop=_PRODUCER_ONLY + _CONSUMER_ONLY)
 
 
 class Admin:

@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from processors._faults import crash_point
 from processors._kafka import PARTITION_EOF
 from state.base.store import (
     META_CHANGELOG_PREFIX,
@@ -20,8 +21,6 @@ from state.cache import StoreCache, changelog_topic
 from state.primitives import StateHandle
 
 log = logging.getLogger("lockgate.restore")
-
-_APPLY_EVERY = 20_000
 
 
 class KeyGroup:
@@ -73,12 +72,14 @@ class Restorer:
         consumer: Consumer,
         last_stable: Callable[[list[TopicPartition]], dict[tuple[str, int], int]],
         progress: Callable[[int, int], None],
+        batch_records: int = 20_000,
     ) -> None:
         self._app = app
         self._backend = backend
         self._consumer = consumer
         self._last_stable = last_stable
         self._progress = progress
+        self._batch = batch_records
 
     def open(self, index: int, handles: dict[str, StateHandle]) -> KeyGroup:
         """Open and restore key group ``index``; blocks until it is up to date."""
@@ -125,7 +126,7 @@ class Restorer:
         done = False
         try:
             while not done:
-                msgs: list[Any] = consumer.consume(5000, 0.5)
+                msgs: list[Any] = consumer.consume(5000, 0.1)
                 for msg in msgs:
                     err = msg.error()
                     if err is not None:
@@ -138,9 +139,14 @@ class Restorer:
                     count += 1
                 if last + 1 >= end:
                     done = True
-                if pending and (done or len(pending) >= _APPLY_EVERY):
+                elif not msgs:
+                    # Only aborted records or markers left: the position passes them.
+                    position = consumer.position([TopicPartition(topic, index)])[0].offset
+                    done = position >= end
+                if pending and (done or len(pending) >= self._batch):
                     db.apply({store: pending}, {meta_key: str(last + 1).encode()})
                     pending = {}
+                    crash_point("mid_restore")
                 self._progress(len(msgs), max(0, end - last - 1))
         finally:
             consumer.unassign()

@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from processors._app import App
 from processors._context import Context, Headers
+from processors._faults import crash_point
 from processors._health import HealthServer, Metrics
 from processors._kafka import (
     CONTROL_TOPIC,
@@ -54,6 +55,10 @@ from state.rocksdb.store import RocksDBBackend
 log = logging.getLogger("lockgate.runtime")
 
 _CONTROL_HEADER = "lockgate-type"
+
+
+class _InstanceIdInUse(FatalKafkaError):
+    """The group still has a member with this instance id (KIP-848 fences the newcomer)."""
 
 
 class _Rewind(Exception):  # noqa: N818 - internal control flow
@@ -190,14 +195,9 @@ class Runner:
             Consumer(restore_consumer_config(s, self.name)),
             admin.last_stable_offsets,
             self._restore_progress,
+            s.restore_batch_records,
         )
-        self._consumer = Consumer(consumer_config(s, self.name))
-        self._consumer.subscribe(
-            list(self._inputs),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self._subscribe()
         self.metrics.started = True
         log.info(
             "started",
@@ -211,9 +211,35 @@ class Runner:
             },
         )
 
+    def _subscribe(self) -> None:
+        self._consumer = Consumer(consumer_config(self.settings, self.name))
+        self._consumer.subscribe(
+            list(self._inputs),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def _rejoin_later(self, exc: _InstanceIdInUse) -> None:
+        """The previous incarnation of this instance id still holds its membership.
+
+        Under KIP-848 the broker fences the *new* member until the old one's session
+        expires; nothing is assigned yet, so wait and join again with a fresh consumer.
+        """
+        log.warning(
+            "instance id still held by a previous incarnation; rejoining in 2s "
+            "(until the broker's group.consumer.session.timeout.ms expires it)",
+            extra={"instance": self.settings.instance_id, "detail": str(exc)},
+        )
+        self._consumer.close()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and not self._stop:
+            self.metrics.beat()
+            time.sleep(0.1)
+        self._subscribe()
+
     def _loop(self) -> int:
         s = self.settings
-        consume = self._consumer.consume
         batch = s.consume_batch_size
         interval = s.checkpoint_interval_ms / 1000
         metrics = self.metrics
@@ -221,16 +247,19 @@ class Runner:
         code = 0
         try:
             while not self._stop:
-                msgs = consume(batch, 0.1)
-                if self._fatal is not None:
-                    raise self._fatal
-                if msgs:
-                    try:
+                try:
+                    msgs = self._consumer.consume(batch, 0.1)
+                    if self._fatal is not None:
+                        raise self._fatal
+                    if msgs:
                         self._process(msgs)
-                    except _Rewind:
-                        self._abort_epoch(
-                            "user code raised: replaying with the record dead-lettered"
-                        )
+                except _Rewind:
+                    self._abort_epoch("user code raised: replaying with the record dead-lettered")
+                except _InstanceIdInUse as exc:
+                    if self._kgs:
+                        raise FatalKafkaError(str(exc)) from exc
+                    self._rejoin_later(exc)
+                    continue
                 now = time.monotonic()
                 metrics.heartbeat = now
                 if now >= next_epoch or self._commit_now:
@@ -362,8 +391,11 @@ class Runner:
     def _consume_error(self, err: KafkaError) -> None:
         if err.code() == PARTITION_EOF:
             return
-        if err.fatal():
-            raise FatalKafkaError(f"consumer: {err.name()}: {err.str()}")
+        if err.fatal() or err.code() == KafkaError._FATAL:  # noqa: SLF001 - public code
+            detail = f"consumer: {err.name()}: {err.str()}"
+            if "instance ID is still used" in err.str():
+                raise _InstanceIdInUse(detail)
+            raise FatalKafkaError(detail)
         log.warning("consumer error", extra={"error": err.name(), "detail": err.str()})
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:
@@ -435,6 +467,7 @@ class Runner:
         ]
         self._write_barriers_and_checkpoints(ckpt, offsets)
         if self.eos:
+            crash_point("before_send_offsets")
             if offsets:
                 kafka_call(
                     producer.send_offsets_to_transaction,
@@ -443,6 +476,7 @@ class Runner:
                     self.settings.transaction_timeout_ms / 1000,
                     what="send_offsets_to_transaction",
                 )
+            crash_point("before_commit")
             kafka_call(producer.commit_transaction, what="commit_transaction")
         else:
             producer.flush()
@@ -452,6 +486,7 @@ class Runner:
             if offsets:
                 self._consumer.commit(offsets=offsets, asynchronous=False)
         # Committed: now (and only now) the changes may reach the local databases.
+        crash_point("after_commit")
         ckpt_bytes = str(ckpt).encode()
         for g, per_store in writes.items():
             meta_entries = {META_CHECKPOINT: ckpt_bytes}

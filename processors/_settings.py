@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     state_cache_entries: int = Field(
         200_000, ge=0, description="Read-cache entries kept per store and key group across epochs."
     )
+    restore_batch_records: int = Field(
+        20_000,
+        ge=1,
+        description="Changelog records applied per atomic restore batch (progress kept per batch).",
+    )
     guarantee: Guarantee = Field(
         Guarantee.EXACTLY_ONCE, description="exactly_once (transactions) or at_least_once."
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 import orjson
+from confluent_kafka import KafkaException
 
 from processors._app import App
 from processors._logging import configure
@@ -76,6 +77,10 @@ def run(app_spec: str) -> None:
         log.error("%s", exc)
         click.echo(f"lockgate: {exc}", err=True)
         sys.exit(2)
+    except KafkaException as exc:
+        log.error("Kafka client error: %s", exc)
+        click.echo(f"lockgate: Kafka client error: {exc}", err=True)
+        sys.exit(1)
     sys.exit(code)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.chaos._harness import Fleet, InputFeeder, chaos_env
 from tests.support.checker import check, model
-from tests.support.kafka import create_topic, read_all, unique
+from tests.support.kafka import create_topic, read_all, read_inputs, unique
 
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "8"))
 
@@ -57,7 +57,7 @@ def test_random_kill9_never_loses_or_duplicates(kafka_bootstrap: str, tmp_path: 
                 fleet.start(victim)
         feeder.join(300)
         assert feeder.error is None, feeder.error
-        expected = model(feeder.produced)
+        expected = model(read_inputs(kafka_bootstrap, inp, len(feeder.produced)))
         outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=180, idle=3)
         problems = check(expected, outputs)
         codes = fleet.stop_all()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.chaos._harness import Fleet, InputFeeder, chaos_env
 from tests.support.checker import check, model
-from tests.support.kafka import create_topic, read_all, unique
+from tests.support.kafka import create_topic, read_all, read_inputs, unique
 from tests.support.procs import wait_until
 
 
@@ -35,7 +35,7 @@ def test_sigstopped_instance_cannot_commit_after_its_partitions_moved(
         feeder.join(120)
         assert feeder.error is None
         outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=180, idle=5)
-        problems = check(model(feeder.produced), outputs)
+        problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
         if not zombie.alive:  # a fenced zombie may exit non-zero: the orchestrator restarts it
             fleet.start("z1")
         codes = fleet.stop_all()

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from tests.support import docker as dk
 from tests.support.checker import check, model
 from tests.support.helm import container_env, render, statefulset_container_spec
-from tests.support.kafka import create_topic, produce_numbers, read_all, unique
+from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs, unique
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.containers
@@ -114,7 +114,7 @@ def test_rolling_restart_and_kill9_in_containers(
         feed(2000)
         for i in range(REPLICAS):
             procs[i] = start(i)
-        assert check(model(inputs), outputs()) == []
+        assert check(model(read_inputs(bs, inp, len(inputs))), outputs()) == []
 
         # rolling restart as `kubectl rollout restart` does it: highest ordinal first
         for i in reversed(range(REPLICAS)):
@@ -122,7 +122,7 @@ def test_rolling_restart_and_kill9_in_containers(
             code = procs[i].stop(timeout=60)
             assert code == 0, procs[i].logs()[-3000:]
             procs[i] = start(i)
-        assert check(model(inputs), outputs()) == []
+        assert check(model(read_inputs(bs, inp, len(inputs))), outputs()) == []
 
         # kill -9 one container mid-stream, restart it on its volume
         feed(1500)
@@ -131,7 +131,7 @@ def test_rolling_restart_and_kill9_in_containers(
         procs[0].remove()
         feed(1000)
         procs[0] = start(0)
-        assert check(model(inputs), outputs()) == []
+        assert check(model(read_inputs(bs, inp, len(inputs))), outputs()) == []
 
         # SIGTERM: exit 0 and no transaction left open on outputs or changelogs
         for i in list(procs):

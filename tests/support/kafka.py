@@ -33,7 +33,14 @@ def create_topic(
 
 def produce_numbers(bootstrap: str, topic: str, records: Iterable[tuple[str, int, int]]) -> int:
     """Produce running_sum inputs ``(key, v, seq)`` with the murmur2 partitioner."""
-    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 10})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "linger.ms": 10,
+            "enable.idempotence": True,  # no reordering on retries
+        }
+    )
     n = 0
     for key, v, seq in records:
         while True:
@@ -96,4 +103,22 @@ def read_all(
                 break
     finally:
         c.close()
+    return out
+
+
+def read_inputs(bootstrap: str, topic: str, expected: int) -> list[tuple[str, int, int]]:
+    """Read running_sum inputs back as stored: ``(key, v, seq)`` in partition order.
+
+    The exactly-once model is computed from this, not from what a test meant to produce,
+    so it reflects the order the app really sees.
+    """
+    msgs = read_all(bootstrap, topic, expected=expected, idle=0.5)
+    msgs.sort(key=lambda m: (m.partition(), m.offset()))
+    out = []
+    for m in msgs:
+        try:
+            value = orjson.loads(m.value())
+            out.append((m.key().decode(), value["v"], value["seq"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue  # bad records (DLQ tests) are not part of the model
     return out

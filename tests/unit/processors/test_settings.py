@@ -48,3 +48,21 @@ def test_reserved_kafka_keys_are_rejected(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("LOCKGATE_KAFKA__ISOLATION_LEVEL", "read_uncommitted")
     with pytest.raises(ConfigError, match="isolation.level is set by lockgate"):
         load_settings()
+
+
+def test_passthrough_goes_to_the_clients_that_accept_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processors._kafka import admin_config, consumer_config, producer_config
+
+    monkeypatch.setenv("LOCKGATE_KAFKA__SESSION_TIMEOUT_MS", "6000")
+    monkeypatch.setenv("LOCKGATE_KAFKA__LINGER_MS", "20")
+    monkeypatch.setenv("LOCKGATE_KAFKA__SOCKET_TIMEOUT_MS", "30000")
+    s = load_settings()
+    consumer, producer = consumer_config(s, "a"), producer_config(s, "a", "a-1")
+    assert consumer["session.timeout.ms"] == "6000" and "linger.ms" not in consumer
+    assert producer["linger.ms"] == "20" and "session.timeout.ms" not in producer
+    assert producer["partitioner"] == "murmur2_random"
+    assert all(c["socket.timeout.ms"] == "30000" for c in (consumer, producer, admin_config(s)))
+    monkeypatch.setenv("LOCKGATE_GROUP_PROTOCOL", "consumer")
+    kip848 = consumer_config(load_settings(), "a")
+    assert kip848["group.protocol"] == "consumer"
+    assert "session.timeout.ms" not in kip848 and "partition.assignment.strategy" not in kip848

@@ -1,0 +1,69 @@
+"""Exactly-once when the process dies inside the commit sequence and mid-restore.
+
+Random kill -9 rarely lands in the few milliseconds of a commit. Here the instances
+SIGKILL themselves at the protocol's hardest points (processors/_faults.py):
+after producing changelog/outputs but before sending offsets, after sending offsets but
+before committing, after committing but before writing RocksDB, and between restore
+batches. A supervisor restarts whatever died, like Kubernetes does. The committed output
+must still equal the independent model.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from tests.chaos._harness import Fleet, InputFeeder, chaos_env
+from tests.support.checker import check, model
+from tests.support.kafka import create_topic, read_all, read_inputs, unique
+
+POINTS = "before_send_offsets:0.08,before_commit:0.08,after_commit:0.1,mid_restore:0.1"
+MIN_CRASHES = int(os.environ.get("LOCKGATE_CHAOS_MIN_CRASHES", "6"))
+
+
+def test_crashes_inside_the_commit_sequence_and_restore(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    inp, out, app = unique("crash-in"), unique("crash-out"), unique("crash-sum")
+    create_topic(kafka_bootstrap, inp, 4)
+    env = chaos_env(kafka_bootstrap, app, inp, out)
+    env["LOCKGATE_TEST_CRASH_POINTS"] = POINTS
+    env["LOCKGATE_RESTORE_BATCH_RECORDS"] = "25"
+    env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "150"
+    feeder = InputFeeder(
+        kafka_bootstrap, inp, total=max(8000, MIN_CRASHES * 800), rate=400, keys=400
+    )
+    fleet = Fleet("examples.running_sum:app", env, tmp_path, ["c1", "c2"])
+    fleet.start_all()
+    feeder.start()
+    crashes: dict[str, int] = {}
+    deadline = time.monotonic() + 600
+    try:
+        while feeder.is_alive():
+            assert time.monotonic() < deadline, f"feeder too slow; crashes so far {crashes}"
+            time.sleep(0.3)
+            for iid in fleet.ids:
+                proc = fleet.procs[iid]
+                if not proc.alive:
+                    code = proc.wait(1)
+                    assert code == -9, proc.log_text()[-3000:]
+                    point = proc.log_text().rsplit("crash point ", 1)[-1].split(":", 1)[0]
+                    crashes[point] = crashes.get(point, 0) + 1
+                    fleet.start(iid)
+        assert feeder.error is None, feeder.error
+        # stop injecting: restart everyone without crash points and let it finish
+        fleet.env = {k: v for k, v in env.items() if k != "LOCKGATE_TEST_CRASH_POINTS"}
+        for iid in fleet.ids:
+            fleet.procs[iid].kill9()
+            fleet.start(iid)
+        outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=240, idle=3)
+        problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
+        codes = fleet.stop_all()
+    except BaseException:
+        print(fleet.logs())
+        raise
+    print(f"crash points hit: {crashes}; {len(feeder.produced)} inputs, {len(outputs)} outputs")
+    assert problems == [], "\n".join(problems[:20]) + fleet.logs()
+    assert sum(crashes.values()) >= MIN_CRASHES
+    assert codes == {"c1": 0, "c2": 0}, fleet.logs()
