@@ -128,6 +128,8 @@ class Runner:
         self._admin: Admin | None = None
         self._http: HealthServer | None = None
         self._stop_committing = False
+        self._emitted = 0  # records emitted, folded into metrics once per batch
+        self._produce_fast: Any = None
         self._internal_partitions: dict[str, int] = {}
 
     # -- life cycle ---------------------------------------------------------------------
@@ -181,6 +183,7 @@ class Runner:
         if not self.eos:
             pconf["on_delivery"] = self._on_delivery_alo
         self._producer = Producer(pconf)
+        self._produce_fast = self._producer.produce
         if self.eos:
             # Fences an older incarnation with the same id and aborts its open transaction.
             kafka_call(
@@ -364,6 +367,8 @@ class Runner:
                 self._bad_input(msg, exc, "process", replay=True)
         self._uncommitted += count
         self.metrics.records_in += count
+        self.metrics.records_out += self._emitted
+        self._emitted = 0
         self._producer.poll(0)
 
     def _emit(self, topic: str, key: Any, value: Any, headers: Headers) -> None:
@@ -371,13 +376,16 @@ class Runner:
         if codecs is None:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
         kenc, venc = codecs
-        self._produce(
-            topic,
-            None if value is None else venc(value),
-            None if key is None else kenc(key),
-            headers=headers,
-        )
-        self.metrics.records_out += 1
+        data = None if value is None else venc(value)
+        raw_key = None if key is None else kenc(key)
+        try:
+            if headers is None:
+                self._produce_fast(topic, data, raw_key)
+            else:
+                self._produce_fast(topic, data, raw_key, headers=headers)
+        except BufferError:
+            self._produce(topic, data, raw_key, headers=headers)
+        self._emitted += 1
 
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, **kw: Any) -> None:
         produce = self._producer.produce

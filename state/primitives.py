@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from state.cache import DELETED, KeyCursor, StoreCache
+from state.cache import DELETED, MISSING, KeyCursor, StoreCache
 from state.codecs import JSON, Codec
 from state.exceptions import StateError
 
@@ -64,12 +64,13 @@ _UNBOUND: Any = _Unbound()
 class StateHandle:
     """Base of every keyed state handle. The runtime binds ``_cache`` per key group."""
 
-    __slots__ = ("_cache", "_cursor", "spec")
+    __slots__ = ("_cache", "_cursor", "_ttl", "spec")
 
     def __init__(self, spec: StoreSpec, cursor: KeyCursor) -> None:
         self.spec = spec
         self._cursor = cursor
         self._cache: StoreCache = _UNBOUND
+        self._ttl = spec.ttl_ms
 
     def bind(self, cache: StoreCache | None) -> None:
         """Point this handle at a key group's cache (``None`` unbinds)."""
@@ -116,18 +117,21 @@ class ValueState(StateHandle, Generic[T]):
 
     def value(self) -> T | None:
         """Return the current key's value, or the default when there is none."""
-        if self.spec.ttl_ms is None:
+        if self._ttl is None:
             key = self._cursor.key
             if key is None:
                 self._key()
-            value = self._cache.get(key)  # type: ignore[arg-type]  # checked above
+            cache = self._cache
+            value = cache.values.get(key, MISSING)  # type: ignore[arg-type]  # checked above
+            if value is MISSING:
+                value = cache.load(key)  # type: ignore[arg-type]  # checked above
         else:
             value = self._read()
         return self.default if value is DELETED else value
 
     def update(self, value: T) -> None:
         """Set the current key's value."""
-        if self.spec.ttl_ms is None:
+        if self._ttl is None:
             key = self._cursor.key
             if key is None:
                 self._key()
