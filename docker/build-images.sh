@@ -187,7 +187,7 @@ if ((want_kafka)); then
     step_done "jars in $libs"
     ctx="$stage_root/kafka"
     mkdir -p "$ctx/libs"
-    cp "$SCRIPT_DIR/kafka/Dockerfile" "$SCRIPT_DIR/kafka/entrypoint.sh" "$SCRIPT_DIR/kafka/log4j2.xml" "$ctx/"
+    cp "$SCRIPT_DIR/kafka/Dockerfile" "$SCRIPT_DIR/kafka/entrypoint.sh" "$SCRIPT_DIR/kafka/server-properties.sh" "$SCRIPT_DIR/kafka/log4j2.xml" "$ctx/"
     # Hard links when possible (same file system): no 40 MB copy.
     cp -l "$libs"/*.jar "$ctx/libs/" 2>/dev/null || cp "$libs"/*.jar "$ctx/libs/"
     build_image kafka "$KAFKA_IMAGE" "$ctx"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Prints the server.properties of lockgate's single-node KRaft broker.
+# One source for the dev/test broker (broker.sh) and the Kafka image (entrypoint.sh).
+# Usage: server-properties.sh PORT CONTROLLER_PORT LOG_DIRS
+set -euo pipefail
+[[ $# -eq 3 ]] || { echo "usage: $0 PORT CONTROLLER_PORT LOG_DIRS" >&2; exit 2; }
+PORT=$1 CONTROLLER_PORT=$2 LOG_DIRS=$3
+cat <<EOP
+# Single-node KRaft: one JVM is both the broker and the only controller voter.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:${CONTROLLER_PORT}
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://127.0.0.1:${PORT},CONTROLLER://127.0.0.1:${CONTROLLER_PORT}
+advertised.listeners=PLAINTEXT://127.0.0.1:${PORT}
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+
+log.dirs=${LOG_DIRS}
+
+# One broker: every replication factor and min ISR is 1 (else init_transactions hangs).
+default.replication.factor=1
+min.insync.replicas=1
+num.partitions=1
+auto.create.topics.enable=false
+
+# Internal topics: RF 1, a single partition each so they are created fast.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.num.partitions=1
+
+# Groups: no join delay, and allow the short session timeouts tests use.
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+group.consumer.min.session.timeout.ms=3000
+group.consumer.min.heartbeat.interval.ms=1000
+group.share.min.session.timeout.ms=3000
+group.share.min.heartbeat.interval.ms=1000
+
+# Small machine: small log-cleaner buffer (on heap) and fewer threads.
+log.cleaner.dedupe.buffer.size=16777216
+num.network.threads=2
+num.io.threads=4
+EOP
