@@ -218,6 +218,14 @@ class Admin:
                 return False
         return True
 
+    def end_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Return the high watermark (next offset to be written) of each partition."""
+        if not tps:
+            return {}
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
+        futs = self._admin.list_offsets({tp: latest for tp in tps})
+        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
+
     def last_stable_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Return the last stable offset (read_committed end) of each partition."""
         if not tps:
