@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported in cimpl
     AdminClient,
     NewTopic,
@@ -219,29 +219,23 @@ class Admin:
         return True
 
     def end_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
-        """Return the high watermark (next offset to be written) of each partition."""
-        if not tps:
-            return {}
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
-        futs = self._admin.list_offsets({tp: latest for tp in tps})
-        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
+        """Return the high watermark (the next offset to be written) of each partition.
 
-    def last_stable_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
-        """Return the last stable offset (read_committed end) of each partition."""
+        Retries while a just-created topic has no leader yet.
+        """
         if not tps:
             return {}
         latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
         req = {TopicPartition(tp.topic, tp.partition): latest for tp in tps}
 
         def query() -> dict[tuple[str, int], int]:
-            futs = self._admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED)
+            futs = self._admin.list_offsets(req)
             return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
 
-        # Leadership of a just-created topic may not have propagated yet: retry those too.
         deadline = time.monotonic() + 60
         while True:
             try:
-                return kafka_call(query, what="list_offsets(read_committed)")
+                return kafka_call(query, what="list_offsets")
             except FatalKafkaError as exc:
                 cause = exc.__cause__
                 err = cause.args[0] if isinstance(cause, KafkaException) else None

@@ -11,8 +11,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from processors._faults import crash_point
 from processors._kafka import PARTITION_EOF
+from processors.exceptions import FatalKafkaError
 from state.base.store import (
     META_CHANGELOG_PREFIX,
+    META_UPDATED_MS,
     KeyGroupStore,
     StateBackend,
     changelog_offset_of,
@@ -21,6 +23,10 @@ from state.cache import StoreCache, changelog_topic
 from state.primitives import StateHandle
 
 log = logging.getLogger("lockgate.restore")
+
+#: A local DB not updated for this long is rebuilt: changelog compaction may have removed
+#: tombstones written since (topic default delete.retention.ms is 24 h).
+_MAX_LOCAL_AGE_MS = 20 * 3600 * 1000
 
 
 class KeyGroup:
@@ -70,29 +76,54 @@ class Restorer:
         app: str,
         backend: StateBackend,
         consumer: Consumer,
-        last_stable: Callable[[list[TopicPartition]], dict[tuple[str, int], int]],
+        end_offsets: Callable[[list[TopicPartition]], dict[tuple[str, int], int]],
         progress: Callable[[int, int], None],
         batch_records: int = 20_000,
     ) -> None:
         self._app = app
         self._backend = backend
         self._consumer = consumer
-        self._last_stable = last_stable
+        self._end_offsets = end_offsets
         self._progress = progress
         self._batch = batch_records
 
     def open(self, index: int, handles: dict[str, StateHandle]) -> KeyGroup:
-        """Open and restore key group ``index``; blocks until it is up to date."""
+        """Open and restore key group ``index``; blocks until it is up to date.
+
+        The target of each changelog partition is its high watermark, read with
+        ``read_committed``: everything committed before the assignment is applied, and a
+        transaction still open there (a dead owner's) is waited out (at most the
+        transaction timeout), never cut short at the last stable offset — committed
+        records of a later owner may already sit behind it.
+        """
         stores = list(handles)
         started = time.monotonic()
         db = self._backend.open(self._app, index, stores)
+        try:
+            return self._restore(db, index, handles, started)
+        except BaseException:
+            db.close()
+            raise
+
+    def _restore(
+        self, db: KeyGroupStore, index: int, handles: dict[str, StateHandle], started: float
+    ) -> KeyGroup:
+        stores = list(handles)
         topics = {name: changelog_topic(self._app, name) for name in stores}
-        ends = self._last_stable([TopicPartition(t, index) for t in topics.values()])
+        ends = self._end_offsets([TopicPartition(t, index) for t in topics.values()])
         starts = {name: changelog_offset_of(db, name) for name in stores}
+        reason = None
         if any(starts[n] > ends[(topics[n], index)] for n in stores):
+            reason = "local state is ahead of the changelog (was the changelog recreated?)"
+        else:
+            updated = db.get_meta(META_UPDATED_MS)
+            if updated is not None and time.time() * 1000 - int(updated) > _MAX_LOCAL_AGE_MS:
+                # Compaction may have dropped tombstones written since (delete.retention.ms).
+                reason = "local state is older than the changelog's tombstone retention"
+        if reason is not None:
             log.warning(
-                "local state is ahead of the changelog (was the changelog recreated?): "
-                "rebuilding it from the changelog",
+                "%s: rebuilding it from the changelog",
+                reason,
                 extra={"key_group": index, "path": str(getattr(db, "path", ""))},
             )
             db.close()
@@ -118,6 +149,7 @@ class Restorer:
         self, db: KeyGroupStore, store: str, topic: str, index: int, start: int, end: int
     ) -> int:
         consumer = self._consumer
+        tp = TopicPartition(topic, index)
         consumer.assign([TopicPartition(topic, index, start)])
         meta_key = META_CHANGELOG_PREFIX + store.encode()
         pending: dict[bytes, bytes | None] = {}
@@ -131,20 +163,27 @@ class Restorer:
                     err = msg.error()
                     if err is not None:
                         if err.code() == PARTITION_EOF:
-                            done = True
-                            continue
-                        raise RuntimeError(f"changelog {topic}[{index}]: {err}")
+                            continue  # the LSO, not necessarily the end we need
+                        if err.fatal():
+                            raise FatalKafkaError(f"changelog {topic}[{index}]: {err}")
+                        log.warning("changelog read error (retrying)", extra={"error": str(err)})
+                        continue
                     pending[msg.key()] = msg.value()
                     last = msg.offset()
                     count += 1
                 if last + 1 >= end:
                     done = True
                 elif not msgs:
-                    # Only aborted records or markers left: the position passes them.
-                    position = consumer.position([TopicPartition(topic, index)])[0].offset
-                    done = position >= end
+                    # Aborted records and markers are skipped: the position passes them.
+                    done = consumer.position([tp])[0].offset >= end
                 if pending and (done or len(pending) >= self._batch):
-                    db.apply({store: pending}, {meta_key: str(last + 1).encode()})
+                    db.apply(
+                        {store: pending},
+                        {
+                            meta_key: str(last + 1).encode(),
+                            META_UPDATED_MS: str(int(time.time() * 1000)).encode(),
+                        },
+                    )
                     pending = {}
                     crash_point("mid_restore")
                 self._progress(len(msgs), max(0, end - last - 1))

@@ -47,7 +47,13 @@ from processors._kafka import (
 from processors._keygroups import KeyGroup, Restorer
 from processors._settings import Guarantee, OnError, Settings, StateBackendKind
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
-from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, StateBackend
+from state.base.store import (
+    META_CHANGELOG_PREFIX,
+    META_CHECKPOINT,
+    META_UPDATED_MS,
+    StateBackend,
+    checkpoint_of,
+)
 from state.cache import changelog_topic
 from state.memory.store import MemoryBackend
 from state.rocksdb.store import RocksDBBackend
@@ -55,6 +61,9 @@ from state.rocksdb.store import RocksDBBackend
 log = logging.getLogger("lockgate.runtime")
 
 _CONTROL_HEADER = "lockgate-type"
+
+
+_MAX_CONSECUTIVE_ABORTS = 10
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -128,6 +137,7 @@ class Runner:
         self._admin: Admin | None = None
         self._http: HealthServer | None = None
         self._stop_committing = False
+        self._consecutive_aborts = 0
         self._emitted = 0  # records emitted, folded into metrics once per batch
         self._produce_fast: Any = None
         self._internal_partitions: dict[str, int] = {}
@@ -180,10 +190,9 @@ class Runner:
         }
         tid = f"{self.name}-{s.instance_id}" if self.eos else None
         pconf = producer_config(s, self.name, tid)
-        if not self.eos:
-            # Python callbacks for failures only (a callback per record costs ~10%).
-            pconf["delivery.report.only.error"] = True
-            pconf["on_delivery"] = self._on_delivery_error
+        # Python callbacks for failures only (a callback per record costs ~10%).
+        pconf["delivery.report.only.error"] = True
+        pconf["on_delivery"] = self._on_delivery_error
         self._producer = Producer(pconf)
         self._produce_fast = self._producer.produce
         if self.eos:
@@ -198,7 +207,7 @@ class Runner:
             self.name,
             self._backend,
             Consumer(restore_consumer_config(s, self.name)),
-            admin.last_stable_offsets,
+            admin.end_offsets,
             self._restore_progress,
             s.restore_batch_records,
         )
@@ -286,35 +295,49 @@ class Runner:
                     " for this app: instance ids must be unique per live instance)"
                 )
             log.error("stopping on a fatal error: %s%s", exc, hint)
-            code = {FatalKafkaError: 1, UserCodeError: 3, ConfigError: 2}[type(exc)]
+            if isinstance(exc, UserCodeError):
+                code = 3
+            elif isinstance(exc, ConfigError):
+                code = 2
+            else:
+                code = 1
             self._close(graceful=False)
             return code
-        except KafkaException as exc:
-            log.error("stopping on a Kafka error: %s", exc)
+        except Exception:
+            # Kafka, RocksDB (e.g. a locked or unreadable state dir) or anything else: stop
+            # without committing; the orchestrator restarts from the last checkpoint.
+            log.exception("stopping on an unexpected error")
             self._close(graceful=False)
             return 1
         self._close(graceful=True)
+        if self._fatal is not None:  # raised by the final revoke (e.g. fenced)
+            log.error("stopped after a fatal error during shutdown: %s", self._fatal)
+            return 1
         log.info("stopped", extra={"last_checkpoint": self._checkpoint})
         return code
 
     def _close(self, graceful: bool) -> None:
+        if not graceful:
+            # Never commit on the way out after a failure, and end the transaction before
+            # the consumer leaves the group, so a new owner does not wait for it.
+            self._stop_committing = True
+            if self._producer is not None and self.eos:
+                try:
+                    self._producer.abort_transaction(5)
+                except Exception:  # noqa: BLE001, S110 - fenced producers cannot abort
+                    pass
         if self._consumer is not None:
-            if not graceful:
-                # Do not let close() run the revoke callback's commit.
-                self._stop_committing = True
             try:
                 self._consumer.close()
             except Exception as exc:  # noqa: BLE001 - best effort on the way out
                 log.warning("consumer close failed: %s", exc)
         for kg in list(self._kgs.values()):
-            kg.close()
+            try:
+                kg.close()
+            except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                log.warning("closing key group %s failed: %s", kg.index, exc)
         self._kgs.clear()
         if self._producer is not None:
-            if not graceful and self.eos:
-                try:
-                    self._producer.abort_transaction(5)
-                except Exception:  # noqa: BLE001, S110 - fenced producers cannot abort
-                    pass
             self._producer.flush(10)
 
     # -- the per-record path ------------------------------------------------------------
@@ -349,7 +372,7 @@ class Runner:
             cursor.key = raw_key
             ctx.message = msg
             if poison:
-                entry = poison.pop((msg.topic(), part, msg.offset()), None)
+                entry = poison.get((msg.topic(), part, msg.offset()))
                 if entry is not None:
                     self._dead_letter(msg, entry[0], entry[1])
                     self._commit_now = True  # keep the replay span short
@@ -458,15 +481,10 @@ class Runner:
                     continue
                 per_store[name] = changes
                 topic = changelog_topic(self.name, name)
-                last = len(changes) - 1
-                for i, (key, value) in enumerate(changes.items()):
-                    if i == last:
-                        self._produce(
-                            topic, value, key, partition=g, on_delivery=self._on_changelog
-                        )
-                    else:
-                        self._produce(topic, value, key, partition=g)
-            writes[g] = per_store
+                for key, value in changes.items():
+                    self._produce(topic, value, key, partition=g)
+            if per_store:
+                writes[g] = per_store
         tps = self._owned_partitions()
         positions = self._consumer.position(tps) if tps else []
         meta = orjson.dumps({"ckpt": ckpt}).decode()
@@ -487,28 +505,32 @@ class Runner:
                     what="send_offsets_to_transaction",
                 )
             crash_point("before_commit")
-            kafka_call(producer.commit_transaction, what="commit_transaction")
+            try:
+                kafka_call(producer.commit_transaction, what="commit_transaction")
+            except AbortEpoch:
+                self._raise_if_undeliverable()
+                raise
         else:
             producer.flush()
-            if self._delivery_error is not None:
-                err, self._delivery_error = self._delivery_error, None
-                raise FatalKafkaError(f"delivery failed: {err.name()}: {err.str()}")
-            # Success reports are off: the changelog ends are the next offsets (only the
-            # owner of key group g writes changelog partition g).
-            assert self._admin is not None
-            touched = [
-                TopicPartition(changelog_topic(self.name, name), g)
-                for g, per_store in writes.items()
-                for name in per_store
-            ]
-            self._changelog_next.update(self._admin.end_offsets(touched))
+            self._raise_if_undeliverable()
             if offsets:
                 self._consumer.commit(offsets=offsets, asynchronous=False)
+        self._consecutive_aborts = 0
+        # Success reports are off, so the next changelog offsets come from the broker: only
+        # the owner of key group g writes changelog partition g, and all of it is acked.
+        assert self._admin is not None
+        touched = [
+            TopicPartition(changelog_topic(self.name, name), g)
+            for g, per_store in writes.items()
+            for name in per_store
+        ]
+        self._changelog_next.update(self._admin.end_offsets(touched))
         # Committed: now (and only now) the changes may reach the local databases.
         crash_point("after_commit")
         ckpt_bytes = str(ckpt).encode()
+        now_bytes = str(int(time.time() * 1000)).encode()
         for g, per_store in writes.items():
-            meta_entries = {META_CHECKPOINT: ckpt_bytes}
+            meta_entries = {META_CHECKPOINT: ckpt_bytes, META_UPDATED_MS: now_bytes}
             for name in per_store:
                 nxt = self._changelog_next.get((changelog_topic(self.name, name), g))
                 if nxt is not None:
@@ -519,6 +541,10 @@ class Runner:
                 cache.trim(self.settings.state_cache_entries)
         for tp in offsets:
             self._committed[(tp.topic, tp.partition)] = tp.offset
+        if self._poison:  # dead-lettered records behind the committed positions are done
+            self._poison = {
+                k: v for k, v in self._poison.items() if k[2] >= self._committed.get(k[:2], 0)
+            }
         self._checkpoint = ckpt
         self._last_epoch_records = self._uncommitted
         self._uncommitted = 0
@@ -570,8 +596,18 @@ class Runner:
             )
 
     def _abort_epoch(self, reason: str) -> None:
-        """Abort the open epoch: drop uncommitted state, rewind inputs, begin again."""
+        """Abort the open epoch: drop uncommitted state, rewind inputs, begin again.
+
+        Raises:
+            FatalKafkaError: too many aborts in a row without a commit (a replay loop).
+        """
         log.warning("aborting epoch", extra={"reason": reason})
+        self._consecutive_aborts += 1
+        if self._consecutive_aborts > _MAX_CONSECUTIVE_ABORTS and not reason.startswith("user"):
+            raise FatalKafkaError(
+                f"{self._consecutive_aborts} epochs aborted in a row without a commit "
+                f"(last: {reason}); stopping instead of replaying forever"
+            )
         if self.eos:
             kafka_call(self._producer.abort_transaction, what="abort_transaction")
         for kg in self._kgs.values():
@@ -610,13 +646,23 @@ class Runner:
 
     # -- callbacks ----------------------------------------------------------------------
 
-    def _on_changelog(self, err: KafkaError | None, msg: Any) -> None:
-        if err is None:
-            self._changelog_next[(msg.topic(), msg.partition())] = msg.offset() + 1
+    def _raise_if_undeliverable(self) -> None:
+        """A record failed permanently: replaying the epoch would fail the same way."""
+        err, self._delivery_error = self._delivery_error, None
+        if err is not None and not err.retriable():
+            raise FatalKafkaError(
+                f"a record could not be delivered ({err.name()}: {err.str()}); replaying "
+                "would fail again, so the instance stops (check the emitted key/value sizes, "
+                "topic ACLs, and that compacted outputs get keys)"
+            )
 
     def _on_delivery_error(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             self._delivery_error = err
+            log.warning(
+                "delivery failed",
+                extra={"topic": msg.topic(), "error": err.name(), "detail": err.str()},
+            )
 
     def _restore_progress(self, new_records: int, remaining: int) -> None:
         self.metrics.restore_records += new_records
@@ -650,9 +696,15 @@ class Runner:
         )
         self.metrics.restoring = len(groups)
         assert self._restorer is not None
+        for tp in committed:
+            if tp.error is not None:
+                raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
         for g in groups:
             if g not in self._kgs:
-                self._kgs[g] = self._restorer.open(g, self._handles)
+                kg = self._restorer.open(g, self._handles)
+                self._kgs[g] = kg
+                # Checkpoint ids never go backwards, whoever wrote the last one.
+                self._checkpoint = max(self._checkpoint, checkpoint_of(kg.db))
             self.metrics.restoring -= 1
         start = []
         for tp in committed:
@@ -680,13 +732,13 @@ class Runner:
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})
         log.warning("partitions lost: aborting the open epoch", extra={"key_groups": groups})
+        self._release(groups)  # first: the rewind below must not touch lost partitions
         try:
             if self._uncommitted:
                 self._abort_epoch("partitions lost")
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
             self._fatal = self._fatal or exc
         finally:
-            self._release(groups)
             consumer.incremental_unassign(partitions)
 
     def _release(self, groups: list[int]) -> None:
@@ -696,6 +748,8 @@ class Runner:
                 kg.close()
             for topic in self._inputs:
                 self._committed.pop((topic, g), None)
+        gone = set(groups)
+        self._poison = {k: v for k, v in self._poison.items() if k[1] not in gone}
         self.metrics.assigned = len(self._kgs)
 
 

@@ -20,7 +20,7 @@ from processors._app import App
 from processors._logging import configure
 from processors._runtime import run_app
 from processors._settings import Settings, load_settings
-from processors.exceptions import LockgateError
+from processors.exceptions import FatalKafkaError, LockgateError
 
 log = logging.getLogger("lockgate.cli")
 
@@ -73,6 +73,10 @@ def run(app_spec: str) -> None:
     app = load_app(app_spec)
     try:
         code = run_app(app, settings)
+    except FatalKafkaError as exc:
+        log.error("%s", exc)
+        click.echo(f"lockgate: {exc}", err=True)
+        sys.exit(1)
     except LockgateError as exc:
         log.error("%s", exc)
         click.echo(f"lockgate: {exc}", err=True)

@@ -162,4 +162,6 @@ class TestDriver:
         raw_key = self.app.key_codec.encode(key)
         kg = self._kg(key_group(raw_key, self.partitions))
         value = kg.caches[store].get(raw_key)
-        return None if value is DELETED else value
+        if value is DELETED:
+            return None
+        return value[1] if self._handles[store].spec.ttl_ms is not None else value

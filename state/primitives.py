@@ -13,6 +13,7 @@ absent. Expired entries are removed when next read.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -31,6 +32,8 @@ __all__ = [
     "StoreSpec",
     "ValueState",
 ]
+
+_IMMUTABLE = (type(None), int, float, str, bytes, bool, tuple, frozenset)
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -127,7 +130,11 @@ class ValueState(StateHandle, Generic[T]):
                 value = cache.load(key)  # type: ignore[arg-type]  # checked above
         else:
             value = self._read()
-        return self.default if value is DELETED else value
+        if value is DELETED:
+            default = self.default
+            # A fresh copy per key: a shared mutable default would leak between keys.
+            return default if isinstance(default, _IMMUTABLE) else copy.deepcopy(default)
+        return value
 
     def update(self, value: T) -> None:
         """Set the current key's value."""
@@ -153,12 +160,18 @@ class ListState(StateHandle, Generic[T]):
     def add(self, value: T) -> None:
         """Append ``value``."""
         current = self._read()
-        self._write([value] if current is DELETED else [*current, value])
+        if current is DELETED:
+            current = []
+        current.append(value)  # the cached list is private: get() hands out copies
+        self._write(current)
 
     def add_all(self, values: Iterable[T]) -> None:
         """Append every value of ``values``."""
         current = self._read()
-        self._write([*([] if current is DELETED else current), *values])
+        if current is DELETED:
+            current = []
+        current.extend(values)
+        self._write(current)
 
     def update(self, values: Iterable[T]) -> None:
         """Replace the list."""
@@ -184,14 +197,16 @@ class MapState(StateHandle, Generic[T]):
 
     def put(self, map_key: str, value: T) -> None:
         """Set ``map_key`` to ``value``."""
-        current = dict(self._map())
+        current = self._map()  # the cached dict is private: readers get values or snapshots
         current[map_key] = value
         self._write(current)
 
     def remove(self, map_key: str) -> None:
-        """Remove ``map_key`` (no error when absent)."""
-        current = dict(self._map())
-        current.pop(map_key, None)
+        """Remove ``map_key`` (no error and no write when absent)."""
+        current = self._map()
+        if map_key not in current:
+            return
+        del current[map_key]
         if current:
             self._write(current)
         else:

@@ -19,6 +19,8 @@ FORMAT_VERSION = b"1"
 META_FORMAT = b"format_version"
 META_CHECKPOINT = b"checkpoint"
 META_CHANGELOG_PREFIX = b"changelog_offset/"
+#: Wall-clock ms of the last write (changelog tombstones expire from compacted topics).
+META_UPDATED_MS = b"updated_ms"
 
 
 class KeyGroupStore(Protocol):

@@ -148,3 +148,38 @@ def test_list_map_reducing_aggregating(env) -> None:  # type: ignore[no-untyped-
     for v in (1, 2, 6):
         agg.add(v)
     assert agg.get() == 3.0
+
+
+def test_mutable_default_is_not_shared_between_keys(env) -> None:  # type: ignore[no-untyped-def]
+    _, cursor, cache = env
+    st: ValueState[Any] = ValueState(StoreSpec("s", "value"), cursor, default=[])
+    st.bind(cache)
+    cursor.key = b"a"
+    v = st.value()
+    v.append(1)
+    st.update(v)
+    cursor.key = b"b"
+    assert st.value() == []
+    assert st.default == []
+
+
+def test_list_and_map_get_are_snapshots(env) -> None:  # type: ignore[no-untyped-def]
+    _, cursor, cache = env
+    cursor.key = b"k"
+    lst: ListState[int] = ListState(StoreSpec("s", "list"), cursor)
+    lst.bind(cache)
+    lst.add(1)
+    snapshot = lst.get()
+    lst.add(2)
+    assert snapshot == [1] and lst.get() == [1, 2]
+    mp: MapState[int] = MapState(StoreSpec("s2", "map"), cursor)
+    mp.bind(StoreCache("s2", JSON, MemoryBackend().open("app", 1, ["s2"])))
+    mp.put("a", 1)
+    items = list(mp.items())
+    mp.put("b", 2)
+    assert items == [("a", 1)]
+    dirty_before = set(mp._cache.dirty)
+    mp._cache.dirty.clear()
+    mp.remove("zzz")  # absent: no write
+    assert not mp._cache.dirty
+    mp._cache.dirty |= dirty_before
