@@ -138,6 +138,8 @@ class Runner:
         self._http: HealthServer | None = None
         self._stop_committing = False
         self._consecutive_aborts = 0
+        # Processing stops at this time within an epoch (half the transaction timeout).
+        self._epoch_deadline = time.monotonic() + settings.transaction_timeout_ms / 2000
         self._emitted = 0  # records emitted, folded into metrics once per batch
         self._produce_fast: Any = None
         self._internal_partitions: dict[str, int] = {}
@@ -353,7 +355,13 @@ class Runner:
         cursor.now_ms = int(time.time() * 1000)
         current = -1
         count = 0
-        for msg in msgs:
+        deadline = self._epoch_deadline
+        for index, msg in enumerate(msgs):
+            if not index & 63 and index and time.monotonic() > deadline:
+                # Slow user code: end the epoch well inside transaction.timeout.ms and
+                # hand the rest of the batch back to the consumer.
+                self._put_back(msgs[index:])
+                break
             if msg.error() is not None:
                 self._consume_error(msg.error())
                 continue
@@ -395,6 +403,24 @@ class Runner:
         self.metrics.records_out += self._emitted
         self._emitted = 0
         self._producer.poll(0)
+
+    def _reset_epoch_deadline(self) -> None:
+        self._epoch_deadline = time.monotonic() + self.settings.transaction_timeout_ms / 2000
+
+    def _put_back(self, msgs: list[Any]) -> None:
+        """Seek every partition in ``msgs`` to its first unprocessed record."""
+        first: dict[tuple[str, int], int] = {}
+        for msg in msgs:
+            if msg.error() is None:
+                first.setdefault((msg.topic(), msg.partition()), msg.offset())
+        for (topic, part), offset in first.items():
+            if part in self._kgs:
+                self._consumer.seek(TopicPartition(topic, part, offset))
+        self._commit_now = True
+        log.warning(
+            "epoch cut short: the batch took too long (slow user code?)",
+            extra={"records_put_back": len(msgs)},
+        )
 
     def _emit(self, topic: str, key: Any, value: Any, headers: Headers) -> None:
         codecs = self._outputs.get(topic)
@@ -466,6 +492,7 @@ class Runner:
         if self._uncommitted == 0 and not any(
             c.dirty for kg in self._kgs.values() for c in kg.caches.values()
         ):
+            self._reset_epoch_deadline()  # nothing open: the next epoch starts now
             return
         started = time.monotonic()
         interval = self.settings.checkpoint_interval_ms
@@ -550,6 +577,7 @@ class Runner:
         self._uncommitted = 0
         if self.eos:
             producer.begin_transaction()
+        self._reset_epoch_deadline()
         took = time.monotonic() - started
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -617,6 +645,7 @@ class Runner:
         self.metrics.epochs_aborted += 1
         if self.eos:
             self._producer.begin_transaction()
+        self._reset_epoch_deadline()
 
     def _rewind(self, groups: list[int]) -> None:
         """Seek the inputs of ``groups`` back to their last committed positions."""

@@ -208,3 +208,31 @@ def test_sigint_also_stops_cleanly(kafka_bootstrap: str, names, tmp_path: Path) 
     wait_until(lambda: "assigned" in app.log_text(), 60, what="assignment")
     app.signal(signal.SIGINT)
     assert app.wait(60) == 0
+
+
+def test_slow_user_code_cuts_epochs_short_inside_the_transaction_timeout(
+    kafka_bootstrap: str,
+    names,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    # 1000-record batches at 5 ms/record take 5 s: longer than half of a 2 s transaction
+    # timeout. Epochs must be cut short (no aborts) and the output must stay exact.
+    env = _env(
+        kafka_bootstrap, names, tmp_path, LOCKGATE_TRANSACTION_TIMEOUT_MS="2000",
+        LOCKGATE_CHECKPOINT_INTERVAL_MS="500",
+    )  # fmt: skip
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 2)
+    inputs = _inputs(1200, 20, seed=5)
+    produce_numbers(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], inputs)
+    app = AppProcess("tests.integration.apps.slow:app", env, tmp_path / "app.log").start()
+    try:
+        out = read_all(
+            kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=1200, idle=2, timeout=120
+        )
+    finally:
+        assert app.terminate() == 0
+    stored = read_inputs(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 1200)
+    assert check(model(stored), out) == []
+    log = app.log_text()
+    assert "epoch cut short" in log
+    assert "aborting epoch" not in log
