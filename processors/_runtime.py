@@ -64,6 +64,7 @@ _CONTROL_HEADER = "lockgate-type"
 
 
 _MAX_CONSECUTIVE_ABORTS = 10
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}  # noqa: SLF001 - public codes
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -638,6 +639,8 @@ class Runner:
             )
         if self.eos:
             kafka_call(self._producer.abort_transaction, what="abort_transaction")
+            self._producer.poll(0)  # serve the purge reports of the aborted records now
+        self._delivery_error = None  # the replay will produce those records again
         for kg in self._kgs.values():
             kg.discard()
         self._rewind(list(self._kgs))
@@ -687,6 +690,8 @@ class Runner:
 
     def _on_delivery_error(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
+            if err.code() in _PURGED:
+                return  # our own abort purged it: the replay produces it again
             self._delivery_error = err
             log.warning(
                 "delivery failed",

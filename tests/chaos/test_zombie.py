@@ -45,4 +45,4 @@ def test_sigstopped_instance_cannot_commit_after_its_partitions_moved(
     zlog = fleet.procs["z1"].log_text() if fleet.procs["z1"] is zombie else zombie.log_text()
     assert problems == [], "\n".join(problems[:20]) + fleet.logs()
     assert any(s in zlog for s in ("partitions lost", "aborting epoch", "fatal")), zlog[-4000:]
-    assert codes["z2"] == 0
+    assert codes["z2"] == 0, fleet.logs()
