@@ -1,0 +1,1 @@
+"""Benchmarks: lockgate vs a raw confluent-kafka loop, Quix Streams and Faust (``make bench``)."""
