@@ -1,0 +1,55 @@
+"""The workloads on Quix Streams (runs in .cache/bench/venvs/quix).
+
+Environment: BENCH_BOOTSTRAP, BENCH_INPUT, BENCH_OUTPUT, BENCH_GROUP, BENCH_WORKLOAD
+(passthrough | sum | window), BENCH_GUARANTEE (alo | eos), BENCH_COMMIT_MS,
+BENCH_WINDOW_MS, BENCH_STATE_DIR.
+
+``window`` uses Quix's own tumbling window (``tumbling_window().count().final()``),
+which closes a key's window when a later record of the same key arrives.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from quixstreams import Application
+
+ENV = os.environ
+WORKLOAD = ENV["BENCH_WORKLOAD"]
+WINDOW_MS = int(ENV.get("BENCH_WINDOW_MS", "10000"))
+
+
+def add(value: dict[str, Any], state: Any) -> dict[str, Any]:
+    t = state.get("t") or [0, 0]
+    t = [t[0] + value["v"], t[1] + 1]
+    state.set("t", t)
+    return {"sum": t[0], "count": t[1], "seq": value["seq"]}
+
+
+def main() -> None:
+    app = Application(
+        broker_address=ENV["BENCH_BOOTSTRAP"],
+        consumer_group=ENV["BENCH_GROUP"],
+        auto_offset_reset="earliest",
+        processing_guarantee=(
+            "exactly-once" if ENV.get("BENCH_GUARANTEE") == "eos" else "at-least-once"
+        ),
+        commit_interval=int(ENV.get("BENCH_COMMIT_MS", "1000")) / 1000,
+        state_dir=ENV["BENCH_STATE_DIR"],
+        loglevel="WARNING",
+    )
+    inp = app.topic(ENV["BENCH_INPUT"], key_deserializer="str", value_deserializer="json")
+    out = app.topic(ENV["BENCH_OUTPUT"], key_serializer="str", value_serializer="json")
+    sdf = app.dataframe(inp)
+    if WORKLOAD == "sum":
+        sdf = sdf.apply(add, stateful=True)
+    elif WORKLOAD == "window":
+        sdf = sdf.tumbling_window(duration_ms=WINDOW_MS).count().final()
+        sdf = sdf.apply(lambda w: {"start": w["start"], "count": w["value"]})
+    sdf.to_topic(out)
+    app.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,724 @@
+"""``make bench``: one broker, one run, every system; writes benchmarks/RESULTS.md.
+
+Steps (``BENCH_STEPS``, default all): matrix (4 workloads x raw / lockgate / Quix
+Streams / Faust), sweep (lockgate checkpoint intervals), recovery (kill -9 vs state
+size), latency (fixed offered load), profile (py-spy on lockgate's exactly-once sum).
+Every knob is a ``BENCH_*`` variable, see benchmarks/common.py and docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from array import array
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchmarks import broker, data, report, runner, venvs
+from benchmarks import proc as procs
+from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, MAIN_PY, ROOT, Config, elapsed, say
+
+PEER_VENVS = {"quix": "quix", "faust": "faust"}
+
+
+# ------------------------------------------------------------------ environment facts
+
+
+def _sh(*argv: str) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (out.stdout + out.stderr).strip()
+
+
+def machine() -> dict[str, Any]:
+    """What this machine is."""
+    cpu = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    osname = ""
+    for line in Path("/etc/os-release").read_text().splitlines():
+        if line.startswith("PRETTY_NAME="):
+            osname = line.split("=", 1)[1].strip('"')
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "os": osname,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "java": _sh("java", "-version").splitlines()[0] if _sh("java", "-version") else "",
+    }
+
+
+def uptime() -> str:
+    """``uptime`` output (load averages)."""
+    return _sh("uptime")
+
+
+# ------------------------------------------------------------------ steps
+
+
+class Bench:
+    """The state of one ``make bench`` run."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.out_dir = BENCH_DIR / "out" / stamp
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.run_id = stamp[-6:]
+        self.admin: broker.Admin | None = None
+        self.datasets: dict[tuple[str, int], data.Dataset] = {}
+        self.inputs: set[str] = set()
+        self.results: dict[str, Any] = {
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "config": {k: v for k, v in vars(cfg).items()},
+            "env_line": cfg.env_line(),
+            "machine": machine(),
+            "uptime_before": uptime(),
+            "matrix": [],
+            "sweep": [],
+            "recovery": [],
+            "latency": [],
+            "profiles": {},
+            "step_seconds": {},
+            "errors": [],
+        }
+
+    def save(self) -> None:
+        """Write the raw results (after every step, so a failed run keeps them)."""
+        (self.out_dir / "results.json").write_text(json.dumps(self.results, indent=1))
+
+    # -- inputs ----------------------------------------------------------------------
+
+    def dataset(self, kind: str, n: int) -> data.Dataset:
+        """The pre-produced input of ``kind`` with ``n`` records (produced on first use)."""
+        key = (kind, n)
+        if key not in self.datasets:
+            assert self.admin is not None
+            cfg = self.cfg
+            topic = f"bench.{self.run_id}.{kind}.{n}"
+            if kind == "numbers":
+                ds = data.produce_numbers(self.admin, topic, n, cfg.keys, cfg.partitions)
+            else:
+                ds = data.produce_events(
+                    self.admin,
+                    topic,
+                    n,
+                    cfg.window_keys_for(n),
+                    cfg.partitions,
+                    cfg.windows,
+                    cfg.window_ms,
+                )
+            self.datasets[key] = ds
+            self.inputs.add(topic)
+            self.results.setdefault("datasets", []).append(
+                {
+                    "kind": kind,
+                    "topic": topic,
+                    "records": n,
+                    "keys": ds.keys,
+                    "avg_record_bytes": round(ds.bytes_total / n, 1),
+                    "produce_seconds": round(ds.produce_seconds, 1),
+                }
+            )
+        return self.datasets[key]
+
+    def run(self, system: str, workload: str, tag: str, **kw: Any) -> dict[str, Any]:
+        """One measured run (errors become a failed row, never abort the harness)."""
+        assert self.admin is not None
+        w = runner.WORKLOADS[workload]
+        n = self.cfg.records_for(system)
+        ds = self.dataset(w.dataset, n)
+        spec = runner.RunSpec(system, w, f"{self.run_id}-{tag}", **kw)
+        try:
+            res = runner.measure(self.cfg, self.admin, spec, ds, self.out_dir)
+        except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+            say(f"  !! {tag} failed: {exc!r}")
+            self.results["errors"].append(f"{tag}: {exc!r}\n{traceback.format_exc()}")
+            res = {"system": system, "workload": workload, "ok": False, "rate": None}
+            res["status"] = f"harness error: {exc!r}"
+        finally:
+            runner.cleanup_topics(self.admin, self.inputs)
+        rate = f"{res['rate']:,}/s" if res.get("rate") else "n/a"
+        cpu = res.get("cpu_s_per_m")
+        verdict = "complete" if res["ok"] else f"NOT OK: {res.get('status')} {res.get('check')}"
+        say(f"  {tag}: {rate}, {cpu} CPU s/M, peak RSS {res.get('peak_rss_mb')} MiB, {verdict}")
+        return res
+
+    def step_matrix(self) -> None:
+        cfg = self.cfg
+        total = cfg.repeat * len(cfg.workloads) * len(cfg.systems)
+        i = 0
+        for rep in range(1, cfg.repeat + 1):
+            for workload in cfg.workloads:
+                for system in cfg.systems:
+                    i += 1
+                    say(
+                        f"matrix {i}/{total}: {workload} on {system} (run {rep}), "
+                        f"{cfg.records_for(system):,} records"
+                    )
+                    res = self.run(system, workload, f"{workload}-{system}-r{rep}")
+                    res["rep"] = rep
+                    self.results["matrix"].append(res)
+                    self.save()
+
+    def step_sweep(self) -> None:
+        """lockgate's running sum at each checkpoint interval, and at-least-once.
+
+        At-least-once and exactly-once at 1 s are the matrix's lockgate runs (same
+        harness run, same input) when the matrix ran; the other intervals run here.
+        """
+        cfg = self.cfg
+        reused = {"sum_alo": "at-least-once", "sum_eos": "exactly-once 1000 ms"}
+        configs: list[tuple[str, str, int]] = []
+        for workload, label in reused.items():
+            rows = [
+                r
+                for r in self.results["matrix"]
+                if r.get("system") == "lockgate" and r.get("workload") == workload
+            ]
+            if rows:
+                for r in rows:
+                    self.results["sweep"].append({**r, "label": label, "from_matrix": True})
+            else:
+                configs.append((label, workload, 1000))
+        configs += [
+            (f"exactly-once {ms} ms", "sum_eos", ms) for ms in cfg.sweep_intervals if ms != 1000
+        ]
+        total = cfg.repeat * len(configs)
+        i = 0
+        for rep in range(1, cfg.repeat + 1):
+            for label, workload, ms in configs:
+                i += 1
+                say(f"sweep {i}/{total}: lockgate running sum, {label} (run {rep})")
+                res = self.run("lockgate", workload, f"sweep-{workload}-{ms}-r{rep}", commit_ms=ms)
+                res.update(rep=rep, label=label)
+                self.results["sweep"].append(res)
+                self.save()
+
+    # -- recovery ---------------------------------------------------------------------
+
+    def step_recovery(self) -> None:
+        for keys in self.cfg.recovery_keys:
+            try:
+                self._recovery(keys)
+            except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+                say(f"  !! recovery {keys} keys failed: {exc!r}")
+                self.results["errors"].append(f"recovery {keys}: {traceback.format_exc()}")
+            self.save()
+
+    def _recovery(self, keys: int) -> None:
+        assert self.admin is not None
+        cfg = self.cfg
+        say(f"recovery: {keys:,} keys: loading the state")
+        tag = f"{self.run_id}-rec{keys}"
+        topic, output, app = f"bench.{tag}.in", f"bench.{tag}.out", f"bench-{tag}"
+        self.admin.create({topic: cfg.partitions}, {"retention.ms": "-1"})
+        self.admin.create({output: cfg.partitions})
+        self.inputs.add(topic)
+        _produce_keys(cfg.bootstrap, topic, range(keys), 0)
+        state = self.out_dir / "state" / tag
+        shutil.rmtree(state, ignore_errors=True)
+        env = {
+            "BENCH_INPUT": topic,
+            "BENCH_OUTPUT": output,
+            "LOCKGATE_BOOTSTRAP_SERVERS": cfg.bootstrap,
+            "LOCKGATE_APP_NAME": app,
+            "LOCKGATE_INSTANCE_ID": "r1",
+            "LOCKGATE_STATE_DIR": str(state),
+            "LOCKGATE_GUARANTEE": "exactly_once",
+            "LOCKGATE_CHECKPOINT_INTERVAL_MS": "1000",
+            "LOCKGATE_HTTP_PORT": "0",
+            "LOCKGATE_LOG_FORMAT": "console",
+        }
+        argv = [str(LOCKGATE_BIN), "run", "benchmarks.apps.lockgate_apps:running_sum"]
+        groups = broker.GroupOffsets(cfg.bootstrap, app, topic, cfg.partitions)
+        logs = self.out_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        t0 = time.time()
+        p = procs.Proc(argv, env, logs / f"{tag}-load.log")
+        expected = keys
+        load_s = _wait_committed(groups, expected, p, 600)
+        say(f"  loaded {keys:,} keys in {load_s:.1f}s; kill -9")
+        p.kill9()
+        row: dict[str, Any] = {"keys": keys, "load_seconds": round(time.time() - t0, 1)}
+        for mode in ("local", "changelog"):
+            _produce_keys(cfg.bootstrap, topic, range(8), expected)
+            expected += 8
+            if mode == "changelog":
+                shutil.rmtree(state, ignore_errors=True)
+            log = logs / f"{tag}-{mode}.log"
+            p = procs.Proc(argv, env, log)
+            took = _wait_committed(groups, expected, p, 600, since=p.started)
+            restored, restore_s = _restore_stats(log)
+            row[mode] = {
+                "seconds": round(took, 2),
+                "restored_records": restored,
+                "restore_seconds": round(restore_s, 2),
+            }
+            say(
+                f"  restart with {'local state' if mode == 'local' else 'an empty state dir'}: "
+                f"probe outputs committed {took:.2f}s after the start "
+                f"(restored {restored:,} changelog records in {restore_s:.2f}s)"
+            )
+            if mode == "local":
+                p.kill9()
+        p.stop()
+        groups.close()
+        ds = data.Dataset("numbers", topic, keys + 16, keys, cfg.partitions)
+        ds.sums = [1] * keys
+        ds.counts = [1] * keys
+        for i in range(min(8, keys)):
+            ds.sums[i] = ds.counts[i] = 3
+        check = data.read_output(cfg.bootstrap, output, "sum_eos", ds).check()
+        row["check"] = check
+        row["ok"] = check["ok"]
+        self.results["recovery"].append(row)
+        shutil.rmtree(state, ignore_errors=True)
+        runner.cleanup_topics(self.admin, self.inputs - {topic})
+        self.inputs.discard(topic)
+        self.admin.admin.delete_topics([topic])
+
+    # -- latency ----------------------------------------------------------------------
+
+    def step_latency(self) -> None:
+        cfg = self.cfg
+        configs = [
+            ("at-least-once (1 s commits)", "at_least_once", 1000),
+            ("exactly-once 100 ms", "exactly_once", 100),
+            ("exactly-once 1 s", "exactly_once", 1000),
+        ]
+        for label, guarantee, ms in configs:
+            say(
+                f"latency: lockgate running sum, {label}, "
+                f"{cfg.latency_rate:,} records/s for {cfg.latency_seconds}s (+3s warm-up)"
+            )
+            try:
+                row = self._latency(label, guarantee, ms)
+            except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+                say(f"  !! latency {label} failed: {exc!r}")
+                self.results["errors"].append(f"latency {label}: {traceback.format_exc()}")
+                continue
+            self.results["latency"].append(row)
+            say(
+                f"  p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, max {row['max_ms']} ms "
+                f"({row['measured']:,} records, {row['missing']} missing)"
+            )
+            self.save()
+
+    def _latency(self, label: str, guarantee: str, ms: int) -> dict[str, Any]:
+        assert self.admin is not None
+        cfg = self.cfg
+        tag = f"{self.run_id}-lat-{guarantee}-{ms}"
+        topic, output, app = f"bench.{tag}.in", f"bench.{tag}.out", f"bench-{tag}"
+        self.admin.create({topic: cfg.partitions})
+        self.admin.create({output: cfg.partitions})
+        state = self.out_dir / "state" / tag
+        env = {
+            "BENCH_INPUT": topic,
+            "BENCH_OUTPUT": output,
+            "LOCKGATE_BOOTSTRAP_SERVERS": cfg.bootstrap,
+            "LOCKGATE_APP_NAME": app,
+            "LOCKGATE_INSTANCE_ID": "l1",
+            "LOCKGATE_STATE_DIR": str(state),
+            "LOCKGATE_GUARANTEE": guarantee,
+            "LOCKGATE_CHECKPOINT_INTERVAL_MS": str(ms),
+            "LOCKGATE_HTTP_PORT": "0",
+            "LOCKGATE_LOG_FORMAT": "console",
+        }
+        logs = self.out_dir / "logs"
+        argv = [str(LOCKGATE_BIN), "run", "benchmarks.apps.lockgate_apps:running_sum"]
+        app_p = procs.Proc(argv, env, logs / f"{tag}.log")
+        deadline = time.monotonic() + 60
+        while "assigned" not in app_p.log_path.read_text(errors="replace"):
+            if time.monotonic() > deadline or not app_p.alive:
+                app_p.stop()
+                raise RuntimeError(f"lockgate did not get its partitions:\n{app_p.log_tail()}")
+            time.sleep(0.1)
+        warm = 3.0
+        seconds = warm + cfg.latency_seconds
+        sent_f, got_f = self.out_dir / f"{tag}.sent", self.out_dir / f"{tag}.got"
+        lat = [str(MAIN_PY), "-m", "benchmarks.apps.latency"]
+        reader = procs.Proc(
+            [*lat, "read", cfg.bootstrap, output, str(cfg.partitions), str(seconds + 30)]
+            + [str(got_f)],
+            {},
+            logs / f"{tag}-reader.log",
+        )
+        time.sleep(1.0)
+        prod = procs.Proc(
+            [
+                *lat,
+                "produce",
+                cfg.bootstrap,
+                topic,
+                str(cfg.latency_rate),
+                str(seconds),
+                str(cfg.keys),
+                str(sent_f),
+            ],
+            {},
+            logs / f"{tag}-producer.log",
+        )
+        cpu0 = app_p.cpu()
+        prod.popen.wait(seconds + 60)
+        cpu1 = app_p.cpu()
+        time.sleep(ms / 1000 + 2.0)
+        reader.stop(timeout=10)
+        app_p.stop()
+        sent = array("d")
+        with open(sent_f, "rb") as f:
+            sent.frombytes(f.read())
+        got = array("d")
+        with open(got_f, "rb") as f:
+            got.frombytes(f.read())
+        recv: dict[int, float] = {}
+        for i in range(0, len(got), 2):
+            recv.setdefault(int(got[i]), got[i + 1])
+        start = sent[0] + warm if sent else 0
+        lats = sorted((recv[s] - t) * 1000 for s, t in enumerate(sent) if t >= start and s in recv)
+        missing = sum(1 for s in range(len(sent)) if s not in recv)
+        shutil.rmtree(state, ignore_errors=True)
+        runner.cleanup_topics(self.admin, self.inputs)
+
+        def pct(q: float) -> float:
+            return round(lats[min(len(lats) - 1, int(q * len(lats)))], 1) if lats else -1.0
+
+        return {
+            "label": label,
+            "guarantee": guarantee,
+            "interval_ms": ms,
+            "rate": cfg.latency_rate,
+            "measured": len(lats),
+            "missing": missing,
+            "p50_ms": pct(0.50),
+            "p90_ms": pct(0.90),
+            "p99_ms": pct(0.99),
+            "max_ms": round(lats[-1], 1) if lats else -1.0,
+            "app_cpu_util": round((cpu1 - cpu0) / seconds, 2),
+        }
+
+    # -- profile ----------------------------------------------------------------------
+
+    def step_profile(self) -> None:
+        """py-spy on lockgate during each of BENCH_PROFILE_WORKLOADS (default sum_eos, sum_alo)."""
+        venvs.ensure("pyspy")
+        for workload in self.cfg.profile_workloads:
+            how = "100 Hz, --native" if workload.endswith("+native") else "100 Hz"
+            say(f"profile: lockgate {workload} under py-spy ({how})")
+            try:
+                prof = self._profile(workload)
+            except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+                say(f"  !! profile {workload} failed: {exc!r}")
+                self.results["errors"].append(f"profile {workload}: {traceback.format_exc()}")
+                continue
+            self.results["profiles"][workload] = prof
+            say(f"  {prof.get('samples', 0)} samples; top self time:")
+            for row in (prof.get("self") or prof.get("by_library", []))[:8]:
+                say(f"    {row['pct']:5.1f}%  {row['function']}")
+            self.save()
+
+    def _profile(self, name: str) -> dict[str, Any]:
+        workload, _, mode = name.partition("+")
+        native = mode == "native"
+        raw = self.out_dir / f"profile-{name}.txt"
+        pyspy = str(venvs.python("pyspy").parent / "py-spy")
+        extra = ["--native"] if native else ["--function"]
+
+        def attach(p: procs.Proc) -> Any:
+            # Blocking mode (the default): py-spy pauses the process for each sample so
+            # stacks are consistent; at 100 Hz that costs well under 1%.
+            spy = subprocess.Popen(
+                [pyspy, "record", "--pid", str(p.pid), "--rate", "100"]
+                + ["--format", "raw", *extra, "-o", str(raw)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+            def detach() -> None:
+                spy.send_signal(signal.SIGINT)
+                try:
+                    spy.wait(30)
+                except subprocess.TimeoutExpired:
+                    spy.kill()
+
+            return detach
+
+        assert self.admin is not None
+        w = runner.WORKLOADS[workload]
+        ds = self.dataset(w.dataset, self.cfg.records)
+        spec = runner.RunSpec("lockgate", w, f"{self.run_id}-profile-{workload}{mode}")
+        try:
+            res = runner.measure(self.cfg, self.admin, spec, ds, self.out_dir, on_started=attach)
+        finally:
+            runner.cleanup_topics(self.admin, self.inputs)
+        prof = analyze_native(raw) if native else analyze_profile(raw)
+        prof["workload"] = workload
+        prof["native"] = native
+        prof["run"] = {k: res.get(k) for k in ("rate", "cpu_s_per_m", "ok")}
+        prof["raw_file"] = str(raw.relative_to(ROOT))
+        return prof
+
+
+def analyze_profile(path: Path) -> dict[str, Any]:
+    """Self and inclusive time per function from py-spy's raw (collapsed) output."""
+    if not path.exists():
+        return {"samples": 0, "self": [], "total": []}
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [_short(f) for f in stack.split(";")]
+        own[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    skip = ("<module>", "_run_module_as_main", "_run_code", "main", "invoke", "run")
+
+    def rows(c: Counter[str], k: int) -> list[dict[str, Any]]:
+        return [
+            {"function": f, "pct": round(100 * n / total, 1), "samples": n}
+            for f, n in c.most_common()
+            if f.split(" ")[0].split(".")[-1] not in skip
+        ][:k]
+
+    return {"samples": total, "self": rows(own, 20), "total": rows(incl, 25)}
+
+
+def analyze_native(path: Path) -> dict[str, Any]:
+    """Where the CPU goes by library (py-spy --native): leaf frames grouped by their binary."""
+    if not path.exists():
+        return {"samples": 0, "by_library": []}
+    libs: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    total = gc_samples = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        if any("gc_collect" in f for f in frames):
+            gc_samples += n
+        fn, _, where = frames[-1].partition(" (")
+        where = where.rstrip(")")
+        if ".py" in where:
+            lib = "Python bytecode (lockgate, app, stdlib frames)"
+        elif "rocksdict" in where:
+            lib = "rocksdict / RocksDB"
+        elif "librdkafka" in where:
+            lib = "librdkafka"
+        elif "cimpl" in where:
+            lib = "confluent-kafka binding (cimpl)"
+        elif "orjson" in where:
+            lib = "orjson"
+        elif "libpython" in where:
+            lib = "CPython runtime (gc, alloc, builtins)"
+        elif "libc." in where:
+            lib = "libc (malloc, memcpy, locks)"
+        else:
+            lib = "other native"
+        libs[lib] += n
+        leaves[f"{fn[:70]} [{where.rsplit('/', 1)[-1][:40]}]"] += n
+
+    def pct(n: int) -> float:
+        return round(100 * n / total, 1) if total else 0.0
+
+    return {
+        "samples": total,
+        "gc_pct": pct(gc_samples),
+        "by_library": [{"function": k, "pct": pct(n)} for k, n in libs.most_common()],
+        "leaves": [{"function": k, "pct": pct(n)} for k, n in leaves.most_common(15)],
+    }
+
+
+def _short(frame: str) -> str:
+    """``fn (/long/path/site-packages/pkg/mod.py)`` -> ``fn (pkg/mod.py)``."""
+    fn, _, where = frame.partition(" (")
+    where = where.rstrip(")")
+    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
+        if marker in where:
+            where = where.split(marker, 1)[1]
+            break
+    return f"{fn} ({where})" if where else fn
+
+
+def _produce_keys(bootstrap: str, topic: str, keys: Any, seq0: int) -> None:
+    """One running-sum record (v=1) per key index in ``keys``."""
+    import orjson
+    from confluent_kafka import Producer
+
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "linger.ms": 50,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    for i, k in enumerate(keys):
+        value = orjson.dumps({"v": 1, "seq": seq0 + i, "pad": data.PAD})
+        while True:
+            try:
+                p.produce(topic, value, data.key_of(k))
+                break
+            except BufferError:
+                p.poll(0.05)
+    if p.flush(120) != 0:
+        raise RuntimeError(f"could not produce to {topic}")
+
+
+def _wait_committed(
+    groups: broker.GroupOffsets, want: int, p: procs.Proc, timeout: float, since: float = 0
+) -> float:
+    """Wait until the group committed ``want`` input offsets; return seconds since ``since``."""
+    started = since or time.time()
+    deadline = time.monotonic() + timeout
+    while True:
+        if groups.committed() >= want:
+            return time.time() - started
+        if not p.alive:
+            raise RuntimeError(f"lockgate exited:\n{p.log_tail()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{want} offsets not committed within {timeout}s")
+        time.sleep(0.05)
+
+
+def _restore_stats(log: Path) -> tuple[int, float]:
+    """Sum of records and of seconds over the 'key group restored' log lines."""
+    records, seconds = 0, 0.0
+    for line in log.read_text(errors="replace").splitlines():
+        if "key group restored" not in line:
+            continue
+        for part in line.split():
+            if part.startswith("records="):
+                records += int(part.split("=", 1)[1])
+            elif part.startswith("seconds="):
+                seconds += float(part.split("=", 1)[1])
+    return records, seconds
+
+
+# ------------------------------------------------------------------ main
+
+
+def versions(cfg: Config) -> dict[str, Any]:
+    """Package versions of the project venv and of each peer / tool venv."""
+    main = venvs.freeze("main")
+    out: dict[str, Any] = {
+        "lockgate": {
+            "lockgate": main.get("lockgate", "?"),
+            "git": _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty(),
+            "confluent-kafka": main.get("confluent-kafka", "?"),
+            "rocksdict": main.get("rocksdict", "?"),
+            "orjson": main.get("orjson", "?"),
+        },
+        "kafka": broker.kafka_version(),
+    }
+    for name, keys in venvs.KEY_PACKAGES.items():
+        if venvs.python(name).exists():
+            got = venvs.freeze(name)
+            out[name] = {k: got.get(k, "?") for k in keys}
+    try:
+        from confluent_kafka import libversion
+
+        out["lockgate"]["librdkafka"] = libversion()[0]
+    except ImportError:
+        pass
+    return out
+
+
+def _dirty() -> str:
+    """' + uncommitted changes in ...' when lockgate's sources differ from HEAD."""
+    changed = _sh("git", "-C", str(ROOT), "status", "--short", "--", "processors", "state")
+    files = [line.split()[-1] for line in changed.splitlines() if line.strip()]
+    return f" + uncommitted changes in {', '.join(files)}" if files else ""
+
+
+def main() -> int:
+    cfg = Config()
+    bench = Bench(cfg)
+    say(
+        f"lockgate benchmarks: {cfg.records:,} records per workload "
+        f"(Quix Streams {cfg.records_for('quix'):,}, Faust {cfg.records_for('faust'):,}), "
+        f"{cfg.repeat} runs each, steps {','.join(cfg.steps)}; output {bench.out_dir}"
+    )
+    say(f"machine load: {bench.results['uptime_before']}")
+    t = time.monotonic()
+    needed = {PEER_VENVS[s] for s in cfg.systems if s in PEER_VENVS} | {"plot"}
+    if "profile" in cfg.steps:
+        needed.add("pyspy")
+    for name in sorted(needed):
+        venvs.ensure(name)
+    bench.results["versions"] = versions(cfg)
+    bench.results["step_seconds"]["venvs"] = round(time.monotonic() - t, 1)
+    code = 0
+    try:
+        t = time.monotonic()
+        broker.up(cfg.kafka_port)
+        bench.admin = broker.Admin(cfg.bootstrap)
+        bench.results["step_seconds"]["broker"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        say("producing the inputs (once per workload and size)")
+        for system in cfg.systems:
+            for workload in cfg.workloads:
+                bench.dataset(runner.WORKLOADS[workload].dataset, cfg.records_for(system))
+        bench.results["step_seconds"]["inputs"] = round(time.monotonic() - t, 1)
+        steps = {
+            "matrix": bench.step_matrix,
+            "sweep": bench.step_sweep,
+            "recovery": bench.step_recovery,
+            "latency": bench.step_latency,
+            "profile": bench.step_profile,
+        }
+        for name in cfg.steps:
+            t = time.monotonic()
+            say(f"== step {name} ==")
+            steps[name]()
+            bench.results["step_seconds"][name] = round(time.monotonic() - t, 1)
+            bench.save()
+    except KeyboardInterrupt:
+        say("interrupted")
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - keep the partial results
+        say(f"harness error: {exc!r}")
+        bench.results["errors"].append(traceback.format_exc())
+        code = 1
+    finally:
+        bench.admin = None  # its connections would complain once the broker is gone
+        gc.collect()
+        if not cfg.keep_broker:
+            broker.down(cfg.kafka_port)
+        bench.results["uptime_after"] = uptime()
+        bench.results["git_after"] = _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD")
+        bench.results["git_after"] += _dirty()
+        bench.results["total_seconds"] = round(elapsed(), 1)
+        bench.save()
+    say(f"machine load: {bench.results['uptime_after']}")
+    md = report.write(bench.results, bench.out_dir)
+    say(f"wrote {md.relative_to(ROOT)} ({elapsed() / 60:.1f} min in total)")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

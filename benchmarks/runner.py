@@ -1,0 +1,291 @@
+"""One measured run: start a system on a pre-produced input, watch it finish, check it.
+
+Throughput: every output record is read back with read_committed (so aborted ones do
+not count) from an output topic with ``message.timestamp.type=LogAppendTime``; the
+rate is the records between the first and the last output's broker append time. The
+harness also samples, every 0.2 s, the consumer group's committed input offsets (to
+know when the run is complete), the output's last stable offsets (a secondary
+"visible" rate), and the CPU of the process tree (utime+stime from /proc/<pid>/stat,
+children included), which is interpolated at the first and last append time. Peak
+RSS is the sum of VmHWM over the process tree just before it is stopped.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import proc as procs
+from benchmarks.broker import Admin, GroupOffsets, broker_pid
+from benchmarks.common import LOCKGATE_BIN, MAIN_PY, VENVS, Config, say
+from benchmarks.data import Dataset, read_output
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A benchmark workload: which input, which app logic, which guarantee."""
+
+    name: str
+    dataset: str  # "numbers" | "events"
+    logic: str  # "passthrough" | "sum" | "window"
+    eos: bool
+    title: str
+
+
+WORKLOADS = {
+    "passthrough": Workload(
+        "passthrough", "numbers", "passthrough", False, "stateless passthrough (at-least-once)"
+    ),
+    "sum_alo": Workload(
+        "sum_alo", "numbers", "sum", False, "keyed running sum, 100k keys (at-least-once)"
+    ),
+    "sum_eos": Workload(
+        "sum_eos", "numbers", "sum", True, "keyed running sum, 100k keys (exactly-once)"
+    ),
+    "window": Workload(
+        "window", "events", "window", True, "tumbling-window count per key (exactly-once)"
+    ),
+}
+
+SYSTEMS = ["raw", "lockgate", "quix", "faust"]
+LOCKGATE_APPS = {"passthrough": "passthrough", "sum": "running_sum", "window": "window"}
+
+
+@dataclass
+class RunSpec:
+    """What to start for one run."""
+
+    system: str
+    workload: Workload
+    tag: str
+    commit_ms: int = 1000
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def command(system: str, logic: str) -> list[str]:
+    """The argv that runs ``logic`` on ``system``."""
+    if system == "raw":
+        return [str(MAIN_PY), "-m", "benchmarks.apps.raw_loop"]
+    if system == "lockgate":
+        return [str(LOCKGATE_BIN), "run", f"benchmarks.apps.lockgate_apps:{LOCKGATE_APPS[logic]}"]
+    if system == "quix":
+        return [str(VENVS / "quix" / "bin" / "python"), "-m", "benchmarks.apps.quix_app"]
+    if system == "faust":
+        return [
+            str(VENVS / "faust" / "bin" / "python"),
+            "-m",
+            "benchmarks.apps.faust_app",
+            "worker",
+            "-l",
+            "info",  # below WARN: disables the spinner, which sets the root logger to DEBUG
+        ]
+    raise ValueError(system)
+
+
+def app_env(cfg: Config, spec: RunSpec, ds: Dataset, output: str, state_dir: Path) -> dict:
+    """Environment of one run (BENCH_* for every system, LOCKGATE_* for lockgate)."""
+    w = spec.workload
+    env = {
+        "BENCH_BOOTSTRAP": cfg.bootstrap,
+        "BENCH_INPUT": ds.topic,
+        "BENCH_OUTPUT": output,
+        "BENCH_GROUP": f"bench-{spec.tag}",
+        "BENCH_WORKLOAD": w.logic,
+        "BENCH_GUARANTEE": "eos" if w.eos else "alo",
+        "BENCH_COMMIT_MS": str(spec.commit_ms),
+        "BENCH_WINDOW_MS": str(cfg.window_ms),
+        "BENCH_STATE_DIR": str(state_dir),
+        "BENCH_PARTITIONS": str(cfg.partitions),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if spec.system == "lockgate":
+        env.update(
+            {
+                "LOCKGATE_BOOTSTRAP_SERVERS": cfg.bootstrap,
+                "LOCKGATE_APP_NAME": f"bench-{spec.tag}",
+                "LOCKGATE_INSTANCE_ID": "b1",
+                "LOCKGATE_STATE_DIR": str(state_dir),
+                "LOCKGATE_GUARANTEE": "exactly_once" if w.eos else "at_least_once",
+                "LOCKGATE_CHECKPOINT_INTERVAL_MS": str(spec.commit_ms),
+                "LOCKGATE_HTTP_PORT": "0",
+                "LOCKGATE_LOG_FORMAT": "console",
+            }
+        )
+    env.update(spec.env)
+    return env
+
+
+def loadavg() -> float:
+    """The 1-minute load average."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _broker_cpu(port: int) -> float:
+    pid = broker_pid(port)
+    return procs.cpu_seconds(pid) if pid else 0.0
+
+
+def measure(
+    cfg: Config,
+    admin: Admin,
+    spec: RunSpec,
+    ds: Dataset,
+    out_dir: Path,
+    on_started: Any = None,
+) -> dict[str, Any]:
+    """Run ``spec`` on ``ds`` until every input offset is committed; return the figures.
+
+    ``on_started(proc)`` is called once the first output is visible (the profiler
+    attaches there) and may return a callable that is called when the run is done.
+    """
+    w = spec.workload
+    output = f"bench.{spec.tag}.out"
+    admin.create({output: cfg.partitions}, {"message.timestamp.type": "LogAppendTime"})
+    state_dir = out_dir / "state" / spec.tag
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.mkdir(parents=True)
+    env = app_env(cfg, spec, ds, output, state_dir)
+    groups = GroupOffsets(cfg.bootstrap, env["BENCH_GROUP"], ds.topic, cfg.partitions)
+    log_path = out_dir / "logs" / f"{spec.tag}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    load_before = loadavg()
+    p = procs.Proc(command(spec.system, w.logic), env, log_path)
+    samples: list[tuple[float, list[int], int, float, float]] = []
+    deadline = time.monotonic() + cfg.run_timeout
+    status = "ok"
+    done_at: float | None = None
+    stable_since: float | None = None
+    finish_hook = None
+    started_hook = False
+    last_lso: list[int] = []
+    try:
+        while True:
+            t = time.time()
+            try:
+                lso = admin.end_offsets(output, cfg.partitions, committed=True, timeout=5)
+            except Exception:  # noqa: BLE001 - a slow answer: skip this sample
+                lso = last_lso or [0] * cfg.partitions
+            committed = groups.committed()
+            samples.append((t, lso, committed, p.cpu(), _broker_cpu(cfg.kafka_port)))
+            if not started_hook and on_started is not None and sum(lso) > 0:
+                started_hook = True
+                finish_hook = on_started(p)
+            if committed >= ds.records:
+                if lso != last_lso:
+                    stable_since = t
+                elif stable_since is not None and t - stable_since >= 1.0:
+                    done_at = t
+                    break
+                stable_since = stable_since or t
+            last_lso = lso
+            if not p.alive:
+                status = f"exited with code {p.popen.returncode}"
+                break
+            if time.monotonic() > deadline:
+                status = f"timeout after {cfg.run_timeout}s"
+                break
+            time.sleep(0.2)
+        rss = p.rss_mb()
+    finally:
+        if finish_hook is not None:
+            finish_hook()
+        code = p.stop(timeout=30)
+        groups.close()
+    load_after = loadavg()
+    if status != "ok":
+        say(f"  !! {spec.tag}: {status}; log tail:\n{p.log_tail()}")
+    out = read_output(cfg.bootstrap, output, w.name, ds)
+    check = out.check()
+    res: dict[str, Any] = {
+        "system": spec.system,
+        "workload": w.name,
+        "tag": spec.tag,
+        "commit_ms": spec.commit_ms,
+        "status": status,
+        "exit_code": code,
+        "peak_rss_mb": round(rss, 1),
+        "load_before": load_before,
+        "load_after": load_after,
+        "check": check,
+        "ok": status == "ok" and check["ok"],
+    }
+    res.update(_rates(samples, out, ds, w, p.started, done_at))
+    res["records_in"] = ds.records
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return res
+
+
+def _interp(series: list[tuple[float, float]], t: float) -> float:
+    """Linear interpolation of a sampled (time, value) series at ``t``."""
+    if not series:
+        return 0.0
+    if t <= series[0][0]:
+        return series[0][1]
+    for (t0, v0), (t1, v1) in zip(series, series[1:], strict=False):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return series[-1][1]
+
+
+def _rates(
+    samples: list[tuple[float, list[int], int, float, float]],
+    out: Any,
+    ds: Dataset,
+    w: Workload,
+    started: float,
+    done_at: float | None,
+) -> dict[str, Any]:
+    """Throughput, CPU and startup figures.
+
+    Rate: output records (read_committed) between the first and the last output's
+    LogAppendTime; for the window workload the input records between the first and the
+    last window-closing input record (known from the model) over the same span.
+    """
+    res: dict[str, Any] = {"rate": None, "cpu_s_per_m": None}
+    if out.total < 2 or out.last_ts <= out.first_ts:
+        return res
+    t_first, t_last = out.first_ts / 1000, out.last_ts / 1000
+    secs = t_last - t_first
+    n = ds.trigger_span if w.logic == "window" else out.total - 1
+    cpu = [(t, c) for t, _, _, c, _ in samples]
+    bcpu = [(t, c) for t, _, _, _, c in samples]
+    used = _interp(cpu, t_last) - _interp(cpu, t_first)
+    bused = _interp(bcpu, t_last) - _interp(bcpu, t_first)
+    res.update(
+        rate=round(n / secs),
+        seconds=round(secs, 2),
+        records_in_window=n,
+        startup_s=round(t_first - started, 2),
+        cpu_s_per_m=round(used / n * 1e6, 2) if n else None,
+        cpu_util=round(used / secs, 2),
+        broker_cpu_s_per_m=round(bused / n * 1e6, 2) if n else None,
+    )
+    # Secondary: the same span measured on commit visibility (read_committed LSO samples).
+    if w.logic != "window":
+        vis = [(t, out.committed_count(lso)) for t, lso, _, _, _ in samples]
+        first = next((v for v in vis if v[1] > 0), None)
+        last = next((v for v in vis if v[1] >= out.total), None)
+        if first and last and last[0] > first[0]:
+            res["rate_visible"] = round((last[1] - first[1]) / (last[0] - first[0]))
+    if done_at is not None:
+        res["wall_s"] = round(done_at - started, 1)
+    return res
+
+
+def cleanup_topics(admin: Admin, keep: set[str]) -> None:
+    """Delete every benchmark-created topic except ``keep`` (inputs)."""
+    doomed = [
+        t
+        for t in admin.topics()
+        if t not in keep and not t.startswith("__") and t != "lockgate.control"
+    ]
+    if not doomed:
+        return
+    for fut in admin.admin.delete_topics(doomed, operation_timeout=30).values():
+        try:
+            fut.result(60)
+        except Exception:  # noqa: BLE001, S110 - best effort
+            pass
