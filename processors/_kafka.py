@@ -76,6 +76,11 @@ def producer_config(settings: Settings, app: str, transactional_id: str | None) 
     if transactional_id is not None:
         conf["transactional.id"] = transactional_id
         conf["transaction.timeout.ms"] = settings.transaction_timeout_ms
+        # Right after a commit the coordinator may still be completing it and answers
+        # send_offsets with a retriable CONCURRENT_TRANSACTIONS; librdkafka's default 100 ms
+        # first backoff then costs 100 ms per epoch (measured: 114 ms -> 15 ms median).
+        # Backoff stays exponential up to retry.backoff.max.ms.
+        conf["retry.backoff.ms"] = 10
     conf.update(_common(settings, drop=_CONSUMER_ONLY))
     return conf
 
