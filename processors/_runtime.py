@@ -139,6 +139,7 @@ class Runner:
         self._http: HealthServer | None = None
         self._stop_committing = False
         self._consecutive_aborts = 0
+        self._producer_error: KafkaError | None = None  # set by _emit, checked per record
         # Processing stops at this time within an epoch (half the transaction timeout).
         self._epoch_deadline = time.monotonic() + settings.transaction_timeout_ms / 2000
         self._emitted = 0  # records emitted, folded into metrics once per batch
@@ -272,6 +273,8 @@ class Runner:
                         self._process(msgs)
                 except _Rewind:
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
+                except AbortEpoch as exc:
+                    self._abort_epoch(str(exc))
                 except _InstanceIdInUse as exc:
                     if self._kgs:
                         raise FatalKafkaError(str(exc)) from exc
@@ -398,7 +401,15 @@ class Runner:
             except ConfigError:
                 raise  # a programming error (e.g. emit to an undeclared topic): stop
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
-                self._bad_input(msg, exc, "process", replay=True)
+                if self._producer_error is None:
+                    self._bad_input(msg, exc, "process", replay=True)
+            if self._producer_error is not None:
+                # The producer refused a record (e.g. the transaction is in an abortable
+                # state): not the record's fault, even if user code swallowed the error.
+                err, self._producer_error = self._producer_error, None
+                if err.fatal():
+                    raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
+                raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
         self._uncommitted += count
         self.metrics.records_in += count
         self.metrics.records_out += self._emitted
@@ -437,6 +448,9 @@ class Runner:
                 self._produce_fast(topic, data, raw_key, headers=headers)
         except BufferError:
             self._produce(topic, data, raw_key, headers=headers)
+        except KafkaException as exc:
+            self._producer_error = exc.args[0]
+            raise
         self._emitted += 1
 
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, **kw: Any) -> None:
