@@ -124,7 +124,6 @@ class Runner:
         self._poison: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
         self._commit_now = False
         self._checkpoint = 0
-        self._changelog_next: dict[tuple[str, int], int] = {}
         self._delivery_error: KafkaError | None = None
         self._partitions = 0
         self._backend: StateBackend = (
@@ -514,7 +513,6 @@ class Runner:
         ckpt = max(self._checkpoint + 1, int(time.time() * 1000) // interval)
         producer = self._producer
         writes: dict[int, dict[str, dict[bytes, bytes | None]]] = {}
-        self._changelog_next.clear()
         for g, kg in self._kgs.items():
             per_store: dict[str, dict[bytes, bytes | None]] = {}
             for name, cache in kg.caches.items():
@@ -566,7 +564,7 @@ class Runner:
             for g, per_store in writes.items()
             for name in per_store
         ]
-        self._changelog_next.update(self._admin.end_offsets(touched))
+        changelog_next = self._admin.end_offsets(touched)
         # Committed: now (and only now) the changes may reach the local databases.
         crash_point("after_commit")
         ckpt_bytes = str(ckpt).encode()
@@ -574,7 +572,7 @@ class Runner:
         for g, per_store in writes.items():
             meta_entries = {META_CHECKPOINT: ckpt_bytes, META_UPDATED_MS: now_bytes}
             for name in per_store:
-                nxt = self._changelog_next.get((changelog_topic(self.name, name), g))
+                nxt = changelog_next.get((changelog_topic(self.name, name), g))
                 if nxt is not None:
                     meta_entries[META_CHANGELOG_PREFIX + name.encode()] = str(nxt).encode()
             kg = self._kgs[g]
