@@ -1,143 +1,471 @@
 """Health probes and Prometheus metrics on one HTTP port, served from a side thread.
 
-The processing loop only writes plain attributes of :class:`Metrics`; the server
-thread only reads them (atomic under the GIL), so the hot path takes no lock.
+Threading contract: the processing loop is the only writer of :class:`Metrics`, and it
+only assigns plain attributes or appends to plain per-bucket counters (no locks, no
+``prometheus_client`` objects on the hot path). The HTTP thread only reads them: at scrape
+time a :class:`MetricsCollector` turns the current values into Prometheus families, and
+each probe is a pure function of the :class:`Metrics` and the monotonic clock
+(:func:`livez`, :func:`readyz`, :func:`startupz`). Single attribute reads are atomic under
+the GIL; a scrape may mix values from two moments of the loop, never torn values.
 
-Probe meanings:
-    ``/startupz``: 200 once the instance initialised its clients and joined the group.
-    ``/livez``: 200 while the loop (or a restore in progress) made progress within
-    ``LOCKGATE_LIVENESS_TIMEOUT_MS``; a long restore never fails it.
-    ``/readyz``: 200 while every assigned key group is restored and processing.
+Probe meanings (each answers with a short JSON body naming the reason):
+    ``/startupz``: 200 once the instance initialised its clients and subscribed.
+    ``/livez``: 200 while the loop made progress within ``LOCKGATE_LIVENESS_TIMEOUT_MS``,
+    or while a bounded blocking call (or a restore) is in progress and its deadline has not
+    passed; 503 once the deadline passed, or without progress for that long.
+    ``/readyz``: 200 once the group was joined and the first assignment processed, and
+    while no key group restores.
 """
 
 from __future__ import annotations
 
+import bisect
+import errno
 import logging
+import socketserver
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from types import TracebackType
+from typing import Any, NamedTuple
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from processors.exceptions import ConfigError
 
 log = logging.getLogger("lockgate.http")
 
+#: Upper bounds (seconds) of epoch commit and barrier alignment duration buckets.
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+#: Upper bounds (seconds) of key group restore duration buckets (restores can take minutes).
+RESTORE_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1800.0,
+)  # fmt: skip
+
+
+class Histogram:
+    """A lock-free histogram: plain per-bucket counters, written by one thread.
+
+    ``counts[i]`` counts observations ``v <= bounds[i]`` (and ``> bounds[i-1]``);
+    the last slot counts the ones above every bound (``+Inf``).
+    """
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        """Create an empty histogram.
+
+        Args:
+            bounds: strictly increasing, finite upper bounds; ``+Inf`` is implied.
+
+        Raises:
+            ValueError: the bounds are empty or not strictly increasing.
+        """
+        if not bounds or any(b >= c for b, c in zip(bounds, bounds[1:], strict=False)):
+            raise ValueError("histogram bounds must be non-empty and strictly increasing")
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count one observation (loop thread only; a list index bump and a float add)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        """Number of observations."""
+        return sum(self.counts)
+
+    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
+        """Return Prometheus buckets ``[(le, cumulative count)...]`` ending at ``+Inf``, and sum.
+
+        The counts come from one copy of the list, so the buckets are monotonic and the
+        ``+Inf`` bucket equals the count even while the loop keeps observing.
+        """
+        counts = list(self.counts)
+        total = self.sum
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip(self.bounds, counts, strict=False):
+            running += n
+            out.append((_fmt_bound(bound), float(running)))
+        out.append(("+Inf", float(running + counts[-1])))
+        return out, total
+
+
+def _fmt_bound(bound: float) -> str:
+    return repr(bound)
+
+
+class _Blocked:
+    """Context manager returned by :meth:`Metrics.blocked`."""
+
+    __slots__ = ("_metrics", "_timeout", "_what")
+
+    def __init__(self, metrics: Metrics, what: str, timeout_s: float | None) -> None:
+        self._metrics = metrics
+        self._what = what
+        self._timeout = timeout_s
+
+    def __enter__(self) -> None:
+        self._metrics.enter_blocking(self._what, self._timeout)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._metrics.exit_blocking()
+
 
 class Metrics:
-    """Counters and gauges of one instance (written by the loop thread only)."""
+    """Counters, gauges and probe state of one instance (written by the loop thread only).
+
+    Every field is a plain attribute the loop assigns directly. Counter semantics:
+    ``records_in``, ``records_out`` and ``dlq_records`` count what *committed* (added after
+    a successful commit, never decreased); ``records_in_attempts`` and
+    ``records_out_attempts`` count every processing attempt, replays after an abort
+    included. Their difference is the replayed work.
+
+    Probe state: ``started`` (clients initialised, subscribed), ``joined`` (the group was
+    joined and the first assignment processed), ``restoring`` (key groups restoring now),
+    ``heartbeat`` (monotonic time of the last loop progress, see :meth:`beat`), and the
+    blocking call in progress: ``blocked_in`` (its name, or None), ``blocked_since`` and
+    ``blocked_deadline`` (monotonic times; the deadline is None for an unbounded call).
+    """
 
     def __init__(self, app: str, instance: str) -> None:
         self.app = app
         self.instance = instance
+        # Probe state.
         self.started = False
+        self.joined = False
         self.restoring = 0  # key groups being restored
         self.assigned = 0  # key groups owned
         self.heartbeat = time.monotonic()
+        self.blocked_in: str | None = None
+        self.blocked_since = 0.0
+        self.blocked_deadline: float | None = None
+        # Counters (committed work).
         self.records_in = 0
         self.records_out = 0
         self.dlq_records = 0
+        # Counters (every attempt, replays included).
+        self.records_in_attempts = 0
+        self.records_out_attempts = 0
         self.epochs_committed = 0
         self.epochs_aborted = 0
         self.last_checkpoint_id = 0
-        self.commit_seconds_sum = 0.0
         self.commit_seconds_max = 0.0
-        self.alignment_seconds_sum = 0.0
         self.restore_records = 0
         self.restore_remaining = 0
         self.consumer_lag = 0
+        # Durations.
+        self.commit_seconds = Histogram(DURATION_BUCKETS)
+        self.alignment_seconds = Histogram(DURATION_BUCKETS)
+        self.restore_seconds = Histogram(RESTORE_BUCKETS)
+
+    # -- loop-side API (cheap, lock-free) -----------------------------------------------
 
     def beat(self) -> None:
         """Record loop progress (for /livez)."""
         self.heartbeat = time.monotonic()
 
-    def render(self) -> str:
-        """Return the metrics in the Prometheus text format."""
-        labels = f'app="{self.app}",instance="{self.instance}"'
-        rows: list[tuple[str, str, str, Any]] = [
-            ("lockgate_records_in_total", "counter", "Input records processed.", self.records_in),
-            ("lockgate_records_out_total", "counter", "Records emitted.", self.records_out),
-            ("lockgate_dlq_records_total", "counter", "Records sent to the DLQ.", self.dlq_records),
-            (
-                "lockgate_epochs_committed_total",
-                "counter",
-                "Epochs committed.",
-                self.epochs_committed,
-            ),
-            ("lockgate_epochs_aborted_total", "counter", "Epochs aborted.", self.epochs_aborted),
-            (
-                "lockgate_last_checkpoint_id",
-                "gauge",
-                "Id of the last committed checkpoint.",
-                self.last_checkpoint_id,
-            ),
-            (
-                "lockgate_epoch_commit_seconds_sum",
-                "counter",
-                "Total time spent committing epochs.",
-                round(self.commit_seconds_sum, 6),
-            ),
-            (
-                "lockgate_epoch_commit_seconds_max",
-                "gauge",
-                "Longest epoch commit so far.",
-                round(self.commit_seconds_max, 6),
-            ),
-            (
-                "lockgate_alignment_seconds_sum",
-                "counter",
-                "Time spent aligning barriers (0 for apps reading external topics).",
-                round(self.alignment_seconds_sum, 6),
-            ),
-            ("lockgate_key_groups_assigned", "gauge", "Key groups owned.", self.assigned),
-            ("lockgate_key_groups_restoring", "gauge", "Key groups restoring.", self.restoring),
-            (
-                "lockgate_restore_records_total",
-                "counter",
-                "Changelog records restored.",
-                self.restore_records,
-            ),
-            (
-                "lockgate_restore_remaining_records",
-                "gauge",
-                "Changelog records left to restore (estimate).",
-                self.restore_remaining,
-            ),
-            (
-                "lockgate_consumer_lag_records",
-                "gauge",
-                "Records between the position and the end of owned partitions (sampled).",
-                self.consumer_lag,
-            ),
-        ]
-        out = []
-        for name, kind, help_text, value in rows:
-            out.append(
-                f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n{name}{{{labels}}} {value}"
+    def observe_commit(self, seconds: float) -> None:
+        """Record the duration of one epoch commit (also updates ``commit_seconds_max``)."""
+        self.commit_seconds.observe(seconds)
+        if seconds > self.commit_seconds_max:
+            self.commit_seconds_max = seconds
+
+    def observe_restore(self, seconds: float) -> None:
+        """Record the duration of one key group's restore (open and changelog replay)."""
+        self.restore_seconds.observe(seconds)
+
+    def observe_alignment(self, seconds: float) -> None:
+        """Record the time one barrier alignment held input back."""
+        self.alignment_seconds.observe(seconds)
+
+    def enter_blocking(self, what: str, timeout_s: float | None) -> None:
+        """Mark the start of a blocking call that makes no loop progress meanwhile.
+
+        While it runs, /livez answers 200 until ``timeout_s`` passed (then 503), whatever
+        the liveness timeout; an unbounded call (``timeout_s`` None) gets no exemption.
+        Pass the call's own timeout plus the slack it may overrun by.
+        """
+        now = time.monotonic()
+        self.blocked_since = now
+        self.blocked_deadline = None if timeout_s is None else now + timeout_s
+        self.blocked_in = what  # last: the reader checks it first
+
+    def exit_blocking(self) -> None:
+        """Mark the end of the blocking call (returned or raised); counts as progress."""
+        self.blocked_in = None
+        self.heartbeat = time.monotonic()
+
+    def blocked(self, what: str, timeout_s: float | None) -> _Blocked:
+        """Context manager form of :meth:`enter_blocking` / :meth:`exit_blocking`."""
+        return _Blocked(self, what, timeout_s)
+
+    # -- compatibility --------------------------------------------------------------------
+
+    @property
+    def commit_seconds_sum(self) -> float:
+        """Total commit time (the histogram's sum)."""
+        return self.commit_seconds.sum
+
+    @commit_seconds_sum.setter
+    def commit_seconds_sum(self, value: float) -> None:
+        # ``m.commit_seconds_sum += took`` (the pre-histogram API) records one observation.
+        # Use observe_commit() instead; never both.
+        delta = value - self.commit_seconds.sum
+        if delta >= 0:
+            self.commit_seconds.observe(delta)
+
+    @property
+    def alignment_seconds_sum(self) -> float:
+        """Total alignment time (the histogram's sum)."""
+        return self.alignment_seconds.sum
+
+    @alignment_seconds_sum.setter
+    def alignment_seconds_sum(self, value: float) -> None:
+        # Like commit_seconds_sum: an increase records one observation.
+        delta = value - self.alignment_seconds.sum
+        if delta >= 0:
+            self.alignment_seconds.observe(delta)
+
+
+# -- probes (pure functions of Metrics and the clock) ---------------------------------------
+
+
+class Probe(NamedTuple):
+    """The answer of one probe: ``ok`` (HTTP 200, else 503) and a JSON-able reason."""
+
+    ok: bool
+    body: dict[str, Any]
+
+    @property
+    def status(self) -> int:
+        """The HTTP status code."""
+        return 200 if self.ok else 503
+
+
+def livez(m: Metrics, now: float, liveness_timeout_s: float) -> Probe:
+    """Is the loop alive? (``/livez``).
+
+    Rules, in order:
+        1. A blocking call with a deadline is in progress: alive until the deadline, dead
+           after it (``overdue``), whatever the heartbeat says.
+        2. Otherwise alive iff the last progress (:meth:`Metrics.beat`, each loop
+           iteration, each restore batch) is younger than ``liveness_timeout_s``.
+           An unbounded blocking call is reported but gets no exemption.
+
+    Args:
+        m: the instance's metrics.
+        now: ``time.monotonic()``.
+        liveness_timeout_s: ``LOCKGATE_LIVENESS_TIMEOUT_MS`` in seconds.
+    """
+    blocked = m.blocked_in
+    deadline = m.blocked_deadline
+    since = m.blocked_since
+    if blocked is not None and deadline is not None:
+        body: dict[str, Any] = {"in": blocked, "blocked_s": round(now - since, 3)}
+        if now <= deadline:
+            return Probe(
+                True, {"status": "blocked", **body, "deadline_in_s": round(deadline - now, 3)}
             )
-        return "\n".join(out) + "\n"
+        return Probe(False, {"status": "overdue", **body, "overdue_s": round(now - deadline, 3)})
+    age = round(now - m.heartbeat, 3)
+    ok = age < liveness_timeout_s
+    body = {"status": "ok" if ok else "stalled", "last_progress_s": age}
+    if m.restoring:
+        body["restoring"] = m.restoring
+    if blocked is not None:
+        body["in"] = blocked
+        body["blocked_s"] = round(now - since, 3)
+    return Probe(ok, body)
 
 
-def _handler(metrics: Metrics, liveness_timeout_s: float) -> type[BaseHTTPRequestHandler]:
+def readyz(m: Metrics) -> Probe:
+    """Is the instance processing every key group it owns? (``/readyz``).
+
+    Not ready before the group was joined and the first assignment processed (``joined``,
+    or any key group assigned, which implies it), nor while any key group restores.
+    """
+    restoring = m.restoring
+    if not (m.joined or m.assigned > 0):
+        return Probe(False, {"status": "joining"})
+    if restoring > 0:
+        return Probe(False, {"status": "restoring", "key_groups": restoring})
+    return Probe(True, {"status": "ready", "key_groups": m.assigned})
+
+
+def startupz(m: Metrics) -> Probe:
+    """Did the instance start? (``/startupz``): clients initialised and subscribed."""
+    return Probe(True, {"status": "started"}) if m.started else Probe(False, {"status": "starting"})
+
+
+# -- Prometheus exposition -------------------------------------------------------------------
+
+
+class MetricsCollector(Collector):
+    """Reads a :class:`Metrics` at scrape time and yields Prometheus metric families.
+
+    Every series carries the labels ``app`` and ``instance``. Counter families are named
+    without ``_total`` here; the exposition appends it.
+    """
+
+    def __init__(self, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+        self._m = metrics
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the families (called by ``generate_latest`` on the HTTP thread)."""
+        m = self._m
+        names = ["app", "instance"]
+        labels = [m.app, m.instance]
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            f = CounterMetricFamily(name, doc, labels=names)
+            f.add_metric(labels, value)
+            return f
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            f = GaugeMetricFamily(name, doc, labels=names)
+            f.add_metric(labels, value)
+            return f
+
+        def histogram(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
+            f = HistogramMetricFamily(name, doc, labels=names)
+            buckets, total = h.cumulative()
+            f.add_metric(labels, buckets, total)
+            return f
+
+        yield counter(
+            "lockgate_records_in", "Input records processed in committed epochs.", m.records_in
+        )
+        yield counter("lockgate_records_out", "Records emitted in committed epochs.", m.records_out)
+        yield counter(
+            "lockgate_dlq_records", "Records dead-lettered in committed epochs.", m.dlq_records
+        )
+        yield counter(
+            "lockgate_records_in_attempts",
+            "Input records processed, replays after aborts included.",
+            m.records_in_attempts,
+        )
+        yield counter(
+            "lockgate_records_out_attempts",
+            "Records emitted, replays after aborts included.",
+            m.records_out_attempts,
+        )
+        yield counter("lockgate_epochs_committed", "Epochs committed.", m.epochs_committed)
+        yield counter("lockgate_epochs_aborted", "Epochs aborted.", m.epochs_aborted)
+        yield gauge(
+            "lockgate_last_checkpoint_id",
+            "Id of the last committed checkpoint.",
+            m.last_checkpoint_id,
+        )
+        yield histogram(
+            "lockgate_epoch_commit_seconds", "Duration of epoch commits.", m.commit_seconds
+        )
+        yield gauge(
+            "lockgate_epoch_commit_seconds_max",
+            "Longest epoch commit so far.",
+            m.commit_seconds_max,
+        )
+        yield histogram(
+            "lockgate_alignment_seconds",
+            "Time barrier alignment held input back (0 for apps reading external topics).",
+            m.alignment_seconds,
+        )
+        yield histogram(
+            "lockgate_restore_seconds", "Duration of key group restores.", m.restore_seconds
+        )
+        yield gauge("lockgate_key_groups_assigned", "Key groups owned.", m.assigned)
+        yield gauge("lockgate_key_groups_restoring", "Key groups restoring.", m.restoring)
+        yield counter("lockgate_restore_records", "Changelog records restored.", m.restore_records)
+        yield gauge(
+            "lockgate_restore_remaining_records",
+            "Changelog records left to restore (estimate).",
+            m.restore_remaining,
+        )
+        yield gauge(
+            "lockgate_consumer_lag_records",
+            "Records between the position and the end of owned partitions (sampled).",
+            m.consumer_lag,
+        )
+        yield gauge(
+            "lockgate_joined",
+            "1 once the group was joined and the first assignment processed.",
+            int(m.joined or m.assigned > 0),
+        )
+        now = self._clock()
+        yield gauge(
+            "lockgate_last_progress_age_seconds",
+            "Seconds since the loop last made progress.",
+            round(max(0.0, now - m.heartbeat), 3),
+        )
+        blocked = GaugeMetricFamily(
+            "lockgate_blocked_seconds",
+            "Seconds the blocking call named by `call` has been running (absent when none).",
+            labels=[*names, "call"],
+        )
+        what = m.blocked_in
+        if what is not None:
+            blocked.add_metric([*labels, what], round(max(0.0, now - m.blocked_since), 3))
+        yield blocked
+
+
+def metrics_registry(metrics: Metrics) -> CollectorRegistry:
+    """Return a private registry exposing ``metrics`` and the process's own metrics.
+
+    The global ``prometheus_client.REGISTRY`` is never used: two runners in one process
+    (tests) must not collide.
+    """
+    registry = CollectorRegistry()
+    registry.register(MetricsCollector(metrics))
+    ProcessCollector(registry=registry)
+    return registry
+
+
+# -- HTTP server ------------------------------------------------------------------------------
+
+
+def _handler(
+    metrics: Metrics, registry: CollectorRegistry, liveness_timeout_s: float
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server API
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._send(200, metrics.render(), "text/plain; version=0.0.4")
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
                 return
             if path == "/livez":
-                age = time.monotonic() - metrics.heartbeat
-                ok = age < liveness_timeout_s or metrics.restoring > 0
-                self._send(200 if ok else 503, f"last progress {age:.1f}s ago\n")
+                probe = livez(metrics, time.monotonic(), liveness_timeout_s)
+            elif path == "/readyz":
+                probe = readyz(metrics)
+            elif path == "/startupz":
+                probe = startupz(metrics)
+            else:
+                self._send(404, b'{"status":"not found"}\n', "application/json")
                 return
-            if path == "/readyz":
-                ok = metrics.started and metrics.restoring == 0
-                self._send(200 if ok else 503, "ready\n" if ok else "not ready\n")
-                return
-            if path == "/startupz":
-                self._send(200 if metrics.started else 503, f"started={metrics.started}\n")
-                return
-            self._send(404, "not found\n")
+            self._send(probe.status, orjson.dumps(probe.body) + b"\n", "application/json")
 
-        def _send(self, code: int, body: str, ctype: str = "text/plain") -> None:
-            data = body.encode()
+        def _send(self, code: int, data: bytes, ctype: str) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
@@ -150,29 +478,70 @@ def _handler(metrics: Metrics, liveness_timeout_s: float) -> type[BaseHTTPReques
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the host name (getfqdn), which can stall on DNS.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = int(port)
+
+
 class HealthServer:
-    """Serves probes and metrics on a daemon thread until :meth:`stop`."""
+    """Serves probes and ``/metrics`` on a daemon thread between :meth:`start` and :meth:`stop`."""
 
     def __init__(self, metrics: Metrics, host: str, port: int, liveness_timeout_ms: int) -> None:
-        self._server = ThreadingHTTPServer(
-            (host, port), _handler(metrics, liveness_timeout_ms / 1000)
-        )
-        self._server.daemon_threads = True
+        """Prepare the server; nothing is bound until :meth:`start`."""
+        self._host = host
+        self._port = port
+        handler = _handler(metrics, metrics_registry(metrics), liveness_timeout_ms / 1000)
+        self._server = _Server((host, port), handler, bind_and_activate=False)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="lockgate-http", daemon=True
         )
+        self._bound = False
 
     @property
     def port(self) -> int:
-        """The bound port."""
+        """The bound port (the configured one before :meth:`start`)."""
         return int(self._server.server_address[1])
 
     def start(self) -> None:
-        """Start serving."""
+        """Bind the port and start serving.
+
+        Raises:
+            ConfigError: the port cannot be bound (in use by another process, e.g. a
+                second instance on this host; or not permitted); the message names
+                ``LOCKGATE_HTTP_PORT`` and the port.
+        """
+        try:
+            self._server.server_bind()
+            self._server.server_activate()
+        except OSError as exc:
+            self._server.server_close()
+            where = f"{self._host}:{self._port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"LOCKGATE_HTTP_PORT={self._port}: address {where} is already in use "
+                    "(another lockgate instance on this host?): give each instance its own "
+                    "LOCKGATE_HTTP_PORT, or set LOCKGATE_HTTP_PORT=0 to disable probes and "
+                    "metrics"
+                ) from exc
+            raise ConfigError(
+                f"LOCKGATE_HTTP_PORT={self._port}: cannot listen on {where} ({exc.strerror}); "
+                "check LOCKGATE_HTTP_HOST and LOCKGATE_HTTP_PORT, or set LOCKGATE_HTTP_PORT=0 "
+                "to disable probes and metrics"
+            ) from exc
+        self._bound = True
         self._thread.start()
         log.info("http server listening", extra={"port": self.port})
 
     def stop(self) -> None:
-        """Stop serving."""
+        """Stop serving and release the port (no-op if :meth:`start` did not succeed)."""
+        if not self._bound:
+            return
+        self._bound = False
         self._server.shutdown()
         self._server.server_close()
