@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -60,3 +61,75 @@ def configure(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+LIBRDKAFKA_LOGGER = "lockgate.librdkafka"
+
+# confluent-kafka's C trampoline calls ``logger.log(level, "%s [%s] %s", fac, name, buf)``
+# with the syslog level already mapped: 0-2 CRITICAL, 3 ERROR, 4 WARNING, 5-6 INFO, 7 DEBUG.
+_RDKAFKA_FORMAT = "%s [%s] %s"
+_THREAD_PREFIX = re.compile(r"\[thrd:([^\]]*)\]: ")
+
+
+class _LibrdkafkaLogger(logging.Logger):
+    """Turns confluent-kafka's log calls into structured records (see :func:`librdkafka_logger`)."""
+
+    def __init__(self, client: str) -> None:
+        super().__init__(LIBRDKAFKA_LOGGER)
+        self.client = client
+        # Not registered with the logging manager (one per client, same name): the level and
+        # handlers come from the registered "lockgate.librdkafka" logger and its ancestors.
+        self.parent = logging.getLogger(LIBRDKAFKA_LOGGER)
+
+    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging API
+        """Like :meth:`logging.Logger.isEnabledFor`, without the cache.
+
+        The manager does not know this logger, so it could not invalidate a cache when
+        the level of ``lockgate.librdkafka`` changes later.
+        """
+        if self.disabled or self.manager.disable >= level:
+            return False
+        return level >= self.getEffectiveLevel()
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        """Log one librdkafka line as a structured record (other calls pass through)."""
+        if not (msg == _RDKAFKA_FORMAT and len(args) == 3 and not kwargs):
+            super().log(level, msg, *args, **kwargs)
+            return
+        if not self.isEnabledFor(level):
+            return
+        facility, name, text = (str(a) for a in args)
+        extra = {"client": self.client, "facility": facility, "rdkafka_name": name}
+        m = _THREAD_PREFIX.match(text)
+        if m is not None:
+            extra["rdkafka_thread"] = m.group(1)
+            text = text[m.end() :]
+        self._log(level, text, (), extra=extra)
+
+
+def librdkafka_logger(client: str) -> logging.Logger:
+    """Return a logger to pass as the ``logger`` property of a confluent-kafka client.
+
+    With it, librdkafka writes no raw ``%3|...|FAC|...`` lines to stderr: each log line
+    becomes a record of the logger ``lockgate.librdkafka`` (level and handlers are those of
+    that logger and its ancestors, so :func:`configure` formats it as JSON or console) with:
+
+    - ``msg``: librdkafka's text, without its ``[thrd:...]:`` prefix;
+    - ``client``: ``client`` as given (lockgate's name for the handle: "producer", ...);
+    - ``facility``: librdkafka's facility (``FAIL``, ``TXNERR``, ``REQTMOUT``...);
+    - ``rdkafka_name``: the handle's name (``<client.id>#<producer|consumer>-<n>``);
+    - ``rdkafka_thread``: the librdkafka thread, when the line names one;
+    - the level: confluent-kafka maps syslog levels 0-2 to CRITICAL, 3 to ERROR,
+      4 to WARNING, 5-6 to INFO and 7 (``debug`` contexts) to DEBUG.
+
+    Delivery contract (confluent-kafka): librdkafka queues log lines (``log.queue``) on the
+    handle's main queue, and they are emitted on the Python thread that serves it: a
+    Producer's ``poll()``/``flush()`` (and the transactional calls that flush), a Consumer's
+    ``consume()``/``poll()`` (its main queue is forwarded to the consumer queue), an
+    AdminClient's ``poll()`` only. Lines wait in memory until then, and a record's time is
+    the time it was served, not the time librdkafka wrote it.
+
+    Args:
+        client: a short name for the client, added to every record as ``client``.
+    """
+    return _LibrdkafkaLogger(client)
