@@ -55,9 +55,7 @@ def test_real_producer_logs_arrive_as_json_not_raw_stderr() -> None:
     assert not RAW_LINE.search(stderr), f"raw librdkafka line on stderr:\n{stderr}"
     records = [json.loads(line) for line in stderr.splitlines() if line.strip()]
     refused = [
-        r
-        for r in records
-        if r["logger"] == LIBRDKAFKA_LOGGER and "Connection refused" in r["msg"]
+        r for r in records if r["logger"] == LIBRDKAFKA_LOGGER and "Connection refused" in r["msg"]
     ]
     assert refused, f"no connection-refused record in:\n{stderr}"
     r = refused[0]
