@@ -5,10 +5,25 @@ At the end of an epoch :meth:`StoreCache.drain` hands the final value of every
 dirty key to the runtime (for the changelog and, after the Kafka transaction has
 committed, for :meth:`state.base.KeyGroupStore.apply`). Nothing reaches the
 database before its epoch committed, so aborting an epoch is :meth:`discard`.
+
+Across epochs the cache doubles as a read cache bounded by :meth:`StoreCache.trim`.
+Eviction is an epoch-granular LRU built from two plain dicts, so a hit costs one dict
+lookup (no recency bookkeeping on the per-record path):
+
+- ``values`` (the young generation) holds every entry read or written since the last
+  trim under pressure, and every dirty entry;
+- ``_old`` holds the rest, ordered by the last epoch that used each entry (oldest
+  first). A miss in ``values`` looks there before the database and moves the entry
+  back to ``values``.
+
+When the cache is over its limit, :meth:`StoreCache.trim` appends ``values`` to the end
+of ``_old`` and drops only the overflow from its front: the entries unused for the
+most epochs go first, a hot key survives, and dirty entries are never dropped.
 """
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any, Final
 
 from state.base.store import KeyGroupStore
@@ -43,7 +58,9 @@ class KeyCursor:
 
     Attributes:
         key: serialized key of the current record (the state key), or ``None``.
-        now_ms: wall-clock time of the current batch in ms (for TTL).
+        now_ms: processing time of the current batch in ms since the Unix epoch (the
+            clock of TTL). The runtime sets it from the wall clock once per batch; the
+            test driver from its own clock.
     """
 
     __slots__ = ("key", "now_ms")
@@ -57,18 +74,35 @@ class StoreCache:
     """The epoch cache of one store in one key group. One owner thread.
 
     Attributes:
-        values: key -> decoded value, or :data:`DELETED`.
+        name: the store name (its column in the key group database).
+        codec: the store's value codec.
+        db: the key group database (committed state).
+        values: the young generation: key -> decoded value, or :data:`DELETED`. Holds
+            every dirty key. Readers may look here first and fall back to :meth:`get`.
         dirty: keys written in the open epoch.
+        sweep_cursor: where the next TTL sweep resumes (the smallest key not examined
+            yet), ``None`` to start from the first key. Owned by
+            :func:`state.primitives.sweep_expired`.
     """
 
-    __slots__ = ("codec", "db", "dirty", "name", "values")
+    __slots__ = ("_old", "codec", "db", "dirty", "name", "sweep_cursor", "values")
 
     def __init__(self, name: str, codec: Codec, db: KeyGroupStore) -> None:
         self.name = name
         self.codec = codec
         self.db = db
         self.values: dict[bytes, Any] = {}
+        self._old: dict[bytes, Any] = {}
         self.dirty: set[bytes] = set()
+        self.sweep_cursor: bytes | None = None
+
+    def __len__(self) -> int:
+        """Return the number of cached entries (exact right after :meth:`trim`)."""
+        return len(self.values) + len(self._old)
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether ``key`` is cached (never reads the database)."""
+        return key in self.values or key in self._old
 
     def load(self, key: bytes) -> Any:
         """Read ``key`` from the database into the cache and return it (or DELETED)."""
@@ -81,7 +115,10 @@ class StoreCache:
         """Return the current value of ``key`` (or DELETED)."""
         value = self.values.get(key, MISSING)
         if value is MISSING:
-            value = self.load(key)
+            value = self._old.pop(key, MISSING)
+            if value is MISSING:
+                return self.load(key)
+            self.values[key] = value  # used again: young generation
         return value
 
     def put(self, key: bytes, value: Any) -> None:
@@ -93,7 +130,8 @@ class StoreCache:
         """Return the encoded final value of every dirty key and clear the dirty set.
 
         ``None`` marks a deletion. The cache keeps the values, so reads stay correct
-        while the epoch commits.
+        while the epoch commits; the caller must apply the result to the database (or
+        call :meth:`discard`) before the next :meth:`trim`, which may evict them.
         """
         encode = self.codec.encode
         values = self.values
@@ -107,9 +145,40 @@ class StoreCache:
     def discard(self) -> None:
         """Forget everything cached, dirty or not (used when an epoch aborts)."""
         self.values.clear()
+        self._old.clear()
         self.dirty.clear()
 
     def trim(self, max_entries: int) -> None:
-        """Drop the read cache when it holds more than ``max_entries`` (only when clean)."""
-        if not self.dirty and len(self.values) > max_entries:
-            self.values.clear()
+        """Evict least recently used clean entries down to ``max_entries``.
+
+        A no-op while the cache holds at most ``max_entries``. Otherwise the entries
+        used since the previous trim become the most recent end of the old generation
+        and only the overflow is dropped, oldest first. Dirty entries are never dropped
+        (the cache may stay above ``max_entries`` while they outnumber it). Costs
+        O(entries used since the previous trim + entries dropped); call it once per
+        epoch, after the drained changes were applied to the database.
+        """
+        values, old, dirty = self.values, self._old, self.dirty
+        if len(values) + len(old) <= max_entries:
+            return
+        if dirty:  # dirty entries stay young (and out of the old generation)
+            young = {}
+            for key, value in values.items():
+                if key in dirty:
+                    young[key] = value
+                    old.pop(key, None)
+                else:
+                    old[key] = value
+            self.values = young
+        elif values:
+            old.update(values)  # appended at the end, or refreshed in place
+            self.values = {}
+        excess = len(old) + len(self.values) - max_entries
+        if excess <= 0:
+            return
+        if excess >= len(old):
+            old.clear()
+            return
+        victims = list(islice(old, excess))  # oldest first
+        for key in victims:
+            del old[key]

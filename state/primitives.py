@@ -126,8 +126,8 @@ class ValueState(StateHandle, Generic[T]):
                 self._key()
             cache = self._cache
             value = cache.values.get(key, MISSING)  # type: ignore[arg-type]  # checked above
-            if value is MISSING:
-                value = cache.load(key)  # type: ignore[arg-type]  # checked above
+            if value is MISSING:  # not used this epoch: older generation, then the database
+                value = cache.get(key)  # type: ignore[arg-type]  # checked above
         else:
             value = self._read()
         if value is DELETED:
