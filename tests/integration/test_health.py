@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import urllib.error
 import urllib.request
@@ -40,9 +41,27 @@ def test_probes_and_metrics(kafka_bootstrap: str, tmp_path: Path) -> None:
     app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
     try:
         wait_until(lambda: _get(port, "/readyz")[0] == 200, 60, what="/readyz")
-        assert _get(port, "/startupz")[0] == 200
-        assert _get(port, "/livez")[0] == 200
+        assert json.loads(_get(port, "/readyz")[1]) == {"status": "ready", "key_groups": 2}
+        assert _get(port, "/startupz") == (200, '{"status":"started"}\n')
+        code, body = _get(port, "/livez")
+        assert code == 200
+        assert json.loads(body)["status"] == "ok"
         assert _get(port, "/nope")[0] == 404
+
+        # A second instance on this host with the same port stops with a clear message
+        # (exit 2, configuration error) instead of an OSError traceback.
+        second = AppProcess(
+            "examples.running_sum:app",
+            {**env, "LOCKGATE_INSTANCE_ID": "second", "LOCKGATE_STATE_DIR": str(tmp_path / "s2")},
+            tmp_path / "second.log",
+        ).start()
+        assert second.wait(60) == 2
+        log = second.log_text()
+        assert f"LOCKGATE_HTTP_PORT={port}" in log
+        assert "already in use" in log
+        assert "Traceback" not in log
+        assert _get(port, "/readyz")[0] == 200  # the first one still serves
+
         assert len(read_all(kafka_bootstrap, out, expected=500, idle=1)) == 500
         wait_until(lambda: "lockgate_records_in_total" in _get(port, "/metrics")[1], 10)
         wait_until(
@@ -59,12 +78,18 @@ def test_probes_and_metrics(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert _metric(text, "lockgate_key_groups_assigned") == 2
         assert _metric(text, "lockgate_last_checkpoint_id") > 0
         assert "# TYPE lockgate_dlq_records_total counter" in text
+        commits = _metric(text, "lockgate_epoch_commit_seconds_count")
+        assert commits >= 1
+        assert _metric(text, "lockgate_epoch_commit_seconds_bucket", le="+Inf") == commits
+        assert _metric(text, "lockgate_epoch_commit_seconds_sum") > 0
+        assert _metric(text, "lockgate_key_groups_restoring") == 0
+        assert _metric(text, "lockgate_last_progress_age_seconds") < 5
     finally:
         assert app.terminate() == 0
 
 
-def _metric(text: str, name: str) -> float:
+def _metric(text: str, name: str, le: str | None = None) -> float:
     for line in text.splitlines():
-        if line.startswith(name + "{"):
+        if line.startswith(name + "{") and (le is None or f'le="{le}"' in line):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} missing")
