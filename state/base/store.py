@@ -49,6 +49,18 @@ class KeyGroupStore(Protocol):
         """Iterate the committed entries of ``store`` in key order."""
         ...
 
+    def iter_from(
+        self, store: str, start: bytes | None, limit: int
+    ) -> Iterator[tuple[bytes, bytes]]:
+        r"""Iterate at most ``limit`` committed entries of ``store`` from ``start`` on.
+
+        Keys come in bytewise order, starting with ``start`` itself when present
+        (``None`` starts at the first key); ``start + b"\x00"`` is the first key after
+        ``start``. Consume the iterator before the next :meth:`apply`: what it yields
+        after a write is unspecified.
+        """
+        ...
+
     def close(self) -> None:
         """Release the database (and its lock). Idempotent."""
         ...

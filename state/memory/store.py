@@ -6,6 +6,7 @@ changelog. Within a process a store survives close/open (like a local disk).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 
 from state.base.store import FORMAT_VERSION, META, META_FORMAT, Writes
@@ -20,6 +21,7 @@ class MemoryKeyGroupStore:
         self.key_group = key_group
         self._data: dict[str, dict[bytes, bytes]] = {n: {} for n in [*stores, META]}
         self._data[META][META_FORMAT] = FORMAT_VERSION
+        self._sorted: dict[str, list[bytes]] = {}  # sorted keys per store, until a write
 
     def ensure_stores(self, stores: Sequence[str]) -> None:
         """Add empty stores that are not there yet."""
@@ -33,6 +35,7 @@ class MemoryKeyGroupStore:
     def apply(self, writes: Writes, meta: Mapping[bytes, bytes]) -> None:
         """Write ``writes`` and ``meta`` (atomic: nothing else runs in between)."""
         for store, entries in writes.items():
+            self._sorted.pop(store, None)
             data = self._data[store]
             for key, value in entries.items():
                 if value is None:
@@ -48,6 +51,22 @@ class MemoryKeyGroupStore:
     def items(self, store: str) -> Iterator[tuple[bytes, bytes]]:
         """Iterate the entries of ``store`` in key order."""
         yield from sorted(self._data[store].items())
+
+    def iter_from(
+        self, store: str, start: bytes | None, limit: int
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Iterate at most ``limit`` entries of ``store`` from ``start`` (inclusive) on.
+
+        The sorted key list is kept until the next write to ``store``, so scanning a
+        store in steps costs one sort per write, not one per step.
+        """
+        keys = self._sorted.get(store)
+        if keys is None:
+            keys = self._sorted[store] = sorted(self._data[store])
+        data = self._data[store]
+        i = 0 if start is None else bisect_left(keys, start)
+        for key in keys[i : i + max(0, limit)]:
+            yield key, data[key]
 
     def close(self) -> None:
         """Nothing to release."""

@@ -100,6 +100,26 @@ class RocksDBKeyGroupStore:
         """Iterate the committed entries of ``store`` in key order."""
         yield from self._cf[store].items()
 
+    def iter_from(
+        self, store: str, start: bytes | None, limit: int
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Iterate at most ``limit`` entries of ``store`` from ``start`` (inclusive) on.
+
+        Seeks a raw iterator: rocksdict 0.3.29 ignores ``ReadOptions``'
+        ``set_iterate_lower_bound``, so the bound is a seek, not a read option.
+        """
+        if limit <= 0:
+            return
+        it = self._cf[store].iter()
+        if start is None:
+            it.seek_to_first()
+        else:
+            it.seek(start)
+        while limit and it.valid():
+            yield it.key(), it.value()
+            limit -= 1
+            it.next()
+
     def close(self) -> None:
         """Flush and release the database and its lock. Idempotent."""
         db = getattr(self, "_db", None)
