@@ -4,28 +4,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported in cimpl
     AdminClient,
+    ConfigResource,
     NewTopic,
     OffsetSpec,
+    ResourceType,
 )
 
+from processors._errors import AbortEpoch, Kind, classify, kafka_call
 from processors._settings import GroupProtocol, Guarantee, Settings
 from processors.exceptions import FatalKafkaError, TopicError
+
+__all__ = ["CONTROL_TOPIC", "PARTITION_EOF", "AbortEpoch", "Admin", "kafka_call"]
 
 log = logging.getLogger("lockgate.kafka")
 
 CONTROL_TOPIC = "lockgate.control"
-_METADATA_NOT_READY = {
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-}
-T = TypeVar("T")
+#: A just-created topic has no leader yet: list_offsets answers these for a while.
+_METADATA_NOT_READY = {KafkaError.UNKNOWN_TOPIC_OR_PART}
+#: Changelog topic settings: compacted, and tombstones kept for a day (the local-state
+#: age guard in processors/_keygroups.py is derived from the value the topic really has).
+CHANGELOG_CONFIG = {"cleanup.policy": "compact", "delete.retention.ms": "86400000"}
 
 
 # Pass-through properties that only one kind of client accepts; librdkafka warns about the
@@ -226,67 +230,70 @@ class Admin:
     def end_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Return the high watermark (the next offset to be written) of each partition.
 
-        Retries while a just-created topic has no leader yet.
+        Retries transient errors (a just-created topic without a leader, leader-epoch
+        changes after a broker restart) for up to 60 s.
+
+        Raises:
+            FatalKafkaError: the offsets could not be read within 60 s.
         """
+        return self._list_offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+
+    def start_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Return the log start offset (the first readable offset) of each partition.
+
+        Raises:
+            FatalKafkaError: the offsets could not be read within 60 s.
+        """
+        return self._list_offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+
+    def _list_offsets(self, tps: list[TopicPartition], spec: Any) -> dict[tuple[str, int], int]:
         if not tps:
             return {}
-        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
-        req = {TopicPartition(tp.topic, tp.partition): latest for tp in tps}
-
-        def query() -> dict[tuple[str, int], int]:
-            futs = self._admin.list_offsets(req)
-            return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
-
+        req = {TopicPartition(tp.topic, tp.partition): spec for tp in tps}
         deadline = time.monotonic() + 60
+        delay = 0.1
         while True:
             try:
-                return kafka_call(query, what="list_offsets")
-            except FatalKafkaError as exc:
-                cause = exc.__cause__
-                err = cause.args[0] if isinstance(cause, KafkaException) else None
-                if (
-                    not isinstance(err, KafkaError)
-                    or err.code() not in _METADATA_NOT_READY
-                    or time.monotonic() > deadline
-                ):
-                    raise
-                time.sleep(0.2)
-
-
-class AbortEpoch(Exception):  # noqa: N818 - control flow, not an error for users
-    """The open transaction must be aborted and the inputs rewound (an abortable error)."""
-
-
-def kafka_call(fn: Callable[..., T], *args: Any, what: str, attempts: int = 30) -> T:
-    """Call a transactional API, applying librdkafka's error classes.
-
-    Retriable errors are retried with backoff; errors that require an abort raise
-    :class:`AbortEpoch`; fatal errors (e.g. fenced) and errors of no class raise
-    :class:`FatalKafkaError`.
-    """
-    delay = 0.05
-    for attempt in range(attempts):
-        try:
-            return fn(*args)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if not isinstance(err, KafkaError):
-                raise FatalKafkaError(f"{what}: {exc}") from exc
-            if err.fatal():
-                raise FatalKafkaError(
-                    f"{what}: fatal Kafka error {err.name()}: {err.str()}"
-                ) from exc
-            if err.txn_requires_abort():
-                raise AbortEpoch(f"{what}: {err.name()}: {err.str()}") from exc
-            if err.retriable() and attempt + 1 < attempts:
-                log.warning(
-                    "retrying", extra={"call": what, "error": err.name(), "attempt": attempt + 1}
+                futs = self._admin.list_offsets(req, request_timeout=10)
+                return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
+            except KafkaException as exc:
+                err = exc.args[0]
+                transient = isinstance(err, KafkaError) and (
+                    classify(err) is Kind.RETRY or err.code() in _METADATA_NOT_READY
                 )
+                if not transient or time.monotonic() > deadline:
+                    raise FatalKafkaError(f"list_offsets: {exc}") from exc
+                log.warning("retrying", extra={"call": "list_offsets", "error": str(err)})
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-                continue
-            raise FatalKafkaError(f"{what}: {err.name()}: {err.str()}") from exc
-    raise FatalKafkaError(f"{what}: gave up after {attempts} attempts")
+
+    def topic_config(self, topic: str, timeout: float = 30.0) -> dict[str, str]:
+        """Return the effective configuration of ``topic`` (name -> value)."""
+        res = ConfigResource(ResourceType.TOPIC, topic)
+        fut = self._admin.describe_configs([res], request_timeout=timeout)[res]
+        entries = fut.result(timeout)
+        return {name: entry.value for name, entry in entries.items()}
+
+    def check_changelogs(self, topics: Iterable[str]) -> dict[str, int]:
+        """Check that each changelog is compacted; return its ``delete.retention.ms``.
+
+        Raises:
+            TopicError: a changelog exists with a cleanup policy without ``compact``
+                (a ``delete`` topic silently loses state after its retention).
+        """
+        out = {}
+        for topic in topics:
+            conf = self.topic_config(topic)
+            policy = conf.get("cleanup.policy", "")
+            if "compact" not in policy.split(","):
+                raise TopicError(
+                    f"changelog {topic} has cleanup.policy={policy or '?'}: changelogs must be "
+                    "compacted (cleanup.policy=compact), or state is lost after the topic's "
+                    f"retention; fix it with: kafka-configs.sh --alter --entity-type topics "
+                    f"--entity-name {topic} --add-config cleanup.policy=compact"
+                )
+            out[topic] = int(conf.get("delete.retention.ms") or 86_400_000)
+        return out
 
 
 #: librdkafka's "reached the end of the partition" event code.

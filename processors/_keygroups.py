@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from processors._errors import Stopping
 from processors._faults import crash_point
 from processors._kafka import PARTITION_EOF
 from processors.exceptions import FatalKafkaError
@@ -24,9 +25,11 @@ from state.primitives import StateHandle
 
 log = logging.getLogger("lockgate.restore")
 
-#: A local DB not updated for this long is rebuilt: changelog compaction may have removed
-#: tombstones written since (topic default delete.retention.ms is 24 h).
-_MAX_LOCAL_AGE_MS = 20 * 3600 * 1000
+#: The changelog's tombstone retention when the topic does not say (Kafka's default).
+_DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 3600 * 1000
+#: A local DB not updated for this share of the tombstone retention is rebuilt:
+#: compaction may have removed tombstones written since.
+_MAX_AGE_SHARE = 0.8
 
 
 class KeyGroup:
@@ -79,7 +82,30 @@ class Restorer:
         end_offsets: Callable[[list[TopicPartition]], dict[tuple[str, int], int]],
         progress: Callable[[int, int], None],
         batch_records: int = 20_000,
+        should_stop: Callable[[], bool] = lambda: False,
+        stall_timeout_s: float = 90.0,
+        tombstone_retention_ms: int | None = None,
     ) -> None:
+        """Create a restorer.
+
+        Args:
+            app: the app name (changelog topics are named after it).
+            backend: where key group databases live.
+            consumer: a group-less ``read_committed`` consumer for the changelogs.
+            end_offsets: returns the high watermark of changelog partitions.
+            progress: called with (records read, records remaining) per batch.
+            batch_records: records applied per atomic write.
+            should_stop: checked per batch; true stops the restore with
+                :class:`processors._errors.Stopping` (it resumes from the applied part).
+            stall_timeout_s: a restore that reads nothing new for this long fails
+                (an open transaction there lasts at most the transaction timeout).
+            tombstone_retention_ms: the changelogs' ``delete.retention.ms``; a local DB
+                older than 80% of it is rebuilt from the changelog.
+        """
+        self._should_stop = should_stop
+        self._stall_timeout_s = stall_timeout_s
+        retention = tombstone_retention_ms or _DEFAULT_TOMBSTONE_RETENTION_MS
+        self._max_age_ms = int(retention * _MAX_AGE_SHARE)
         self._app = app
         self._backend = backend
         self._consumer = consumer
@@ -117,7 +143,7 @@ class Restorer:
             reason = "local state is ahead of the changelog (was the changelog recreated?)"
         else:
             updated = db.get_meta(META_UPDATED_MS)
-            if updated is not None and time.time() * 1000 - int(updated) > _MAX_LOCAL_AGE_MS:
+            if updated is not None and time.time() * 1000 - int(updated) > self._max_age_ms:
                 # Compaction may have dropped tombstones written since (delete.retention.ms).
                 reason = "local state is older than the changelog's tombstone retention"
         if reason is not None:
@@ -131,10 +157,16 @@ class Restorer:
             db = self._backend.open(self._app, index, stores)
             starts = dict.fromkeys(stores, 0)
         total = 0
+        # The age of the local state is the time it was last complete: a restore that
+        # stops halfway keeps the older time (tombstones in the unread part may be
+        # compacted away meanwhile); a fresh DB is as old as this restore's start.
+        if db.get_meta(META_UPDATED_MS) is None:
+            db.apply({}, {META_UPDATED_MS: str(int(time.time() * 1000)).encode()})
         for name in stores:
             end = ends[(topics[name], index)]
             if starts[name] < end:
                 total += self._replay(db, name, topics[name], index, starts[name], end)
+        db.apply({}, {META_UPDATED_MS: str(int(time.time() * 1000)).encode()})
         log.info(
             "key group restored",
             extra={
@@ -156,8 +188,11 @@ class Restorer:
         last = start - 1
         count = 0
         done = False
+        progressed = time.monotonic()
         try:
             while not done:
+                if self._should_stop():
+                    raise Stopping(f"restore of {topic}[{index}]")
                 msgs: list[Any] = consumer.consume(5000, 0.1)
                 for msg in msgs:
                     err = msg.error()
@@ -171,18 +206,25 @@ class Restorer:
                     pending[msg.key()] = msg.value()
                     last = msg.offset()
                     count += 1
+                if msgs:
+                    progressed = time.monotonic()
                 if last + 1 >= end:
                     done = True
                 elif not msgs:
                     # Aborted records and markers are skipped: the position passes them.
-                    done = consumer.position([tp])[0].offset >= end
+                    position = consumer.position([tp])[0].offset
+                    done = position >= end
+                    if not done and time.monotonic() - progressed > self._stall_timeout_s:
+                        raise FatalKafkaError(
+                            f"restore of changelog {topic}[{index}] made no progress for "
+                            f"{self._stall_timeout_s:.0f}s at offset {max(position, last + 1)} "
+                            f"of {end} (an open transaction that never ends, or the broker is "
+                            "unreachable); the instance stops and restarts the restore"
+                        )
                 if pending and (done or len(pending) >= self._batch):
                     db.apply(
                         {store: pending},
-                        {
-                            meta_key: str(last + 1).encode(),
-                            META_UPDATED_MS: str(int(time.time() * 1000)).encode(),
-                        },
+                        {meta_key: str(last + 1).encode()},
                     )
                     pending = {}
                     crash_point("mid_restore")

@@ -1,4 +1,9 @@
-"""running_sum with slow user code (5 ms per record), to prove epochs are cut short."""
+"""running_sum with slow user code (``SLOW_APP_SLEEP_MS`` per record, default 5 ms).
+
+Used to prove that epochs are cut short inside the transaction timeout, and that a
+record slower than the whole budget is handled by policy instead of a crash loop
+(``SLOW_APP_STALL_SEQ``: the record with that ``seq`` sleeps ``SLOW_APP_STALL_MS``).
+"""
 
 import os
 import time
@@ -8,6 +13,9 @@ from processors import App, Context
 
 INPUT = os.environ["LOCKGATE_INPUT_TOPIC"]
 OUTPUT = os.environ["LOCKGATE_OUTPUT_TOPIC"]
+SLEEP = float(os.environ.get("SLOW_APP_SLEEP_MS", "5")) / 1000
+STALL_SEQ = int(os.environ.get("SLOW_APP_STALL_SEQ", "-1"))
+STALL = float(os.environ.get("SLOW_APP_STALL_MS", "0")) / 1000
 
 app = App("slow")
 totals = app.value_state("totals")
@@ -15,7 +23,7 @@ totals = app.value_state("totals")
 
 @app.process(INPUT, outputs=[OUTPUT])
 def handle(key: str, value: dict[str, Any], ctx: Context) -> None:
-    time.sleep(0.005)
+    time.sleep(STALL if value["seq"] == STALL_SEQ else SLEEP)
     total = totals.value() or [0, 0]
     total = [total[0] + value["v"], total[1] + 1]
     totals.update(total)

@@ -1,0 +1,271 @@
+"""What every part of the runtime shares: the instance's state and how it produces.
+
+:class:`RunnerCore` holds the attributes the loop (``_runtime``), the epoch sequence
+(``_epoch``) and the rebalance handling (``_rebalance``) read and write. One thread
+owns all of it; the side thread of the health server only reads :class:`Metrics`.
+
+Offsets are tracked here, never read back from the consumer: ``position()`` is INVALID
+(-1001) right after a ``seek()`` until the next fetch, so an epoch that ended then
+would commit its outputs without the offsets of the records that made them.
+``next_offset[(topic, partition)]`` is the next record to process of every owned input
+partition: set on assignment (the committed offset, or the log start when nothing is
+committed), advanced by processing, and reset by a rewind.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from processors._app import App
+from processors._context import Headers
+from processors._errors import (
+    AbortEpoch,
+    Kind,
+    Stopping,
+    classify,
+    delivery_is_transient,
+    describe,
+    kafka_call,
+)
+from processors._health import Metrics
+from processors._kafka import Admin
+from processors._keygroups import KeyGroup, Restorer
+from processors._settings import Guarantee, Settings, StateBackendKind
+from processors.exceptions import ConfigError, FatalKafkaError
+from state.base.store import StateBackend
+from state.memory.store import MemoryBackend
+from state.rocksdb.store import RocksDBBackend
+
+log = logging.getLogger("lockgate.runtime")
+
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}  # noqa: SLF001 - public codes
+
+CONTROL_HEADER = "lockgate-type"
+
+
+class RecordRejected(Exception):  # noqa: N818 - names what happened to the record
+    """The producer can never write an output of this record (e.g. it is too large).
+
+    Raised from ``ctx.emit`` into user code; the record is dead-lettered (or the app
+    stops under ``LOCKGATE_ON_ERROR=fail``) even if user code catches it.
+    """
+
+
+class SlowRecordError(Exception):
+    """One record kept user code busy longer than the transaction can stay open."""
+
+
+def error_headers(msg: Any, exc: BaseException, stage: str) -> list[tuple[str, bytes | str]]:
+    """Return the dead-letter headers of ``msg`` failed with ``exc`` in ``stage``."""
+    headers: list[tuple[str, bytes | str]] = [
+        ("lockgate-error-type", type(exc).__name__),
+        ("lockgate-error-message", str(exc)[:2000]),
+        ("lockgate-error-stage", stage),
+        ("lockgate-source-topic", msg.topic()),
+        ("lockgate-source-partition", str(msg.partition())),
+        ("lockgate-source-offset", str(msg.offset())),
+        ("lockgate-source-timestamp", str(msg.timestamp()[1])),
+    ]
+    headers.extend(msg.headers() or [])
+    return headers
+
+
+def where(msg: Any) -> str:
+    """Return ``topic[partition]@offset`` of a record."""
+    return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+
+
+class RunnerCore:
+    """The state of one instance, shared by the loop, epochs and rebalances."""
+
+    def __init__(self, app: App, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.name = settings.app_name or app.name
+        self.eos = settings.guarantee is Guarantee.EXACTLY_ONCE
+        self.metrics = Metrics(self.name, settings.instance_id)
+        self._handles = app.stores
+        self._inputs = app.input_topics
+        self._outputs = {t: (spec.key.encode, spec.value.encode) for t, spec in app.outputs.items()}
+        self._internal_outputs = [t for t, spec in app.outputs.items() if spec.internal]
+        self._dlq = f"{self.name}.dlq"
+        self._stop = False
+        self._fatal: BaseException | None = None
+        self._kgs: dict[int, KeyGroup] = {}
+        #: Offsets in the last committed transaction, per owned input partition.
+        self._committed: dict[tuple[str, int], int] = {}
+        #: The next record to process, per owned input partition (see module docs).
+        self._next: dict[tuple[str, int], int] = {}
+        self._uncommitted = 0  # records consumed since the last commit
+        self._epoch_out = 0  # records emitted in the open epoch
+        self._epoch_dlq = 0  # records dead-lettered in the open epoch
+        self._last_epoch_records = 0
+        #: Records to dead-letter instead of processing on the replay: coords -> cause.
+        self._poison: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
+        self._commit_now = False
+        self._checkpoint = 0
+        self._delivery_error: KafkaError | None = None
+        self._partitions = 0
+        self._changelog_retention_ms: int | None = None
+        self._backend: StateBackend = (
+            MemoryBackend()
+            if settings.state_backend is StateBackendKind.MEMORY
+            else RocksDBBackend(settings.state_dir)
+        )
+        self._producer: Any = None
+        self._consumer: Any = None
+        self._restorer: Restorer | None = None
+        self._admin: Admin | None = None
+        self._stop_committing = False
+        self._consecutive_aborts = 0
+        self._producer_error: KafkaError | None = None  # set by _emit, checked per record
+        self._record_error: BaseException | None = None  # an emit of this record failed
+        #: Processing stops at this time within an epoch (half the transaction timeout).
+        self._budget_s = settings.transaction_timeout_ms / 2000
+        self._epoch_deadline = time.monotonic() + self._budget_s
+        #: The record of the open epoch that alone took longer than the budget, if any.
+        self._slow: tuple[Any, float] | None = None
+        self._fresh_producer = False  # replaced after a timed-out transaction
+        self._produce_fast: Any = None
+        self._internal_partitions: dict[str, int] = {}
+
+    # -- bounded waits --------------------------------------------------------------------
+
+    @property
+    def _txn_timeout_s(self) -> float:
+        return self.settings.transaction_timeout_ms / 1000
+
+    def _call(self, fn: Any, *args: Any, what: str, timeout_s: float | None = None) -> Any:
+        """Call a blocking client API, bounded by ``timeout_s`` (default: the txn timeout).
+
+        Shows the wait on /livez (bounded calls are not a stall until their deadline) and
+        gives up with :class:`Stopping` when a stop is requested during retries.
+        """
+        timeout = self._txn_timeout_s if timeout_s is None else timeout_s
+        with self.metrics.blocked(what, timeout + 5):
+            return kafka_call(
+                fn,
+                *args,
+                what=what,
+                timeout_s=timeout,
+                should_stop=lambda: self._stop,
+                on_wait=self.metrics.beat,
+            )
+
+    def _reset_epoch_deadline(self) -> None:
+        self._epoch_deadline = time.monotonic() + self._budget_s
+        self._slow = None
+
+    # -- producing ------------------------------------------------------------------------
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, **kw: Any) -> None:
+        """Produce a record the runtime writes (changelog, DLQ, barrier, checkpoint).
+
+        Raises:
+            AbortEpoch: the transaction went abortable; replaying the epoch may succeed.
+            FatalKafkaError: fatal producer state, or a record the runtime itself made
+                cannot be written (e.g. a state value above the topic's size limit).
+        """
+        produce = self._producer.produce
+        while True:
+            try:
+                produce(topic, value, key, **kw)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # queue full: let deliveries drain
+            except KafkaException as exc:
+                err = exc.args[0]
+                kind = classify(err) if isinstance(err, KafkaError) else Kind.FATAL
+                if kind is Kind.ABORT or kind is Kind.RETRY:
+                    raise AbortEpoch(f"produce to {topic}: {describe(err)}") from exc
+                if kind is Kind.RECORD:
+                    size = (len(value) if value else 0) + (len(key) if key else 0)
+                    raise FatalKafkaError(
+                        f"cannot write a {size}-byte record to {topic}: {describe(err)} "
+                        "(for a changelog: a state value outgrew the topic's max.message.bytes;"
+                        " keep per-key state smaller or raise the topic limit and the "
+                        "producer's LOCKGATE_KAFKA__MESSAGE_MAX_BYTES)"
+                    ) from exc
+                raise FatalKafkaError(f"produce to {topic}: {exc}") from exc
+
+    def _dead_letter(self, msg: Any, exc: BaseException, stage: str) -> None:
+        self._produce(self._dlq, msg.value(), msg.key(), headers=error_headers(msg, exc, stage))
+        self._epoch_dlq += 1
+
+    def _emit(self, topic: str, key: Any, value: Any, headers: Headers) -> None:
+        """``ctx.emit``: encode and produce one output of the current record."""
+        codecs = self._outputs.get(topic)
+        if codecs is None:
+            raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
+        kenc, venc = codecs
+        data = None if value is None else venc(value)
+        raw_key = None if key is None else kenc(key)
+        produce = self._produce_fast
+        while True:
+            try:
+                if headers is None:
+                    produce(topic, data, raw_key)
+                else:
+                    produce(topic, data, raw_key, headers=headers)
+                break
+            except BufferError:
+                self._producer.poll(0.05)  # queue full: let deliveries drain
+            except KafkaException as exc:
+                err = exc.args[0]
+                if isinstance(err, KafkaError) and classify(err) is Kind.RECORD:
+                    size = (len(data) if data else 0) + (len(raw_key) if raw_key else 0)
+                    rejected = RecordRejected(
+                        f"output to {topic} ({size} bytes) cannot be written: {describe(err)}"
+                    )
+                    self._record_error = rejected
+                    raise rejected from exc
+                # The producer refused for its own reasons (e.g. the transaction went
+                # abortable): not the record's fault, even if user code swallows it.
+                self._producer_error = err if isinstance(err, KafkaError) else None
+                if self._producer_error is None:
+                    raise FatalKafkaError(f"produce to {topic}: {exc}") from exc
+                raise
+        self._epoch_out += 1
+
+    # -- delivery reports -----------------------------------------------------------------
+
+    def _on_delivery_error(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            if err.code() in _PURGED:
+                return  # our own abort purged it: the replay produces it again
+            if self._delivery_error is None or not delivery_is_transient(err):
+                self._delivery_error = err
+            size = len(msg.value() or b"") + len(msg.key() or b"")
+            log.warning(
+                "delivery failed",
+                extra={
+                    "topic": msg.topic(),
+                    "partition": msg.partition(),
+                    "bytes": size,
+                    "error": err.name(),
+                    "detail": err.str(),
+                },
+            )
+
+    def _raise_if_undeliverable(self) -> None:
+        """A record failed permanently: replaying the epoch would fail the same way.
+
+        Raises:
+            FatalKafkaError: a delivery failed for a permanent reason (by error code).
+        """
+        err, self._delivery_error = self._delivery_error, None
+        if err is not None and not delivery_is_transient(err):
+            raise FatalKafkaError(
+                f"a record could not be delivered ({describe(err)}); replaying would fail "
+                "again, so the instance stops (check the emitted key/value sizes against "
+                "the topic's max.message.bytes, topic ACLs, and that compacted outputs get "
+                "keys)"
+            )
+
+    def _check_stop(self) -> None:
+        if self._stop:
+            raise Stopping("stop requested")

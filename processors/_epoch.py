@@ -1,0 +1,345 @@
+"""The epoch sequence: commit (exactly-once or at-least-once), abort, rewind.
+
+Every ``LOCKGATE_CHECKPOINT_INTERVAL_MS`` (or sooner, when the batch budget runs out)
+the open epoch ends with the commit sequence:
+
+1. produce the final value of every dirty state key to its changelog partition,
+   barrier records to internal outputs, and a checkpoint record per key group to
+   ``lockgate.control``;
+2. ``send_offsets_to_transaction`` with the next offset of **every** owned input
+   partition (tracked by the runtime, never read from ``position()``), changed or
+   not — the call is also the group-generation check that fences a zombie — with
+   metadata carrying the checkpoint id;
+3. ``commit_transaction``; then write the epoch's changes to the local databases
+   (with the changelog offsets in ``__meta``); then ``begin_transaction``.
+
+Nothing reaches the local databases before step 3 succeeded, so an abort is "drop the
+caches and seek back to the committed offsets". Every blocking call is bounded by the
+transaction timeout; transient errors past it abort the epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from confluent_kafka import Producer, TopicPartition
+
+from processors._core import RunnerCore, SlowRecordError, where
+from processors._errors import AbortEpoch
+from processors._faults import crash_point
+from processors._kafka import CONTROL_TOPIC, producer_config
+from processors._settings import OnError
+from processors.exceptions import FatalKafkaError, UserCodeError
+from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
+from state.cache import changelog_topic
+
+log = logging.getLogger("lockgate.runtime")
+
+_MAX_CONSECUTIVE_ABORTS = 10
+
+
+class EpochMixin(RunnerCore):
+    """Commits and aborts epochs (see the module docs for the sequence)."""
+
+    # -- the producer ---------------------------------------------------------------------
+
+    def _open_producer(self) -> None:
+        """Create the producer; under exactly-once, fence older incarnations and begin."""
+        s = self.settings
+        tid = f"{self.name}-{s.instance_id}" if self.eos else None
+        pconf = producer_config(s, self.name, tid)
+        # Python callbacks for failures only (a callback per record costs ~10%).
+        pconf["delivery.report.only.error"] = True
+        pconf["on_delivery"] = self._on_delivery_error
+        self._producer = Producer(pconf)
+        self._produce_fast = self._producer.produce
+        if self.eos:
+            # Fences an older incarnation with the same id and aborts its open transaction.
+            self._call(
+                self._producer.init_transactions,
+                self._txn_timeout_s,
+                what="init_transactions",
+                timeout_s=self._txn_timeout_s * 2,
+            )
+            self._producer.begin_transaction()
+
+    # -- commit ---------------------------------------------------------------------------
+
+    def _owned_partitions(self) -> list[tuple[str, int]]:
+        return [(t, g) for g in self._kgs for t in self._inputs]
+
+    def _end_epoch(self) -> None:
+        """Commit the open epoch (no-op when nothing happened since the last one).
+
+        Raises:
+            AbortEpoch: the transaction must be aborted (the caller aborts and replays).
+            FatalKafkaError: fenced, or a record can never be delivered.
+            Stopping: a stop was requested while a commit call was retrying.
+        """
+        self._commit_now = False
+        if self._stop_committing:
+            return
+        if self._uncommitted == 0 and not any(
+            c.dirty for kg in self._kgs.values() for c in kg.caches.values()
+        ):
+            self._reset_epoch_deadline()  # nothing open: the next epoch starts now
+            return
+        started = time.monotonic()
+        interval = self.settings.checkpoint_interval_ms
+        ckpt = max(self._checkpoint + 1, int(time.time() * 1000) // interval)
+        meta = orjson.dumps({"ckpt": ckpt}).decode()
+        offsets = [
+            TopicPartition(t, p, self._next[(t, p)], metadata=meta)
+            for t, p in self._owned_partitions()
+        ]
+        try:
+            writes = self._produce_changelogs()
+            self._write_barriers_and_checkpoints(ckpt, offsets)
+            self._commit(offsets)
+        except FatalKafkaError:
+            if self._slow is None or not self.eos:
+                raise
+            # Most likely the coordinator aborted the transaction on its timeout while
+            # one record ran (the producer epoch was bumped): a new producer takes over.
+            self._replace_producer()
+            raise AbortEpoch("the transaction timed out while a slow record ran") from None
+        except AbortEpoch:
+            self._raise_if_undeliverable()
+            raise
+        self._consecutive_aborts = 0
+        self._apply_locally(ckpt, writes)
+        for tp in offsets:
+            self._committed[(tp.topic, tp.partition)] = tp.offset
+        if self._poison:  # dead-lettered records behind the committed positions are done
+            self._poison = {
+                k: v for k, v in self._poison.items() if k[2] >= self._committed.get(k[:2], 0)
+            }
+        self._checkpoint = ckpt
+        self._last_epoch_records = self._uncommitted
+        m = self.metrics
+        m.records_in += self._uncommitted
+        m.records_out += self._epoch_out
+        m.dlq_records += self._epoch_dlq
+        self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        if self.eos:
+            self._producer.begin_transaction()
+        self._reset_epoch_deadline()
+        took = time.monotonic() - started
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "epoch committed",
+                extra={"checkpoint": ckpt, "records": self._last_epoch_records, "seconds": took},
+            )
+        m.epochs_committed += 1
+        m.last_checkpoint_id = ckpt
+        m.observe_commit(took)
+        self._sample_lag(offsets)
+
+    def _produce_changelogs(self) -> dict[int, dict[str, dict[bytes, bytes | None]]]:
+        """Produce every dirty key's final value; return the writes per key group."""
+        writes: dict[int, dict[str, dict[bytes, bytes | None]]] = {}
+        for g, kg in self._kgs.items():
+            per_store: dict[str, dict[bytes, bytes | None]] = {}
+            for name, cache in kg.caches.items():
+                changes = cache.drain()
+                if not changes:
+                    continue
+                per_store[name] = changes
+                topic = changelog_topic(self.name, name)
+                for key, value in changes.items():
+                    self._produce(topic, value, key, partition=g)
+            if per_store:
+                writes[g] = per_store
+        return writes
+
+    def _commit(self, offsets: list[TopicPartition]) -> None:
+        producer = self._producer
+        if self.eos:
+            crash_point("before_send_offsets")
+            self._call(
+                producer.send_offsets_to_transaction,
+                offsets,
+                self._consumer.consumer_group_metadata(),
+                self._txn_timeout_s,
+                what="send_offsets_to_transaction",
+            )
+            crash_point("before_commit")
+            self._call(producer.commit_transaction, self._txn_timeout_s, what="commit_transaction")
+            return
+        with self.metrics.blocked("flush", self._txn_timeout_s):
+            remaining = producer.flush(self._txn_timeout_s)
+        self._raise_if_undeliverable()
+        if remaining:
+            raise AbortEpoch(f"{remaining} records not delivered within the transaction timeout")
+        if offsets:
+            self._call(self._consumer.commit, None, offsets, False, what="commit offsets")
+
+    def _apply_locally(
+        self, ckpt: int, writes: dict[int, dict[str, dict[bytes, bytes | None]]]
+    ) -> None:
+        """Write a committed epoch's changes to the local databases."""
+        # Success reports are off, so the next changelog offsets come from the broker: only
+        # the owner of key group g writes changelog partition g, and all of it is acked.
+        assert self._admin is not None
+        touched = [
+            TopicPartition(changelog_topic(self.name, name), g)
+            for g, per_store in writes.items()
+            for name in per_store
+        ]
+        changelog_next = self._admin.end_offsets(touched)
+        # Committed: now (and only now) the changes may reach the local databases.
+        crash_point("after_commit")
+        ckpt_bytes = str(ckpt).encode()
+        now_bytes = str(int(time.time() * 1000)).encode()
+        for g, per_store in writes.items():
+            meta_entries = {META_CHECKPOINT: ckpt_bytes, META_UPDATED_MS: now_bytes}
+            for name in per_store:
+                nxt = changelog_next.get((changelog_topic(self.name, name), g))
+                if nxt is not None:
+                    meta_entries[META_CHANGELOG_PREFIX + name.encode()] = str(nxt).encode()
+            kg = self._kgs[g]
+            kg.db.apply(per_store, meta_entries)
+            for cache in kg.caches.values():
+                cache.trim(self.settings.state_cache_entries)
+
+    def _write_barriers_and_checkpoints(self, ckpt: int, offsets: list[TopicPartition]) -> None:
+        by_group: dict[int, dict[str, int]] = {}
+        for tp in offsets:
+            by_group.setdefault(tp.partition, {})[tp.topic] = tp.offset
+        for g in self._kgs:
+            writer = f"{self.name}/{g}"
+            wm = "-1"  # event time arrives with the watermark issue
+            barrier = orjson.dumps({"type": "barrier", "ckpt": ckpt, "writer": writer, "wm": -1})
+            headers = [
+                ("lockgate-type", b"barrier"),
+                ("lockgate-ckpt", str(ckpt).encode()),
+                ("lockgate-writer", writer.encode()),
+                ("lockgate-wm", wm.encode()),
+            ]
+            for topic in self._internal_outputs:
+                for p in range(self._internal_partitions[topic]):
+                    self._produce(topic, barrier, None, partition=p, headers=headers)
+            record = {
+                "app": self.name,
+                "key_group": g,
+                "checkpoint": ckpt,
+                "instance": self.settings.instance_id,
+                "offsets": by_group.get(g, {}),
+                "ts": int(time.time() * 1000),
+            }
+            self._produce(
+                CONTROL_TOPIC,
+                orjson.dumps(record),
+                f"ckpt/{self.name}/{g}".encode(),
+                partition=0,
+            )
+
+    # -- slow records -----------------------------------------------------------------
+
+    def _replace_producer(self) -> None:
+        """Replace a producer whose transaction the coordinator aborted (epoch bumped)."""
+        try:
+            self._producer.flush(1)
+        except Exception:  # noqa: BLE001, S110 - the old producer is unusable anyway
+            pass
+        self._open_producer()
+        self._fresh_producer = True  # nothing is open to abort
+
+    def _poison_slow_record(self) -> None:
+        """A record alone outlived the epoch budget and the epoch failed: apply the policy.
+
+        The record is dead-lettered on the replay (``on_error=dlq``) with a
+        :class:`SlowRecordError`, so the replay cannot time out on it again.
+
+        Raises:
+            UserCodeError: ``LOCKGATE_ON_ERROR=fail`` (the app stops naming the record).
+        """
+        assert self._slow is not None
+        msg, seconds = self._slow
+        self._slow = None
+        text = (
+            f"record {where(msg)} kept user code busy for {seconds:.1f}s, more than the "
+            f"epoch budget of {self._budget_s:.1f}s (half of "
+            f"LOCKGATE_TRANSACTION_TIMEOUT_MS={self.settings.transaction_timeout_ms})"
+        )
+        if self.settings.on_error is OnError.FAIL:
+            raise UserCodeError(
+                f"{text}; raise the timeout or make the handler faster "
+                "(LOCKGATE_ON_ERROR=fail; with dlq the record is dead-lettered)"
+            )
+        log.error("%s: dead-lettering it on the replay", text)
+        self._poison[(msg.topic(), msg.partition(), msg.offset())] = (
+            SlowRecordError(text),
+            "process",
+        )
+
+    # -- abort ----------------------------------------------------------------------------
+
+    def _abort_epoch(self, reason: str) -> None:
+        """Abort the open epoch: drop uncommitted state, rewind inputs, begin again.
+
+        Raises:
+            FatalKafkaError: too many aborts in a row without a commit (a replay loop),
+                or the abort itself could not complete within the transaction timeout.
+        """
+        log.warning("aborting epoch", extra={"reason": reason})
+        self._consecutive_aborts += 1
+        if self._consecutive_aborts > _MAX_CONSECUTIVE_ABORTS and not reason.startswith("user"):
+            raise FatalKafkaError(
+                f"{self._consecutive_aborts} epochs aborted in a row without a commit "
+                f"(last: {reason}); stopping instead of replaying forever"
+            )
+        if self._slow is not None:
+            self._poison_slow_record()
+        if self.eos:
+            if self._fresh_producer:
+                self._fresh_producer = False  # a new producer: nothing is open
+            else:
+                try:
+                    self._call(
+                        self._producer.abort_transaction,
+                        self._txn_timeout_s,
+                        what="abort_transaction",
+                    )
+                except AbortEpoch as exc:
+                    raise FatalKafkaError(f"cannot abort the open transaction: {exc}") from exc
+                self._producer.poll(0)  # serve the purge reports of the aborted records now
+        self._delivery_error = None  # the replay will produce those records again
+        for kg in self._kgs.values():
+            kg.discard()
+        self._rewind(list(self._kgs))
+        self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        self.metrics.epochs_aborted += 1
+        if self.eos:
+            self._producer.begin_transaction()
+        self._reset_epoch_deadline()
+
+    def _rewind(self, groups: list[int]) -> None:
+        """Seek the inputs of ``groups`` back to their last committed positions."""
+        for g in groups:
+            for topic in self._inputs:
+                offset = self._committed.get((topic, g))
+                if offset is None:
+                    continue
+                self._next[(topic, g)] = offset
+                tp = TopicPartition(topic, g, offset)
+                try:
+                    self._consumer.seek(tp)
+                except Exception:  # noqa: BLE001 - not fetching yet (KafkaException)
+                    # Re-assigning at the offset has the same effect.
+                    self._consumer.incremental_unassign([TopicPartition(topic, g)])
+                    self._consumer.incremental_assign([tp])
+
+    def _sample_lag(self, offsets: list[Any]) -> None:
+        lag = 0
+        for tp in offsets:
+            try:
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            except Exception:  # noqa: BLE001, S112 - a gauge, best effort
+                continue
+            if high >= 0 and tp.offset >= 0:
+                lag += max(0, high - tp.offset)
+        self.metrics.consumer_lag = lag

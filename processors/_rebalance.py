@@ -1,0 +1,153 @@
+"""Rebalances: taking key groups over (restore) and handing them back.
+
+* **Assign**: commit what is open (so the restore cannot outlive the transaction),
+  read the committed offsets (``read_committed`` waits for pending transactional
+  offsets, KIP-447), restore each key group from its local DB and changelog tail, then
+  ``incremental_assign`` at the committed offsets. The epoch deadline restarts after
+  the restore. The checkpoint id never goes backwards: its floor is the largest of the
+  local DB's, this instance's and the committed offsets' metadata.
+* **Revoke**: commit (or abort) the open epoch before letting go.
+* **Lost**: abort, never commit (another owner may already be writing).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+from confluent_kafka import TopicPartition
+
+from processors._epoch import EpochMixin
+from processors._errors import AbortEpoch
+from processors.exceptions import ConfigError, FatalKafkaError
+from state.base.store import checkpoint_of
+
+log = logging.getLogger("lockgate.runtime")
+
+
+def _ckpt_of_metadata(metadata: str | None) -> int:
+    if not metadata:
+        return 0
+    try:
+        value = orjson.loads(metadata).get("ckpt", 0)
+    except (orjson.JSONDecodeError, AttributeError):
+        return 0
+    return value if isinstance(value, int) else 0
+
+
+class RebalanceMixin(EpochMixin):
+    """Handles the consumer's assign / revoke / lost callbacks."""
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        try:
+            self._assign(consumer, partitions)
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the loop after consume()
+            self._fatal = exc
+
+    def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            consumer.incremental_assign(partitions)
+            self.metrics.joined = True
+            return
+        groups = sorted({tp.partition for tp in partitions})
+        log.info("assigned", extra={"key_groups": groups})
+        beyond = [g for g in groups if g >= self._partitions]
+        if beyond:
+            raise ConfigError(
+                f"input partitions {beyond} appeared after start: the inputs now have more "
+                f"partitions than the app's {self._partitions} key groups. State is "
+                "partitioned by key group, so keys would move between groups: stop every "
+                "instance, take a savepoint, and rescale (or recreate the inputs with "
+                f"{self._partitions} partitions)"
+            )
+        # Commit what is open first, so the restore below cannot outlive the transaction.
+        try:
+            self._end_epoch()
+        except AbortEpoch as exc:
+            self._abort_epoch(str(exc))
+        # read_committed: waits until no transaction holds pending offsets for these
+        # partitions (KIP-447), so the changelog read next is consistent with them.
+        committed = self._call(
+            consumer.committed,
+            partitions,
+            self._txn_timeout_s,
+            what="committed offsets",
+            timeout_s=self._txn_timeout_s + 30,
+        )
+        for tp in committed:
+            if tp.error is not None:
+                raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
+            self._checkpoint = max(self._checkpoint, _ckpt_of_metadata(tp.metadata))
+        started = time.monotonic()
+        self.metrics.restoring = len(groups)
+        assert self._restorer is not None
+        for g in groups:
+            self._check_stop()
+            if g not in self._kgs:
+                kg = self._restorer.open(g, self._handles)
+                self._kgs[g] = kg
+                self._checkpoint = max(self._checkpoint, checkpoint_of(kg.db))
+            self.metrics.restoring -= 1
+        self.metrics.observe_restore(time.monotonic() - started)
+        unknown = [tp for tp in committed if tp.offset < 0]
+        assert self._admin is not None
+        log_start = self._admin.start_offsets(unknown) if unknown else {}
+        start = []
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            # Nothing committed yet: the log start is where "earliest" begins, and an
+            # explicit offset lets every commit name every owned partition.
+            offset = tp.offset if tp.offset >= 0 else log_start[key]
+            self._committed[key] = offset
+            self._next[key] = offset
+            start.append(TopicPartition(tp.topic, tp.partition, offset))
+        consumer.incremental_assign(start)
+        self.metrics.assigned = len(self._kgs)
+        self.metrics.restoring = 0
+        self.metrics.joined = True
+        self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        groups = sorted({tp.partition for tp in partitions})
+        log.info("revoked", extra={"key_groups": groups})
+        try:
+            try:
+                self._end_epoch()
+            except AbortEpoch as exc:
+                self._abort_epoch(str(exc))
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
+            self._fatal = self._fatal or exc
+        finally:
+            self._release(groups)
+            consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        groups = sorted({tp.partition for tp in partitions})
+        log.warning("partitions lost: aborting the open epoch", extra={"key_groups": groups})
+        self._release(groups)  # first: the rewind below must not touch lost partitions
+        try:
+            if self._uncommitted or self._epoch_out or self._epoch_dlq:
+                self._abort_epoch("partitions lost")
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
+            self._fatal = self._fatal or exc
+        finally:
+            consumer.incremental_unassign(partitions)
+
+    def _release(self, groups: list[int]) -> None:
+        for g in groups:
+            kg = self._kgs.pop(g, None)
+            if kg is not None:
+                kg.close()
+            for topic in self._inputs:
+                self._committed.pop((topic, g), None)
+                self._next.pop((topic, g), None)
+        gone = set(groups)
+        self._poison = {k: v for k, v in self._poison.items() if k[1] not in gone}
+        self.metrics.assigned = len(self._kgs)
+
+    def _restore_progress(self, new_records: int, remaining: int) -> None:
+        self.metrics.restore_records += new_records
+        self.metrics.restore_remaining = remaining
+        self.metrics.beat()
