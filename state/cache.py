@@ -121,6 +121,14 @@ class StoreCache:
             self.values[key] = value  # used again: young generation
         return value
 
+    def peek(self, key: bytes) -> Any:
+        """Return the cached value of ``key`` (or DELETED), or MISSING when not cached.
+
+        Never reads the database and does not count as a use (no effect on eviction).
+        """
+        value = self.values.get(key, MISSING)
+        return self._old.get(key, MISSING) if value is MISSING else value
+
     def put(self, key: bytes, value: Any) -> None:
         """Set ``key`` to ``value`` (DELETED deletes it) in the open epoch."""
         self.values[key] = value

@@ -8,13 +8,14 @@ state changes are visible to later records at once and become durable when the
 epoch commits.
 
 TTL (``ttl_ms``) is processing time: an entry not written for ``ttl_ms`` reads as
-absent. Expired entries are removed when next read.
+absent. Expired entries are deleted when next read, and in the background by
+:func:`sweep_key_group` (see docs/state.md).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -31,7 +32,12 @@ __all__ = [
     "StateHandle",
     "StoreSpec",
     "ValueState",
+    "sweep_expired",
+    "sweep_key_group",
 ]
+
+#: Keys the TTL sweep examines per store, key group and epoch unless told otherwise.
+DEFAULT_SWEEP_BUDGET = 1000
 
 _IMMUTABLE = (type(None), int, float, str, bytes, bool, tuple, frozenset)
 
@@ -289,3 +295,106 @@ class AggregatingState(StateHandle, Generic[T, A, R]):
         if acc is DELETED:
             acc = self.aggregator.create_accumulator()
         self._write(self.aggregator.add(value, acc))
+
+
+# -- TTL background sweep ------------------------------------------------------------------
+
+
+def _expires_at(value: Any) -> int | None:
+    """Return the expiry of a decoded TTL envelope ``[expires_at, value]``, else None."""
+    if type(value) in (list, tuple) and len(value) == 2 and type(value[0]) is int:
+        return value[0]
+    return None
+
+
+def _raw_expires_at(raw: bytes, codec: Codec) -> int | None:
+    """Return the expiry stored in the encoded envelope ``raw`` (None when unreadable).
+
+    JSON envelopes are written by orjson as ``[<int>,...``: the expiry is parsed from
+    the prefix without decoding the value. Other codecs decode the whole value.
+    """
+    if codec is JSON and raw[:1] == b"[":
+        end = raw.find(b",", 1)
+        if 1 < end < 22:
+            try:
+                return int(raw[1:end])
+            except ValueError:
+                pass
+    try:
+        return _expires_at(codec.decode(raw))
+    except Exception:  # noqa: BLE001 - not an envelope (e.g. written before TTL was set)
+        return None
+
+
+def sweep_expired(cache: StoreCache, spec: StoreSpec, now_ms: int, budget: int) -> int:
+    """Turn expired entries of one store into deletes of the open epoch; return how many.
+
+    Examines at most ``budget`` committed entries of ``cache``'s store, in key order,
+    from where the previous call stopped (``cache.sweep_cursor``); after the last key
+    the next call starts over from the first. Every entry whose TTL envelope expired
+    (``expires_at <= now_ms``, the rule reads apply) becomes :data:`DELETED` in the
+    cache, so :meth:`StoreCache.drain` yields a tombstone for it and the runtime writes
+    it to the changelog and, after the commit, the database, exactly like a user delete.
+
+    The current value wins over the committed one: a key written in the open epoch (or
+    written and drained but not applied yet) is judged by its cached value, so a fresh
+    value is never deleted, and a key already deleted is not counted again. Entries
+    that are not TTL envelopes (written before the store had a TTL) are skipped.
+
+    A no-op returning 0 for a store without TTL or when ``budget <= 0``. Call it while
+    the epoch is open (before :meth:`StoreCache.drain`). After an aborted epoch the
+    deletes found are gone with the cache; they are found again on the next pass.
+
+    Args:
+        cache: the store's epoch cache in one key group.
+        spec: the store's definition (its ``ttl_ms`` and codec).
+        now_ms: processing time in ms (the same clock as ``KeyCursor.now_ms``).
+        budget: the most committed entries to examine in this call.
+
+    Returns:
+        The number of entries marked deleted.
+    """
+    if spec.ttl_ms is None or budget <= 0:
+        return 0
+    batch = list(cache.db.iter_from(cache.name, cache.sweep_cursor, budget))
+    cache.sweep_cursor = batch[-1][0] + b"\x00" if len(batch) == budget else None
+    codec = cache.codec
+    deleted = 0
+    for key, raw in batch:
+        cached = cache.peek(key)
+        if cached is DELETED:
+            continue
+        expires = _raw_expires_at(raw, codec) if cached is MISSING else _expires_at(cached)
+        if expires is not None and expires <= now_ms:
+            cache.put(key, DELETED)
+            deleted += 1
+    return deleted
+
+
+def sweep_key_group(
+    caches: Mapping[str, StoreCache],
+    handles: Mapping[str, StateHandle],
+    now_ms: int,
+    budget: int = DEFAULT_SWEEP_BUDGET,
+) -> int:
+    """Run :func:`sweep_expired` on every store with a TTL of one key group.
+
+    The one call the runtime (and the test driver) makes per key group per epoch,
+    before draining the caches. Costs at most ``budget`` database entries read per
+    store with a TTL; stores without TTL cost nothing.
+
+    Args:
+        caches: the key group's caches by store name (``KeyGroup.caches``).
+        handles: the app's state handles by store name (``App.stores``).
+        now_ms: processing time in ms.
+        budget: entries examined per store in this call.
+
+    Returns:
+        The number of entries marked deleted, over all stores.
+    """
+    total = 0
+    for name, cache in caches.items():
+        handle = handles.get(name)
+        if handle is not None and handle.spec.ttl_ms is not None:
+            total += sweep_expired(cache, handle.spec, now_ms, budget)
+    return total
