@@ -30,6 +30,31 @@ R = TypeVar("R")
 
 Handler = Callable[[Any, Any, Context], None]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+#: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic``).
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
+
+
+def _check_topic(topic: object, what: str) -> str:
+    """Return ``topic`` if it is a legal Kafka topic name.
+
+    Raises:
+        TypeError: ``topic`` is not a string.
+        ConfigError: the name is not a legal Kafka topic name.
+    """
+    if not isinstance(topic, str):
+        raise TypeError(f"{what} must be a topic name (str), got {type(topic).__name__}")
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        raise ConfigError(
+            f"{what} {topic!r} is not a legal Kafka topic name (1-249 characters of "
+            "A-Z a-z 0-9 . _ -, not '.' or '..')"
+        )
+    return topic
+
+
+def _check_callable(fn: object, op: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{op}() needs a callable, got {type(fn).__name__}")
 
 
 @dataclass(frozen=True)
@@ -64,40 +89,70 @@ class Stream:
     ``filter`` and ``flat_map`` work on values; ``process`` gets the key, the
     value and the :class:`Context` (state, emit, record metadata); ``to`` sends
     the values that reach it to a topic with the record's key.
+
+    ``process`` is terminal: it returns nothing to pass on, so adding any operator
+    after it raises :class:`ConfigError` (emit from the handler with ``ctx.emit``).
+    Operators that are not given a callable raise :class:`TypeError`.
     """
 
     def __init__(self, app: App) -> None:
         self._app = app
         self._ops: list[tuple[str, Any]] = []
 
+    def _add(self, kind: str, arg: Any) -> Stream:
+        if kind != "to":
+            _check_callable(arg, kind)
+        if self._ops and self._ops[-1][0] == "process":
+            raise ConfigError(
+                f"app {self._app.name!r}: .{kind}() after .process() would never run: process() "
+                "is terminal (its handler emits with ctx.emit); put map/filter/flat_map/to "
+                "before process(), or emit from the handler"
+            )
+        self._ops.append((kind, arg))
+        return self
+
     def map(self, fn: Callable[[Any], Any]) -> Stream:
         """Replace each value with ``fn(value)``."""
-        self._ops.append(("map", fn))
-        return self
+        return self._add("map", fn)
 
     def filter(self, predicate: Callable[[Any], bool]) -> Stream:
         """Keep only the values for which ``predicate(value)`` is true."""
-        self._ops.append(("filter", predicate))
-        return self
+        return self._add("filter", predicate)
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> Stream:
         """Replace each value with zero or more values."""
-        self._ops.append(("flat_map", fn))
-        return self
+        return self._add("flat_map", fn)
 
     def process(self, fn: Handler) -> Stream:
-        """Call ``fn(key, value, ctx)``; it emits with ``ctx.emit`` (terminal for values)."""
-        self._ops.append(("process", fn))
-        return self
+        """Call ``fn(key, value, ctx)``; it emits with ``ctx.emit``. Terminal: see the class."""
+        return self._add("process", fn)
 
     def to(self, topic: str, *, key: Codec = STR, value: Codec = JSON, **kw: Any) -> Stream:
-        """Send the values that reach this point to ``topic`` with the record's key."""
+        """Send the values that reach this point to ``topic`` with the record's key.
+
+        Raises:
+            ConfigError: after :meth:`process`, or ``topic`` is not a legal topic name
+                (nothing is declared then).
+        """
+        _check_topic(topic, "output topic")
+        self._add("to", topic)
         self._app.output(topic, key=key, value=value, **kw)
-        self._ops.append(("to", topic))
         return self
 
     def compile(self) -> Handler:
-        """Return one handler ``(key, value, ctx)`` that runs the whole chain."""
+        """Return one handler ``(key, value, ctx)`` that runs the whole chain.
+
+        Raises:
+            ConfigError: the chain is empty, or ends without ``to()`` or ``process()``
+                (its records would go nowhere).
+        """
+        where = f"app {self._app.name!r}: the stream of {self._app.input_topics[0]!r}"
+        if not self._ops:
+            raise ConfigError(f"{where} has no operators: add .process(fn) or .to(topic)")
+        if not any(kind in ("to", "process") for kind, _ in self._ops):
+            raise ConfigError(
+                f"{where} ends without .to() or .process(): its records would go nowhere"
+            )
         step: Callable[[Any, Any, Context], None] = lambda k, v, c: None  # noqa: E731
         for kind, arg in reversed(self._ops):
             step = _compose(kind, arg, step)
@@ -155,24 +210,68 @@ class App:
 
     The name is the consumer group id and prefixes internal topics
     (``<app>.<store>.changelog``, ``<app>.dlq``); ``LOCKGATE_APP_NAME`` overrides it.
+
+    An app has exactly one input topic and one operator chain, defined once with
+    :meth:`stream` or :meth:`process`; definition mistakes raise :class:`ConfigError`
+    (or :class:`TypeError` for arguments of the wrong type) where they are written.
+
+    ``env`` lists the ``LOCKGATE_*`` variables the app's own code reads (e.g.
+    ``LOCKGATE_WINDOW_MS``): ``lockgate run`` and ``lockgate config MODULE:APP`` accept
+    them, whereas any other ``LOCKGATE_*`` variable that is not a setting stops the
+    process (exit code 2).
     """
 
-    def __init__(self, name: str) -> None:
-        if not _NAME.match(name):
+    def __init__(self, name: str, *, env: Iterable[str] = ()) -> None:
+        if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(f"app name {name!r} must match {_NAME.pattern}")
+        if isinstance(env, str):
+            raise TypeError(f"env must be a list of variable names, e.g. env=[{env!r}]")
+        for var in env:
+            if not isinstance(var, str) or not _ENV_NAME.match(var):
+                raise ConfigError(
+                    f"app {name!r}: env={var!r}: declare LOCKGATE_* variable names in upper "
+                    "case (other names are never checked)"
+                )
         self.name = name
+        self.env: frozenset[str] = frozenset(env)
         self.cursor = KeyCursor()
         self._def = _Definition()
 
     # -- definition -------------------------------------------------------------------------
 
-    def stream(self, *topics: str, key: Codec = STR, value: Codec = JSON) -> Stream:
-        """Declare the input topics (co-partitioned) and return the operator chain."""
+    def _check_input(self, topics: tuple[object, ...]) -> str:
+        """Return the one input topic, or raise before anything is declared."""
+        if topics and callable(topics[0]):
+            raise TypeError(
+                "the input topic is missing: write @app.process('topic', outputs=[...])"
+            )
         if self._def.source is not None:
-            raise ConfigError(f"app {self.name!r} already has an input stream")
+            raise ConfigError(
+                f"app {self.name!r} already has an input stream (topic "
+                f"{self._def.source.topics[0]!r}): an app has one input and one chain, "
+                "defined once with app.stream() or @app.process; use another App for "
+                "another pipeline"
+            )
         if not topics:
-            raise ConfigError("stream() needs at least one input topic")
-        self._def.source = _Source(tuple(topics), key, value)
+            raise ConfigError("stream() needs an input topic")
+        if len(topics) > 1:
+            raise ConfigError(
+                f"app {self.name!r}: {len(topics)} input topics {list(topics)!r}: multi-input "
+                "apps are not supported yet (co-partitioned assignment is not implemented); "
+                "use one input topic per app and chain apps through a topic"
+            )
+        return _check_topic(topics[0], "input topic")
+
+    def stream(self, *topics: str, key: Codec = STR, value: Codec = JSON) -> Stream:
+        """Declare the input topic and return its operator chain.
+
+        Raises:
+            ConfigError: the app already has an input, more than one topic is given
+                (multi-input apps are not supported yet), or the name is illegal.
+            TypeError: a topic is not a string.
+        """
+        topic = self._check_input(topics)
+        self._def.source = _Source((topic,), key, value)
         self._def.stream = Stream(self)
         return self._def.stream
 
@@ -183,9 +282,23 @@ class App:
         key: Codec = STR,
         value: Codec = JSON,
     ) -> Callable[[Handler], Handler]:
-        """Decorator: ``fn(key, value, ctx)`` handles every record of ``topics``."""
+        """Decorator: ``fn(key, value, ctx)`` handles every record of the input topic.
+
+        Raises:
+            ConfigError: as :meth:`stream`, raised by ``@app.process(...)`` itself.
+            TypeError: used without arguments (``@app.process``), ``outputs`` given as
+                one string, or the decorated object is not callable.
+        """
+        self._check_input(topics)
+        if isinstance(outputs, str):
+            raise TypeError(f"outputs must be a list of topics, e.g. outputs=[{outputs!r}]")
+        outputs = list(outputs)
+        for out in outputs:
+            _check_topic(out.topic if isinstance(out, OutputSpec) else out, "output topic")
 
         def register(fn: Handler) -> Handler:
+            _check_callable(fn, "@app.process")
+            self._check_input(topics)
             for out in outputs:
                 if isinstance(out, OutputSpec):
                     self._def.outputs[out.topic] = out
@@ -205,7 +318,12 @@ class App:
         partitions: int | None = None,
         internal: bool = False,
     ) -> OutputSpec:
-        """Declare an output topic (created when missing) with its codecs."""
+        """Declare an output topic (created when missing) with its codecs.
+
+        Raises:
+            ConfigError: ``topic`` is not a legal Kafka topic name.
+        """
+        _check_topic(topic, "output topic")
         spec = OutputSpec(topic, key, value, partitions, internal)
         self._def.outputs[topic] = spec
         return spec
