@@ -3,22 +3,40 @@
 Nested values use ``__`` (``LOCKGATE_KAFKA__SESSION_TIMEOUT_MS=10000`` passes
 ``session.timeout.ms`` to librdkafka). Secrets are :class:`pydantic.SecretStr` and
 masked in every dump. The model is frozen: read once at start-up.
+
+:func:`load_settings` is the only entry point of the CLI. Beyond the model's own
+validation it rejects every ``LOCKGATE_*`` variable that nothing reads (with a
+did-you-mean), except the names in :data:`NON_SETTINGS_ENV` /
+:data:`NON_SETTINGS_PREFIXES` (tooling, tests, examples) and the names an app declares
+with ``App(..., env=[...])``. Its error messages never contain the value of a secret.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import socket
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from processors.exceptions import ConfigError
 
-__all__ = ["Guarantee", "LogFormat", "OnError", "Settings", "load_settings"]
+__all__ = [
+    "NON_SETTINGS_ENV",
+    "NON_SETTINGS_PREFIXES",
+    "Guarantee",
+    "LogFormat",
+    "OnError",
+    "Settings",
+    "load_settings",
+]
 
 
 class Guarantee(StrEnum):
@@ -77,7 +95,77 @@ RESERVED_KAFKA_KEYS = {
     "group.protocol": "use LOCKGATE_GROUP_PROTOCOL",
 }
 
-_SECRET_HINTS = ("password", "secret", "sasl.oauthbearer.config", "key.pem", "token")
+#: Substrings of librdkafka property names whose values are secrets (masked in dumps).
+_SECRET_HINTS = (
+    "password",
+    "passphrase",
+    "secret",
+    "token",
+    "credential",
+    "private",
+    "sasl.oauthbearer.config",
+    "key.pem",
+)
+
+#: ``LOCKGATE_*`` variables that are not settings but are legitimately present in the
+#: environment of ``lockgate`` (read by the tooling, the tests or the examples), and who
+#: reads them. :func:`load_settings` accepts them; any other unknown ``LOCKGATE_*``
+#: variable is an error. An app that reads its own variables declares them with
+#: ``App(name, env=[...])`` instead of growing this list.
+NON_SETTINGS_ENV: dict[str, str] = {
+    "LOCKGATE_INPUT_TOPIC": "examples/running_sum.py, tests and benchmarks (input topic)",
+    "LOCKGATE_OUTPUT_TOPIC": "examples/running_sum.py, tests and benchmarks (output topic)",
+    "LOCKGATE_KAFKA_PORT": "docker/kafka/broker.sh and the Makefile (dev broker port)",
+    "LOCKGATE_KAFKA_CONTROLLER_PORT": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_DATA_DIR": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_PYTHON": "docker/kafka/broker.sh and the Makefile",
+    "LOCKGATE_KAFKA_HEAP": "docker/kafka/broker.sh and benchmarks/broker.py",
+    "LOCKGATE_KAFKA_JAVA_OPTS": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_FRESH": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_READY_TIMEOUT": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_STOP_TIMEOUT": "docker/kafka/broker.sh",
+    "LOCKGATE_MVN": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_IMAGE": "docker/build-images.sh and tests/support/docker.py",
+    "LOCKGATE_PROCESSOR_IMAGE": "docker/build-images.sh and tests/support/docker.py",
+    "LOCKGATE_BASE_IMAGE": "docker/build-images.sh and docker/base-image.sh",
+    "LOCKGATE_DEBIAN_MIRROR": "docker/base-image.sh",
+    "LOCKGATE_DEBIAN_SECURITY_MIRROR": "docker/base-image.sh",
+    "LOCKGATE_PIP_CA": "docker/build-images.sh",
+    "LOCKGATE_DOCKER_BUILDKIT": "docker/build-images.sh",
+    "LOCKGATE_UID": "docker/Dockerfile (build argument)",
+    "LOCKGATE_GID": "docker/Dockerfile (build argument)",
+    "LOCKGATE_DOCKERD_ARGS": "docker/ensure-engine.sh",
+    "LOCKGATE_DOCKERD_LOG": "docker/ensure-engine.sh",
+    "LOCKGATE_DOCKERD_TIMEOUT": "docker/ensure-engine.sh",
+    "LOCKGATE_TOOLS_DIR": "deploy/helm/ensure-helm.sh",
+}
+
+#: Prefixes of ``LOCKGATE_*`` variables owned by the test suite (accepted like
+#: :data:`NON_SETTINGS_ENV`); e.g. ``LOCKGATE_TEST_CRASH_POINTS`` is read by
+#: ``processors/_faults.py``.
+NON_SETTINGS_PREFIXES: dict[str, str] = {
+    "LOCKGATE_TEST_": "the test suite (tests/, processors/_faults.py)",
+    "LOCKGATE_CHAOS_": "the chaos tests and `make chaos` (tests/chaos/)",
+}
+
+_PREFIX = "LOCKGATE_"
+_KAFKA_PREFIX = "LOCKGATE_KAFKA__"
+_APP_ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
+_MASK = "**********"
+
+
+def _is_secret_property(prop: str) -> bool:
+    """Whether the librdkafka property ``prop`` (dotted, lower case) holds a secret."""
+    return any(hint in prop for hint in _SECRET_HINTS)
+
+
+def _kafka_property(key: str) -> str:
+    """The librdkafka property of a ``LOCKGATE_KAFKA__<KEY>`` key (``a_b`` as ``a.b``)."""
+    return key.lower().replace("_", ".")
+
+
+def _control_chars(value: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in value)
 
 
 class Settings(BaseSettings):
@@ -188,21 +276,60 @@ class Settings(BaseSettings):
             raise ValueError("must be a non-empty id without spaces")
         return value
 
+    @field_validator("sasl_password")
+    @classmethod
+    def _password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and _control_chars(value.get_secret_value()):
+            raise ValueError(
+                "contains a control character (often a trailing newline from a file-based "
+                "Secret); the value is not shown"
+            )
+        return value
+
     @field_validator("kafka")
     @classmethod
-    def _not_reserved(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
-        for key in value:
-            prop = key.lower().replace("_", ".")
-            if prop in RESERVED_KAFKA_KEYS:
-                raise ValueError(
-                    f"{prop} is set by lockgate itself ({RESERVED_KAFKA_KEYS[prop]}); "
-                    f"remove LOCKGATE_KAFKA__{key.upper()}"
+    def _kafka_keys(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        # Each message names the variable and never its value (values may be secrets).
+        problems = []
+        for key, secret in value.items():
+            prop = _kafka_property(key)
+            var = _KAFKA_PREFIX + key.upper()
+            if not prop.strip("."):
+                problems.append(f"{var} needs a property name after {_KAFKA_PREFIX}")
+            elif prop in RESERVED_KAFKA_KEYS:
+                problems.append(
+                    f"{prop} is set by lockgate itself ({RESERVED_KAFKA_KEYS[prop]}); remove {var}"
                 )
+            elif prop.endswith(("password", "passphrase")) and _control_chars(
+                secret.get_secret_value()
+            ):
+                problems.append(
+                    f"{var} contains a control character (often a trailing newline from a "
+                    "file-based Secret); the value is not shown"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
         return value
+
+    @model_validator(mode="after")
+    def _epoch_fits_the_transaction(self) -> Settings:
+        # Shared by `lockgate config` and `lockgate run`: an epoch must fit well inside a
+        # transaction, or the broker aborts it (the runtime also cuts an epoch short at
+        # half the timeout).
+        if (
+            self.guarantee is Guarantee.EXACTLY_ONCE
+            and self.transaction_timeout_ms < 2 * self.checkpoint_interval_ms
+        ):
+            raise ValueError(
+                f"LOCKGATE_TRANSACTION_TIMEOUT_MS ({self.transaction_timeout_ms}) must be at "
+                f"least twice LOCKGATE_CHECKPOINT_INTERVAL_MS ({self.checkpoint_interval_ms}) "
+                "under exactly_once (an epoch must fit well inside a transaction)"
+            )
+        return self
 
     def kafka_config(self) -> dict[str, str]:
         """Return the librdkafka pass-through properties (``a_b`` keys as ``a.b``)."""
-        conf = {k.lower().replace("_", "."): v.get_secret_value() for k, v in self.kafka.items()}
+        conf = {_kafka_property(k): v.get_secret_value() for k, v in self.kafka.items()}
         if self.sasl_username is not None:
             conf["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
@@ -213,28 +340,131 @@ class Settings(BaseSettings):
         """Return the settings as plain data with every secret masked (safe to log)."""
         data = self.model_dump(mode="json")
         data["kafka"] = {
-            k.lower().replace("_", "."): (
-                "**********"
-                if any(h in k.lower().replace("_", ".") for h in _SECRET_HINTS)
-                else v.get_secret_value()
-            )
+            _kafka_property(k): _MASK
+            if _is_secret_property(_kafka_property(k))
+            else v.get_secret_value()
             for k, v in self.kafka.items()
         }
         return data
 
 
-def load_settings(**overrides: Any) -> Settings:
+def settings_env_names() -> set[str]:
+    """Return the variable names the model reads (``LOCKGATE_KAFKA__<KEY>`` aside)."""
+    return {_PREFIX + name.upper() for name in Settings.model_fields if name != "kafka"}
+
+
+def _unknown_variables(environ: Mapping[str, str], app_env: Iterable[str]) -> list[str]:
+    """Describe each ``LOCKGATE_*`` variable in ``environ`` that nothing reads.
+
+    Only names are used, never values.
+    """
+    known = settings_env_names()
+    allowed = known | set(NON_SETTINGS_ENV) | {n.upper() for n in app_env}
+    problems = []
+    for raw in sorted(environ):
+        name = raw.upper()
+        if not name.startswith(_PREFIX) or name in allowed:
+            continue
+        if name.startswith(_KAFKA_PREFIX) or name.startswith(tuple(NON_SETTINGS_PREFIXES)):
+            continue
+        if name == _KAFKA_PREFIX.rstrip("_"):
+            problems.append(
+                f"{raw}: librdkafka properties are set one per variable, as "
+                f"{_KAFKA_PREFIX}<KEY> (e.g. {_KAFKA_PREFIX}SESSION_TIMEOUT_MS)"
+            )
+            continue
+        if name.startswith("LOCKGATE_KAFKA_"):
+            guess = _KAFKA_PREFIX + name.removeprefix("LOCKGATE_KAFKA_")
+        else:
+            close = difflib.get_close_matches(
+                name.removeprefix(_PREFIX),
+                [n.removeprefix(_PREFIX) for n in sorted(known | set(app_env))],
+                n=1,
+                cutoff=0.6,
+            )
+            guess = _PREFIX + close[0] if close else ""
+        hint = (
+            f"did you mean {guess}?"
+            if guess
+            else "see docs/configuration.md; an app that reads its own LOCKGATE_* variables "
+            "declares them with App(..., env=[...])"
+        )
+        problems.append(f"{raw} is not a lockgate setting; {hint}")
+    return problems
+
+
+def _secret_values(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> list[str]:
+    """The secret values a message must never contain (a net under the structured rules)."""
+    values = []
+    for raw, value in environ.items():
+        name = raw.upper()
+        if name == "LOCKGATE_SASL_PASSWORD" or (
+            name.startswith(_KAFKA_PREFIX)
+            and (not name.removeprefix(_KAFKA_PREFIX) or _is_secret_property(_kafka_property(name)))
+        ):
+            values.append(value)
+    for key, value in overrides.items():
+        if key in _SECRET_FIELDS:
+            values.extend(value.values() if isinstance(value, dict) else [value])
+    texts = {v if isinstance(v, str) else str(v) for v in values}
+    # Strip whitespace too: a secret with a trailing newline still leaks without it.
+    texts |= {t.strip() for t in texts}
+    return sorted((t for t in texts if len(t) >= 3), key=len, reverse=True)
+
+
+_SECRET_FIELDS = {
+    name for name, field in Settings.model_fields.items() if "SecretStr" in str(field.annotation)
+}
+
+
+def _describe(err: ErrorDetails) -> str:
+    """One line per pydantic error; shows the input only for non-secret scalar fields."""
+    loc = [str(part) for part in err["loc"]]
+    msg = err["msg"].removeprefix("Value error, ")
+    if not loc:  # a model validator: the message names its variables
+        return msg
+    if loc == ["kafka"]:  # the kafka validator: the message names each variable
+        return msg
+    var = _PREFIX + "__".join(loc).upper()
+    value = err.get("input")
+    if loc[0] in _SECRET_FIELDS or not isinstance(value, str | int | float | bool):
+        return f"{var}: {msg}"
+    text = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    return f"{var}: {msg} (got {text})"
+
+
+def load_settings(*, app_env: Iterable[str] = (), **overrides: Any) -> Settings:
     """Read settings from the environment (plus ``overrides``).
 
+    Args:
+        app_env: ``LOCKGATE_*`` variables the app reads itself (``App.env``); they are
+            accepted in the environment instead of being reported as unknown.
+        **overrides: field values that take precedence over the environment.
+
+    Returns:
+        The frozen settings.
+
     Raises:
-        ConfigError: a variable is invalid; the message names each one.
+        ConfigError: a variable is invalid, or a ``LOCKGATE_*`` variable is read by
+            nothing (see :data:`NON_SETTINGS_ENV`). The message names every problem,
+            one per line, and never contains the value of a secret.
     """
+    environ = dict(os.environ)
+    app_env = list(app_env)
+    lines = _unknown_variables(environ, app_env)
+    settings: Settings | None = None
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = [str(part) for part in err["loc"]]
-            var = "LOCKGATE_" + "__".join(loc).upper()
-            lines.append(f"{var}: {err['msg']} (got {err.get('input')!r})")
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+        lines.extend(_describe(err) for err in exc.errors())
+    except SettingsError as exc:
+        # pydantic-settings could not parse a complex value (e.g. LOCKGATE_KAFKA as
+        # JSON); its message names the field, not the value.
+        if not any(line.startswith(("LOCKGATE_KAFKA:", "lockgate_kafka:")) for line in lines):
+            lines.append(f"cannot parse the environment: {exc}")
+    if lines or settings is None:
+        text = "invalid configuration:\n  " + "\n  ".join(dict.fromkeys(lines))
+        for secret in _secret_values(environ, overrides):
+            text = text.replace(secret, _MASK)
+        raise ConfigError(text) from None
+    return settings

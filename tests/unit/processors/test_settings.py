@@ -66,3 +66,191 @@ def test_passthrough_goes_to_the_clients_that_accept_it(monkeypatch: pytest.Monk
     kip848 = consumer_config(load_settings(), "a")
     assert kip848["group.protocol"] == "consumer"
     assert "session.timeout.ms" not in kip848 and "partition.assignment.strategy" not in kip848
+
+
+# -- unknown variables, the allow-list and app-declared variables ---------------------------
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No LOCKGATE_* variable from the developer's shell or CI."""
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith("LOCKGATE_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_unknown_variable_is_rejected_with_a_suggestion(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LOCKGATE_CHECKPOINT_INTERVAL", "500")
+    with pytest.raises(ConfigError, match="LOCKGATE_CHECKPOINT_INTERVAL") as err:
+        load_settings()
+    assert "did you mean LOCKGATE_CHECKPOINT_INTERVAL_MS?" in str(err.value)
+
+
+def test_lowercase_unknown_variable_is_rejected(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("lockgate_guarante", "exactly_once")
+    with pytest.raises(ConfigError, match="did you mean LOCKGATE_GUARANTEE"):
+        load_settings()
+
+
+def test_single_underscore_kafka_typo_points_to_the_pass_through(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("LOCKGATE_KAFKA_SESSION_TIMEOUT_MS", "6000")
+    with pytest.raises(ConfigError, match="did you mean LOCKGATE_KAFKA__SESSION_TIMEOUT_MS"):
+        load_settings()
+
+
+def test_unknown_variable_without_a_close_match(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LOCKGATE_ZZZZZZZZ", "1")
+    with pytest.raises(ConfigError, match="LOCKGATE_ZZZZZZZZ is not a lockgate setting") as err:
+        load_settings()
+    assert "did you mean" not in str(err.value)
+    assert "App(..., env=" in str(err.value)
+
+
+def test_kafka_without_key_is_rejected(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LOCKGATE_KAFKA", '{"linger.ms": "5"}')
+    with pytest.raises(ConfigError, match="LOCKGATE_KAFKA__<KEY>"):
+        load_settings()
+
+
+def test_pass_through_and_allow_listed_tooling_names_are_accepted(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    from processors._settings import NON_SETTINGS_ENV
+
+    for name in NON_SETTINGS_ENV:
+        clean_env.setenv(name, "1")
+    clean_env.setenv("LOCKGATE_TEST_SOMETHING_NEW", "1")
+    clean_env.setenv("LOCKGATE_CHAOS_SOMETHING_NEW", "1")
+    clean_env.setenv("LOCKGATE_KAFKA__CLIENT_RACK", "rack-1")
+    assert load_settings().kafka_config()["client.rack"] == "rack-1"
+
+
+def test_app_declared_variables_are_accepted(clean_env: pytest.MonkeyPatch) -> None:
+    from processors import App
+
+    clean_env.setenv("LOCKGATE_WINDOW_MS", "5000")
+    with pytest.raises(ConfigError, match="LOCKGATE_WINDOW_MS"):
+        load_settings()
+    app = App("windows", env=["LOCKGATE_WINDOW_MS"])
+    assert app.env == frozenset({"LOCKGATE_WINDOW_MS"})
+    load_settings(app_env=app.env)
+
+
+@pytest.mark.parametrize("bad", ["WINDOW_MS", "LOCKGATE_", "lockgate_window_ms", "LOCKGATE_A B"])
+def test_app_env_names_must_be_lockgate_variables(bad: str) -> None:
+    from processors import App
+
+    with pytest.raises(ConfigError, match="env="):
+        App("a", env=[bad])
+
+
+def test_app_env_must_be_a_list_of_names() -> None:
+    from processors import App
+
+    with pytest.raises(TypeError, match="list of variable names"):
+        App("a", env="LOCKGATE_WINDOW_MS")  # type: ignore[arg-type]
+
+
+def test_every_error_is_reported_at_once(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LOCKGATE_CHECKPOINT_INTERVAL", "500")
+    clean_env.setenv("LOCKGATE_GUARANTEE", "twice")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert "LOCKGATE_CHECKPOINT_INTERVAL " in str(err.value)
+    assert "LOCKGATE_GUARANTEE" in str(err.value)
+
+
+# -- cross-field rules live in the model (lockgate config and run share them) ---------------
+
+
+def test_transaction_timeout_must_be_twice_the_checkpoint_interval(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("LOCKGATE_CHECKPOINT_INTERVAL_MS", "1000")
+    clean_env.setenv("LOCKGATE_TRANSACTION_TIMEOUT_MS", "1500")
+    with pytest.raises(ConfigError, match="LOCKGATE_TRANSACTION_TIMEOUT_MS \\(1500\\) must be"):
+        load_settings()
+    clean_env.setenv("LOCKGATE_GUARANTEE", "at_least_once")  # no transactions: no rule
+    assert load_settings().transaction_timeout_ms == 1500
+
+
+def test_cross_field_rule_applies_to_the_model_itself() -> None:
+    from pydantic import ValidationError
+
+    from processors import Settings
+
+    with pytest.raises(ValidationError, match="at least twice"):
+        Settings(checkpoint_interval_ms=6000, transaction_timeout_ms=10_000)
+
+
+# -- secrets never appear in messages --------------------------------------------------------
+
+
+def test_reserved_key_error_names_only_the_variable(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LOCKGATE_KAFKA__SASL_PASSWORD", "hunter2")
+    clean_env.setenv("LOCKGATE_KAFKA__GROUP_ID", "x")
+    clean_env.setenv("LOCKGATE_KAFKA__TRANSACTIONAL_ID", "y")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    text = str(err.value)
+    assert "hunter2" not in text and "sasl_password" not in text
+    assert "LOCKGATE_KAFKA__GROUP_ID" in text and "LOCKGATE_KAFKA__TRANSACTIONAL_ID" in text
+
+
+def test_secret_with_a_control_character_is_rejected_without_echo(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    clean_env.setenv("LOCKGATE_SASL_PASSWORD", "hunter2\n")
+    clean_env.setenv("LOCKGATE_KAFKA__SSL_KEY_PASSWORD", "s3cr3t-key\r\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    text = str(err.value)
+    assert "LOCKGATE_SASL_PASSWORD" in text and "LOCKGATE_KAFKA__SSL_KEY_PASSWORD" in text
+    assert "hunter2" not in text and "s3cr3t-key" not in text
+
+
+def test_secret_of_the_wrong_type_is_not_echoed(clean_env: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="LOCKGATE_SASL_PASSWORD") as err:
+        load_settings(sasl_password=987654321)
+    assert "987654321" not in str(err.value)
+
+
+def test_model_level_errors_do_not_dump_the_input(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LOCKGATE_SASL_PASSWORD", "hunter2")
+    clean_env.setenv("LOCKGATE_KAFKA__SASL_OAUTHBEARER_CLIENT_SECRET", "oauth-s3cret")
+    clean_env.setenv("LOCKGATE_TRANSACTION_TIMEOUT_MS", "1000")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert "hunter2" not in str(err.value) and "oauth-s3cret" not in str(err.value)
+
+
+def test_empty_kafka_key_is_rejected_and_not_printed(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("LOCKGATE_KAFKA__", "hunter2")
+    with pytest.raises(ConfigError, match="property name") as err:
+        load_settings()
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "SASL_PASSWORD",
+        "SSL_KEY_PASSWORD",
+        "SSL_KEYSTORE_PASSWORD",
+        "SASL_OAUTHBEARER_CLIENT_SECRET",
+        "SASL_OAUTHBEARER_CONFIG",
+        "SSL_KEY_PEM",
+        "SASL_OAUTHBEARER_ASSERTION_PRIVATE_KEY_PASSPHRASE",
+        "SASL_OAUTHBEARER_ASSERTION_PRIVATE_KEY_PEM",
+    ],
+)
+def test_secret_pass_through_properties_are_masked(clean_env: pytest.MonkeyPatch, key: str) -> None:
+    clean_env.setenv(f"LOCKGATE_KAFKA__{key}", "very-secret-value")
+    s = load_settings()
+    assert "very-secret-value" not in str(s.masked()) + repr(s)
+    assert s.kafka_config()[key.lower().replace("_", ".")] == "very-secret-value"
