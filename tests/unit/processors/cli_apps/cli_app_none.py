@@ -1,0 +1,3 @@
+"""A module without any App."""
+
+value = 1
