@@ -32,6 +32,7 @@ __all__ = [
     "StateHandle",
     "StoreSpec",
     "ValueState",
+    "live_value",
     "sweep_expired",
     "sweep_key_group",
 ]
@@ -50,12 +51,37 @@ R_out = TypeVar("R_out", covariant=True)
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """The definition of a store: its name (the address of its state), kind, codec, TTL."""
+    """The definition of a store: its name (the address of its state), kind, codec, TTL.
+
+    Attributes:
+        name: the store name (its changelog is ``<app>.<name>.changelog``).
+        kind: ``value``, ``list``, ``map``, ``reducing`` or ``aggregating``.
+        codec: encodes the stored values.
+        ttl_ms: processing-time TTL in ms, reset by writes; ``None``: no TTL.
+        entry_ttl: map state only: every map entry has its own TTL (reset when that
+            entry is written) instead of one TTL for the whole map.
+
+    Raises:
+        StateError: ``ttl_ms`` is not positive, or ``entry_ttl`` is set without
+            ``ttl_ms`` or on a store that is not a map.
+    """
 
     name: str
     kind: str
     codec: Codec = JSON
     ttl_ms: int | None = None
+    entry_ttl: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ttl_ms is not None and self.ttl_ms <= 0:
+            raise StateError(f"store {self.name!r}: ttl_ms must be positive, got {self.ttl_ms}")
+        if self.entry_ttl:
+            if self.ttl_ms is None:
+                raise StateError(f"store {self.name!r}: entry_ttl needs ttl_ms")
+            if self.kind != "map":
+                raise StateError(
+                    f"store {self.name!r}: entry_ttl is for map state, not {self.kind} state"
+                )
 
 
 class _Unbound:
@@ -189,26 +215,82 @@ class MapState(StateHandle, Generic[T]):
 
     The whole map of a key is one stored value (one changelog record per epoch);
     keep maps small (thousands of entries, not millions).
+
+    TTL: by default ``ttl_ms`` applies to the whole map and any write (``put`` or
+    ``remove``) renews it. With ``StoreSpec(entry_ttl=True)`` each entry expires
+    ``ttl_ms`` after its own last ``put``; reads skip expired entries, writes drop them
+    from the stored map, and the map is deleted when its last entry expires. Stored as
+    ``[expires_at, {map_key: [expires_at, value]}]``, entries in write order.
     """
 
-    __slots__ = ()
+    __slots__ = ("_entry_ttl",)
+
+    def __init__(self, spec: StoreSpec, cursor: KeyCursor) -> None:
+        super().__init__(spec, cursor)
+        self._entry_ttl = spec.entry_ttl
 
     def _map(self) -> dict[str, T]:
         value = self._read()
+        if value is DELETED:
+            return {}
+        if self._entry_ttl:
+            now = self._cursor.now_ms
+            return {k: e[1] for k, e in value.items() if e[0] > now}
+        return value  # type: ignore[no-any-return]
+
+    def _entries(self) -> dict[str, list[Any]]:
+        """Return the stored entries (expired ones included), entry-TTL mode only."""
+        value = self._read()
         return {} if value is DELETED else value
+
+    def _live_entry(self, map_key: str) -> list[Any] | None:
+        entry: list[Any] | None = self._entries().get(map_key)
+        return entry if entry is not None and entry[0] > self._cursor.now_ms else None
+
+    def _store_entries(self, entries: dict[str, list[Any]]) -> None:
+        """Drop expired entries from the front (oldest writes) and write the map."""
+        now = self._cursor.now_ms
+        expired = []
+        for map_key, entry in entries.items():
+            if entry[0] > now:
+                break
+            expired.append(map_key)
+        for map_key in expired:
+            del entries[map_key]
+        if not entries:
+            self.clear()
+            return
+        # Entries are in write order, so the last one expires last.
+        self._cache.put(self._key(), [next(reversed(entries.values()))[0], entries])
 
     def get(self, map_key: str, default: T | None = None) -> T | None:
         """Return the value of ``map_key`` for the current key."""
+        if self._entry_ttl:
+            entry = self._live_entry(map_key)
+            return default if entry is None else entry[1]
         return self._map().get(map_key, default)
 
     def put(self, map_key: str, value: T) -> None:
-        """Set ``map_key`` to ``value``."""
+        """Set ``map_key`` to ``value`` (with entry TTL: renews that entry only)."""
+        if self._entry_ttl:
+            entries = self._entries()  # the cached dict is private
+            entries.pop(map_key, None)  # re-inserted last: entries stay in expiry order
+            entries[map_key] = [self._cursor.now_ms + (self.spec.ttl_ms or 0), value]
+            self._store_entries(entries)
+            return
         current = self._map()  # the cached dict is private: readers get values or snapshots
         current[map_key] = value
         self._write(current)
 
     def remove(self, map_key: str) -> None:
-        """Remove ``map_key`` (no error and no write when absent)."""
+        """Remove ``map_key`` (no error and no write when absent or expired)."""
+        if self._entry_ttl:
+            if self._live_entry(map_key) is None:
+                return
+            entries = self._entries()
+            del entries[map_key]
+            self._store_entries(entries)
+            return
         current = self._map()
         if map_key not in current:
             return
@@ -220,6 +302,8 @@ class MapState(StateHandle, Generic[T]):
 
     def contains(self, map_key: str) -> bool:
         """Return whether ``map_key`` is set."""
+        if self._entry_ttl:
+            return self._live_entry(map_key) is not None
         return map_key in self._map()
 
     def items(self) -> Iterator[tuple[str, T]]:
@@ -235,7 +319,10 @@ class MapState(StateHandle, Generic[T]):
         return iter(list(self._map().values()))
 
     def is_empty(self) -> bool:
-        """Return whether the map has no entries."""
+        """Return whether the map has no (live) entries."""
+        if self._entry_ttl:
+            now = self._cursor.now_ms
+            return not any(e[0] > now for e in reversed(self._entries().values()))
         return not self._map()
 
 
@@ -298,6 +385,23 @@ class AggregatingState(StateHandle, Generic[T, A, R]):
 
 
 # -- TTL background sweep ------------------------------------------------------------------
+
+
+def live_value(spec: StoreSpec, stored: Any, now_ms: int) -> Any:
+    """Return what a handle of ``spec`` reads from ``stored`` at ``now_ms``.
+
+    ``stored`` is a cached value (as :meth:`StoreCache.get` returns it); the result is
+    :data:`DELETED` when absent or expired, else the value without its TTL envelope
+    (for maps with entry TTL: a new dict of the live entries). Has no side effects.
+    """
+    if stored is DELETED or spec.ttl_ms is None:
+        return stored
+    expires, inner = stored
+    if expires <= now_ms:
+        return DELETED
+    if spec.entry_ttl:
+        return {k: e[1] for k, e in inner.items() if e[0] > now_ms}
+    return inner
 
 
 def _expires_at(value: Any) -> int | None:
