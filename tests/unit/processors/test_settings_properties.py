@@ -45,7 +45,9 @@ def _no_lockgate_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(secret=SECRETS, var=SECRET_VARS, bad=BAD_COMPANIONS, newline=st.booleans())
 def test_no_configuration_error_contains_a_secret(
     secret: str, var: str, bad: dict[str, str], newline: bool
@@ -65,7 +67,7 @@ def test_no_configuration_error_contains_a_secret(
     assert secret not in str(err.value)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(secret=SECRETS, var=SECRET_VARS)
 def test_valid_settings_mask_every_secret(secret: str, var: str) -> None:
     os.environ[var] = secret
@@ -77,7 +79,7 @@ def test_valid_settings_mask_every_secret(secret: str, var: str) -> None:
     assert secret in s.kafka_config().values()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(
     interval=st.integers(min_value=10, max_value=600_000),
     timeout=st.integers(min_value=1000, max_value=900_000),
