@@ -1,7 +1,16 @@
 """Test an app in-process, without Kafka: feed records, read emits and state, simulate crashes.
 
 Like Kafka Streams' ``TopologyTestDriver``: the app's own handler, state handles and codecs
-run exactly as in production (same epoch cache, same codecs), on an in-memory backend.
+run exactly as in production (same epoch cache, same codecs, same TTL sweep), on an
+in-memory backend, with the production semantics of epochs:
+
+- :meth:`TestDriver.commit` ends the epoch (TTL sweep, then state and emits become
+  committed); :meth:`TestDriver.crash` loses everything since the last commit, like kill -9.
+- A record whose user code raises is dead-lettered as in production: the epoch is aborted
+  and replayed without it, so its partial state changes and emits vanish while the rest of
+  the epoch stays, then the epoch commits. Inspect :attr:`TestDriver.dead_letters`.
+- TTL runs on the driver's processing-time clock (:meth:`TestDriver.advance`), not on
+  record timestamps, as production runs on the wall clock.
 
 Example:
     >>> from processors.testing import TestDriver
@@ -15,10 +24,15 @@ Example:
     >>> driver.crash()               # uncommitted changes are lost, like after kill -9
     >>> driver.send("a", {"v": 5, "seq": 1})[0].value["sum"]
     7
+    >>> driver.send("a", {"seq": 2})  # user code raises (no "v"): dead-lettered
+    []
+    >>> driver.dead_letters[0].error
+    KeyError('v')
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +40,14 @@ from processors._app import App
 from processors._context import Context, Headers
 from processors._keygroups import KeyGroup
 from processors._partitioner import key_group
-from processors.exceptions import ConfigError
+from processors._settings import OnError
+from processors.exceptions import ConfigError, UserCodeError
+from state.base.store import KeyGroupStore
 from state.cache import DELETED
 from state.memory.store import MemoryBackend
+from state.primitives import DEFAULT_SWEEP_BUDGET, live_value, sweep_key_group
 
-__all__ = ["Emitted", "TestDriver"]
+__all__ = ["DeadLetter", "Emitted", "TestDriver"]
 
 
 @dataclass(frozen=True)
@@ -43,16 +60,48 @@ class Emitted:
     headers: Headers
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """An input record that went to the dead-letter topic (``<app>.dlq`` in production).
+
+    Attributes:
+        topic: input topic of the record.
+        partition: its partition (key group).
+        offset: its offset in the driver's numbering.
+        key: the key as sent.
+        value: the value as sent.
+        timestamp: the record timestamp in ms.
+        error: the exception user code (or a codec) raised.
+        stage: ``process`` (user code) or ``deserialize`` (input codecs).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    timestamp: int
+    error: BaseException
+    stage: str
+
+
 class _Record:
     """The record as the context sees it (the accessors of a Kafka message)."""
 
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic")
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
 
     def __init__(
-        self, topic: str, partition: int, offset: int, key: bytes | None, ts: int, headers: Any
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        ts: int,
+        headers: Any,
     ) -> None:
         self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._timestamp, self._headers = key, ts, headers
+        self._key, self._value, self._timestamp, self._headers = key, value, ts, headers
 
     def topic(self) -> str:
         return self._topic
@@ -66,6 +115,9 @@ class _Record:
     def key(self) -> bytes | None:
         return self._key
 
+    def value(self) -> bytes | None:
+        return self._value
+
     def timestamp(self) -> tuple[int, int]:
         return (1, self._timestamp)
 
@@ -73,27 +125,95 @@ class _Record:
         return self._headers
 
 
+class _Failed(Exception):
+    """A record made user code (or decoding) raise: abort the epoch."""
+
+    def __init__(self, record: _Record, error: Exception, stage: str) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.record, self.error, self.stage = record, error, stage
+
+
 class TestDriver:
     """Runs an :class:`App`'s chain in-process over records you send.
 
     Records go through the input key/value codecs (so encoding bugs show up), are placed
-    in key groups with the murmur2 partitioner, and change state in the epoch cache;
-    :meth:`commit` ends the epoch, :meth:`crash` drops everything since the last commit.
+    in key groups with the murmur2 partitioner, and change state in the epoch cache.
+
+    Args:
+        app: the app (one input topic, as the runtime requires).
+        partitions: the number of key groups (input partitions).
+        clock: processing time in ms (the TTL clock, like the runtime's wall clock);
+            default: a clock starting at 0 that only :meth:`advance` moves.
+        on_error: ``dlq`` (default, production's default) dead-letters records whose
+            user code raises; ``fail`` loses the open epoch and raises
+            :class:`processors.exceptions.UserCodeError`, like ``LOCKGATE_ON_ERROR=fail``.
+        sweep_budget: entries the TTL sweep examines per store and key group per commit.
+        cache_entries: read-cache entries kept per store and key group across commits
+            (``LOCKGATE_STATE_CACHE_ENTRIES``).
+
+    Raises:
+        processors.exceptions.ConfigError: the app has more than one input topic (the
+            runtime refuses those too) or no input.
     """
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, app: App, partitions: int = 4) -> None:
+    def __init__(
+        self,
+        app: App,
+        partitions: int = 4,
+        *,
+        clock: Callable[[], int] | None = None,
+        on_error: OnError | str = OnError.DLQ,
+        sweep_budget: int = DEFAULT_SWEEP_BUDGET,
+        cache_entries: int = 200_000,
+    ) -> None:
+        if len(app.input_topics) > 1:
+            raise ConfigError(
+                f"app {app.name!r} reads {', '.join(app.input_topics)}: this version supports "
+                "one input topic per app (co-partitioned multi-input assignment is not "
+                "implemented yet; the runtime refuses it too); chain apps through a topic"
+            )
         self.app = app
         self.partitions = partitions
+        self.on_error = OnError(on_error)
+        self.sweep_budget = sweep_budget
+        self.cache_entries = cache_entries
+        self._topic = app.input_topics[0]
         self._handler = app.handler()
         self._outputs = app.outputs
         self._backend = MemoryBackend()
         self._handles = app.stores
         self._kgs: dict[int, KeyGroup] = {}
+        self._clock = clock
+        self._advanced = 0
         self._offsets = [0] * partitions
+        self._committed_offsets = [0] * partitions
+        self._epoch: list[_Record] = []  # records consumed since the last commit
         self._emitted: list[Emitted] = []
+        self._committed_emits = 0
+        self._dead: list[DeadLetter] = []
+        self._committed_dead = 0
         self._ctx = Context(self._emit)
+
+    # -- clock ------------------------------------------------------------------------------
+
+    @property
+    def now_ms(self) -> int:
+        """The current processing time in ms (the TTL clock)."""
+        return (0 if self._clock is None else self._clock()) + self._advanced
+
+    def advance(self, ms: int) -> None:
+        """Move processing time forward by ``ms`` (on top of an injected clock).
+
+        Raises:
+            ValueError: ``ms`` is negative.
+        """
+        if ms < 0:
+            raise ValueError(f"the clock does not go backwards (advance({ms}))")
+        self._advanced += ms
+
+    # -- records ----------------------------------------------------------------------------
 
     def _kg(self, index: int) -> KeyGroup:
         kg = self._kgs.get(index)
@@ -112,56 +232,187 @@ class TestDriver:
         self._emitted.append(Emitted(topic, k, v, headers))
 
     def send(
-        self, key: Any, value: Any, *, timestamp: int = 0, headers: Any = None
+        self, key: Any, value: Any, *, timestamp: int | None = None, headers: Any = None
     ) -> list[Emitted]:
         """Process one input record; return what it emitted.
 
+        A record whose user code raises emits nothing: it is dead-lettered
+        (:attr:`dead_letters`), the epoch is replayed without it and committed, as the
+        runtime does.
+
+        Args:
+            key: the record key (encoded with the input key codec).
+            value: the record value (encoded with the input value codec).
+            timestamp: the record timestamp (``ctx.timestamp``) in ms; default: now.
+                It is event time and has no effect on TTL.
+            headers: the record headers.
+
         Raises:
-            Exception: whatever the user code raises (in production it would go to the DLQ).
+            processors.exceptions.UserCodeError: user code raised and ``on_error`` is
+                ``fail`` (the open epoch is lost, as after a crash).
+            processors.exceptions.ConfigError: user code made a programming error the
+                runtime stops on (e.g. an emit to an undeclared output).
         """
         kcodec, vcodec = self.app.key_codec, self.app.value_codec
         raw_key = None if key is None else kcodec.encode(key)
         raw_value = None if value is None else vcodec.encode(value)
         index = key_group(raw_key, self.partitions) if raw_key is not None else 0
-        kg = self._kg(index)
-        kg.bind()
-        record = _Record(
-            self.app.input_topics[0], index, self._offsets[index], raw_key, timestamp, headers
-        )
+        ts = self.now_ms if timestamp is None else timestamp
+        record = _Record(self._topic, index, self._offsets[index], raw_key, raw_value, ts, headers)
         self._offsets[index] += 1
-        self.app.cursor.key = raw_key
-        self.app.cursor.now_ms = timestamp
-        self._ctx.message = record
+        self._epoch.append(record)
         start = len(self._emitted)
-        self._handler(
-            None if raw_key is None else kcodec.decode(raw_key),
-            None if raw_value is None else vcodec.decode(raw_value),
-            self._ctx,
-        )
+        try:
+            self._process(record)
+        except _Failed as failed:
+            self._abort_and_replay(failed)
+            return []
         return self._emitted[start:]
 
+    def _process(self, record: _Record) -> None:
+        """Run one record through the chain; raise :class:`_Failed` when it fails."""
+        kg = self._kg(record.partition())
+        kg.bind()
+        cursor = self.app.cursor
+        raw_key, raw_value = record.key(), record.value()
+        cursor.key = raw_key
+        cursor.now_ms = self.now_ms
+        self._ctx.message = record
+        try:
+            key = None if raw_key is None else self.app.key_codec.decode(raw_key)
+            value = None if raw_value is None else self.app.value_codec.decode(raw_value)
+        except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
+            if self.on_error is OnError.FAIL:
+                self._lose_open_epoch()
+                raise self._user_code_error(record, exc, "deserialize") from exc
+            self._dead_letter(record, exc, "deserialize")  # no abort: user code did not run
+            return
+        try:
+            self._handler(key, value, self._ctx)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            raise _Failed(record, exc, "process") from exc
+
+    def _abort_and_replay(self, failed: _Failed) -> None:
+        """Production's answer to a failing record: abort, replay without it, commit."""
+        if self.on_error is OnError.FAIL:
+            self._lose_open_epoch()
+            raise self._user_code_error(failed.record, failed.error, failed.stage)
+        poison = {id(failed.record): failed}
+        while True:
+            self._drop_uncommitted()
+            try:
+                for record in self._epoch:
+                    entry = poison.get(id(record))
+                    if entry is None:
+                        self._process(record)
+                    else:
+                        self._dead_letter(record, entry.error, entry.stage)
+            except _Failed as again:  # failed on replay (non-deterministic user code)
+                poison[id(again.record)] = again
+                continue
+            break
+        self.commit()
+
+    def _dead_letter(self, record: _Record, error: Exception, stage: str) -> None:
+        kcodec, vcodec = self.app.key_codec, self.app.value_codec
+        raw_key, raw_value = record.key(), record.value()
+        try:
+            key = None if raw_key is None else kcodec.decode(raw_key)
+            value = None if raw_value is None else vcodec.decode(raw_value)
+        except Exception:  # noqa: BLE001 - undecodable: keep the bytes
+            key, value = raw_key, raw_value
+        self._dead.append(
+            DeadLetter(
+                record.topic(),
+                record.partition(),
+                record.offset(),
+                key,
+                value,
+                record.timestamp()[1],
+                error,
+                stage,
+            )
+        )
+
+    @staticmethod
+    def _user_code_error(record: _Record, error: Exception, stage: str) -> UserCodeError:
+        where = f"{record.topic()}[{record.partition()}]@{record.offset()}"
+        err = UserCodeError(
+            f"record {where} failed in {stage}: {type(error).__name__}: {error} "
+            "(on_error=fail; use dlq to dead-letter such records)"
+        )
+        err.__cause__ = error
+        return err
+
+    # -- epochs -----------------------------------------------------------------------------
+
     def commit(self) -> None:
-        """End the epoch: every change so far becomes committed state."""
+        """End the epoch as the runtime does: TTL sweep, then every change becomes committed.
+
+        The sweep examines up to ``sweep_budget`` entries per store with a TTL in every
+        key group the driver has opened, and deletes the expired ones in this epoch.
+        """
+        now = self.now_ms
+        for kg in self._kgs.values():
+            sweep_key_group(kg.caches, self._handles, now, self.sweep_budget)
         for kg in self._kgs.values():
             writes = {name: cache.drain() for name, cache in kg.caches.items()}
             kg.db.apply({n: w for n, w in writes.items() if w}, {})
+            for cache in kg.caches.values():
+                cache.trim(self.cache_entries)
+        self._epoch.clear()
+        self._committed_offsets = list(self._offsets)
+        self._committed_emits = len(self._emitted)
+        self._committed_dead = len(self._dead)
 
-    def crash(self) -> None:
-        """Lose everything since the last commit (state and emits), like kill -9 would."""
+    def _drop_uncommitted(self) -> None:
+        """Abort: drop the open epoch's state changes, emits and dead letters."""
         for kg in self._kgs.values():
             kg.discard()
-        self._emitted.clear()
+        del self._emitted[self._committed_emits :]
+        del self._dead[self._committed_dead :]
+
+    def _lose_open_epoch(self) -> None:
+        self._drop_uncommitted()
+        self._offsets = list(self._committed_offsets)
+        self._epoch.clear()
+        self._kgs.clear()  # a restarted process: fresh caches, sweep cursors from the start
+
+    def crash(self) -> None:
+        """Lose everything since the last commit, like kill -9 would.
+
+        Committed state, emits and dead letters stay; input positions go back to the last
+        commit (the next records sent take the offsets of the lost ones).
+        """
+        self._lose_open_epoch()
+
+    # -- inspection -------------------------------------------------------------------------
 
     @property
     def emitted(self) -> list[Emitted]:
-        """Every record emitted since the start (or the last crash)."""
+        """Every record emitted and not lost: the committed ones, then the open epoch's."""
         return list(self._emitted)
 
+    @property
+    def dead_letters(self) -> list[DeadLetter]:
+        """Every record dead-lettered and not lost, in order."""
+        return list(self._dead)
+
+    def key_group_store(self, index: int) -> KeyGroupStore:
+        """Return the committed state database of key group ``index``."""
+        return self._kg(index).db
+
     def state(self, store: str, key: Any) -> Any:
-        """Return the current (possibly uncommitted) value of ``store`` for ``key``."""
+        """Return the current (possibly uncommitted) value of ``store`` for ``key``.
+
+        What a handle would read now: ``None`` when absent or expired (TTL on the
+        driver's clock); for a map with entry TTL, the live entries. No side effects on
+        state (an expired entry is not deleted by looking at it).
+        """
         raw_key = self.app.key_codec.encode(key)
         kg = self._kg(key_group(raw_key, self.partitions))
-        value = kg.caches[store].get(raw_key)
-        if value is DELETED:
-            return None
-        return value[1] if self._handles[store].spec.ttl_ms is not None else value
+        stored = kg.caches[store].get(raw_key)
+        value = live_value(self._handles[store].spec, stored, self.now_ms)
+        return None if value is DELETED else value

@@ -6,6 +6,7 @@ import pytest
 
 import processors.testing
 from examples.running_sum import app
+from processors.exceptions import UserCodeError
 from processors.testing import TestDriver
 
 
@@ -27,7 +28,14 @@ def test_running_sum_with_commit_and_crash() -> None:
     assert d.send("b", {"v": 4, "seq": 3})[0].value == {"sum": 4, "count": 1, "seq": 3}
 
 
-def test_user_errors_surface() -> None:
+def test_user_errors_are_dead_lettered() -> None:
     d = TestDriver(app)
-    with pytest.raises(KeyError):
+    assert d.send("a", {"seq": 0}) == []
+    [dl] = d.dead_letters
+    assert isinstance(dl.error, KeyError) and dl.value == {"seq": 0} and dl.stage == "process"
+
+
+def test_user_errors_surface_with_on_error_fail() -> None:
+    d = TestDriver(app, on_error="fail")
+    with pytest.raises(UserCodeError, match="KeyError"):
         d.send("a", {"seq": 0})
