@@ -4,7 +4,7 @@ import os
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from processors import ConfigError, load_settings
@@ -70,6 +70,9 @@ def test_no_configuration_error_contains_a_secret(
 @settings(max_examples=100, deadline=None, database=None)
 @given(secret=SECRETS, var=SECRET_VARS)
 def test_valid_settings_mask_every_secret(secret: str, var: str) -> None:
+    baseline = load_settings()
+    # The property is about the secret's value; text the dump contains anyway does not count.
+    assume(secret not in str(baseline.masked()) + repr(baseline) + str(baseline))
     os.environ[var] = secret
     try:
         s = load_settings()
