@@ -294,9 +294,10 @@ class EpochMixin(RunnerCore):
             )
         if self._slow is not None:
             self._poison_slow_record()
+        fresh, self._fresh_producer = self._fresh_producer, False
         if self.eos:
-            if self._fresh_producer:
-                self._fresh_producer = False  # a new producer: nothing is open
+            if fresh:
+                pass  # a new producer, its transaction begun and empty: nothing to abort
             else:
                 try:
                     self._call(
@@ -313,7 +314,7 @@ class EpochMixin(RunnerCore):
         self._rewind(list(self._kgs))
         self._uncommitted = self._epoch_out = self._epoch_dlq = 0
         self.metrics.epochs_aborted += 1
-        if self.eos:
+        if self.eos and not fresh:
             self._producer.begin_transaction()
         self._reset_epoch_deadline()
 

@@ -34,6 +34,10 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 share.coordinator.state.topic.num.partitions=1
 
+# Transactions past transaction.timeout.ms are aborted within a second (default 10 s), so
+# tests of slow user code see the coordinator's abort at a predictable time.
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+
 # Groups: no join delay, and allow the short session timeouts tests use.
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
