@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ class _Capture(logging.Handler):
 
 
 @pytest.fixture
-def captured() -> list[logging.LogRecord]:
+def captured() -> Iterator[list[logging.LogRecord]]:
     parent = logging.getLogger(LIBRDKAFKA_LOGGER)
     handler = _Capture()
     old_level, old_propagate = parent.level, parent.propagate
