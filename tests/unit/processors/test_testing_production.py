@@ -258,3 +258,13 @@ def test_undecodable_input_with_on_error_fail() -> None:
     with pytest.raises(UserCodeError, match="deserialize"):
         d.send("a", "bad")
     assert d.state("n", "a") is None and d.emitted == []
+
+
+def test_commit_trims_the_read_cache_and_state_stays_right() -> None:
+    d = TestDriver(_counter_app(), partitions=1, cache_entries=3)
+    for key in "abcdefgh":
+        d.send(key, {})
+    d.commit()
+    cache = d._kg(0).caches["counts"]
+    assert len(cache) == 3
+    assert [d.send(key, {})[0].value["n"] for key in "abcdefgh"] == [2] * 8
