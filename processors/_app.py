@@ -353,11 +353,24 @@ class App:
         )
 
     def map_state(
-        self, name: str, *, codec: Codec = JSON, ttl_ms: int | None = None
+        self,
+        name: str,
+        *,
+        codec: Codec = JSON,
+        ttl_ms: int | None = None,
+        entry_ttl: bool = False,
     ) -> MapState[Any]:
-        """Declare a map-per-key store."""
+        """Declare a map-per-key store.
+
+        Args:
+            name: the store name (part of its changelog topic's name).
+            codec: how the map is stored.
+            ttl_ms: processing-time TTL (see docs/state.md).
+            entry_ttl: with ``ttl_ms``, each map entry expires ``ttl_ms`` after its own
+                last write; without it the whole map expires after its last write.
+        """
         return self._add(  # type: ignore[no-any-return]
-            MapState(StoreSpec(name, "map", codec, ttl_ms), self.cursor)
+            MapState(StoreSpec(name, "map", codec, ttl_ms, entry_ttl=entry_ttl), self.cursor)
         )
 
     def reducing_state(

@@ -89,6 +89,7 @@ class RunnerCore:
         self.eos = settings.guarantee is Guarantee.EXACTLY_ONCE
         self.metrics = Metrics(self.name, settings.instance_id)
         self._handles = app.stores
+        self._ttl_stores = any(h.spec.ttl_ms for h in self._handles.values())
         self._inputs = app.input_topics
         self._outputs = {t: (spec.key.encode, spec.value.encode) for t, spec in app.outputs.items()}
         self._internal_outputs = [t for t, spec in app.outputs.items() if spec.internal]

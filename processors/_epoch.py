@@ -35,6 +35,7 @@ from processors._settings import OnError
 from processors.exceptions import FatalKafkaError, UserCodeError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
+from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -82,6 +83,12 @@ class EpochMixin(RunnerCore):
         self._commit_now = False
         if self._stop_committing:
             return
+        if self._ttl_stores:
+            # Expired entries nobody reads again: bounded tombstones per epoch (before the
+            # idle check, so an idle app is cleaned up too).
+            now_ms = int(time.time() * 1000)
+            for kg in self._kgs.values():
+                sweep_key_group(kg.caches, self._handles, now_ms, DEFAULT_SWEEP_BUDGET)
         if self._uncommitted == 0 and not any(
             c.dirty for kg in self._kgs.values() for c in kg.caches.values()
         ):
@@ -200,8 +207,8 @@ class EpochMixin(RunnerCore):
                 nxt = changelog_next.get((changelog_topic(self.name, name), g))
                 if nxt is not None:
                     meta_entries[META_CHANGELOG_PREFIX + name.encode()] = str(nxt).encode()
-            kg = self._kgs[g]
-            kg.db.apply(per_store, meta_entries)
+            self._kgs[g].db.apply(per_store, meta_entries)
+        for kg in self._kgs.values():  # read-only key groups grow their caches too
             for cache in kg.caches.values():
                 cache.trim(self.settings.state_cache_entries)
 

@@ -17,6 +17,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from processors._errors import AbortEpoch, Kind, classify, kafka_call
+from processors._logging import librdkafka_logger
 from processors._settings import GroupProtocol, Guarantee, Settings
 from processors.exceptions import FatalKafkaError, TopicError
 
@@ -25,8 +26,9 @@ __all__ = ["CONTROL_TOPIC", "PARTITION_EOF", "AbortEpoch", "Admin", "kafka_call"
 log = logging.getLogger("lockgate.kafka")
 
 CONTROL_TOPIC = "lockgate.control"
-#: A just-created topic has no leader yet: list_offsets answers these for a while.
-_METADATA_NOT_READY = {KafkaError.UNKNOWN_TOPIC_OR_PART}
+#: A just-created topic, or any topic while the broker restarts, has no known leader:
+#: list_offsets answers these for a while ("No leaders found" is _NOENT).
+_METADATA_NOT_READY = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT}  # noqa: SLF001
 #: Changelog topic settings: compacted, and tombstones kept for a day (the local-state
 #: age guard in processors/_keygroups.py is derived from the value the topic really has).
 CHANGELOG_CONFIG = {"cleanup.policy": "compact", "delete.retention.ms": "86400000"}
@@ -86,6 +88,7 @@ def producer_config(settings: Settings, app: str, transactional_id: str | None) 
         # Backoff stays exponential up to retry.backoff.max.ms.
         conf["retry.backoff.ms"] = 10
     conf.update(_common(settings, drop=_CONSUMER_ONLY))
+    conf["logger"] = librdkafka_logger("producer")
     return conf
 
 
@@ -120,6 +123,7 @@ def consumer_config(settings: Settings, app: str) -> dict[str, Any]:
             )
         drop = drop + _KIP848_BROKER_SIDE
     conf.update(_common(settings, drop=drop))
+    conf["logger"] = librdkafka_logger("consumer")
     return conf
 
 
@@ -136,12 +140,15 @@ def restore_consumer_config(settings: Settings, app: str) -> dict[str, Any]:
         "client.id": f"{app}-{settings.instance_id}-restore",
     }
     conf.update(_common(settings, drop=_PRODUCER_ONLY + _CONSUMER_ONLY))
+    conf["logger"] = librdkafka_logger("restore")
     return conf
 
 
 def admin_config(settings: Settings) -> dict[str, Any]:
     """Return the admin client configuration."""
-    return _common(settings, drop=_PRODUCER_ONLY + _CONSUMER_ONLY)
+    conf = _common(settings, drop=_PRODUCER_ONLY + _CONSUMER_ONLY)
+    conf["logger"] = librdkafka_logger("admin")
+    return conf
 
 
 class Admin:
@@ -249,6 +256,7 @@ class Admin:
     def _list_offsets(self, tps: list[TopicPartition], spec: Any) -> dict[tuple[str, int], int]:
         if not tps:
             return {}
+        self._admin.poll(0)  # serve the admin client's log lines (librdkafka_logger)
         req = {TopicPartition(tp.topic, tp.partition): spec for tp in tps}
         deadline = time.monotonic() + 60
         delay = 0.1

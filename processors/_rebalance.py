@@ -80,17 +80,17 @@ class RebalanceMixin(EpochMixin):
             if tp.error is not None:
                 raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
             self._checkpoint = max(self._checkpoint, _ckpt_of_metadata(tp.metadata))
-        started = time.monotonic()
         self.metrics.restoring = len(groups)
         assert self._restorer is not None
         for g in groups:
             self._check_stop()
             if g not in self._kgs:
+                started = time.monotonic()
                 kg = self._restorer.open(g, self._handles)
                 self._kgs[g] = kg
                 self._checkpoint = max(self._checkpoint, checkpoint_of(kg.db))
+                self.metrics.observe_restore(time.monotonic() - started)
             self.metrics.restoring -= 1
-        self.metrics.observe_restore(time.monotonic() - started)
         unknown = [tp for tp in committed if tp.offset < 0]
         assert self._admin is not None
         log_start = self._admin.start_offsets(unknown) if unknown else {}

@@ -107,12 +107,7 @@ class Runner(RebalanceMixin):
                 self._http.stop()
 
     def _setup(self) -> None:
-        s = self.settings
-        if self.eos and s.transaction_timeout_ms < 2 * s.checkpoint_interval_ms:
-            raise ConfigError(
-                "LOCKGATE_TRANSACTION_TIMEOUT_MS must be at least twice "
-                "LOCKGATE_CHECKPOINT_INTERVAL_MS (an epoch must fit well inside a transaction)"
-            )
+        s = self.settings  # cross-field rules were checked by the Settings model
         self._admin = admin = Admin(s)
         self._partitions = p = admin.input_partitions(self._inputs)
         topics: dict[str, tuple[int, dict[str, str]]] = {
@@ -172,6 +167,7 @@ class Runner(RebalanceMixin):
             "(until the broker's group.consumer.session.timeout.ms expires it)",
             extra={"instance": self.settings.instance_id, "detail": str(exc)},
         )
+        self.metrics.joined = False
         self._consumer.close()
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline and not self._stop:
