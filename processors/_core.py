@@ -131,6 +131,7 @@ class RunnerCore:
         #: The record of the open epoch that alone took longer than the budget, if any.
         self._slow: tuple[Any, float] | None = None
         self._fresh_producer = False  # replaced after a timed-out transaction
+        self._txn_began = time.monotonic()  # when the open transaction began
         self._produce_fast: Any = None
         self._internal_partitions: dict[str, int] = {}
 

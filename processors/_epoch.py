@@ -65,7 +65,19 @@ class EpochMixin(RunnerCore):
                 what="init_transactions",
                 timeout_s=self._txn_timeout_s * 2,
             )
-            self._producer.begin_transaction()
+            self._begin()
+
+    def _begin(self) -> None:
+        self._producer.begin_transaction()
+        self._txn_began = time.monotonic()
+
+    def _outlived_timeout(self) -> bool:
+        """Whether the open transaction is older than the transaction timeout.
+
+        Then the coordinator has aborted it (and bumped the producer epoch): a fencing
+        error is our own timeout, not another instance with our transactional id.
+        """
+        return time.monotonic() - self._txn_began >= self._txn_timeout_s
 
     # -- commit ---------------------------------------------------------------------------
 
@@ -106,13 +118,14 @@ class EpochMixin(RunnerCore):
             writes = self._produce_changelogs()
             self._write_barriers_and_checkpoints(ckpt, offsets)
             self._commit(offsets)
-        except FatalKafkaError:
-            if self._slow is None or not self.eos:
+        except FatalKafkaError as exc:
+            if not self.eos or (self._slow is None and not self._outlived_timeout()):
                 raise
-            # Most likely the coordinator aborted the transaction on its timeout while
-            # one record ran (the producer epoch was bumped): a new producer takes over.
+            # The coordinator aborted the transaction on its timeout (a slow record, or a
+            # broker that was away longer than the timeout) and bumped the producer epoch:
+            # a new producer with the same transactional id takes over.
             self._replace_producer()
-            raise AbortEpoch("the transaction timed out while a slow record ran") from None
+            raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
         except AbortEpoch:
             self._raise_if_undeliverable()
             raise
@@ -132,7 +145,7 @@ class EpochMixin(RunnerCore):
         m.dlq_records += self._epoch_dlq
         self._uncommitted = self._epoch_out = self._epoch_dlq = 0
         if self.eos:
-            self._producer.begin_transaction()
+            self._begin()
         self._reset_epoch_deadline()
         took = time.monotonic() - started
         if log.isEnabledFor(logging.DEBUG):
@@ -322,7 +335,7 @@ class EpochMixin(RunnerCore):
         self._uncommitted = self._epoch_out = self._epoch_dlq = 0
         self.metrics.epochs_aborted += 1
         if self.eos and not fresh:
-            self._producer.begin_transaction()
+            self._begin()
         self._reset_epoch_deadline()
 
     def _rewind(self, groups: list[int]) -> None:

@@ -29,6 +29,7 @@ CONTROL_TOPIC = "lockgate.control"
 #: A just-created topic, or any topic while the broker restarts, has no known leader:
 #: list_offsets answers these for a while ("No leaders found" is _NOENT).
 _METADATA_NOT_READY = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT}  # noqa: SLF001
+_STALE_LEADER = {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH}
 #: Changelog topic settings: compacted, and tombstones kept for a day (the local-state
 #: age guard in processors/_keygroups.py is derived from the value the topic really has).
 CHANGELOG_CONFIG = {"cleanup.policy": "compact", "delete.retention.ms": "86400000"}
@@ -155,7 +156,8 @@ class Admin:
     """Topic checks and creation, last stable offsets."""
 
     def __init__(self, settings: Settings) -> None:
-        self._admin = AdminClient(admin_config(settings))
+        self._conf = admin_config(settings)
+        self._admin = AdminClient(self._conf)
 
     def partitions_of(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int]:
         """Return the partition count of each existing topic among ``topics``."""
@@ -271,6 +273,10 @@ class Admin:
                 )
                 if not transient or time.monotonic() > deadline:
                     raise FatalKafkaError(f"list_offsets: {exc}") from exc
+                if isinstance(err, KafkaError) and err.code() in _STALE_LEADER:
+                    # Seen after a broker restart: the admin client keeps sending the old
+                    # leader epoch from its metadata cache. A new client has fresh metadata.
+                    self._admin = AdminClient(self._conf)
                 log.warning("retrying", extra={"call": "list_offsets", "error": str(err)})
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)

@@ -282,7 +282,10 @@ class Runner(RebalanceMixin):
                 log.warning("closing key group %s failed: %s", kg.index, exc)
         self._kgs.clear()
         if self._producer is not None:
-            self._producer.flush(10)
+            try:
+                self._producer.flush(10)
+            except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
+                log.warning("producer flush on close failed: %s", exc)
 
     # -- the per-record path ------------------------------------------------------------
 
