@@ -132,6 +132,11 @@ class RunnerCore:
         self._slow: tuple[Any, float] | None = None
         self._fresh_producer = False  # replaced after a timed-out transaction
         self._txn_began = time.monotonic()  # when the open transaction began
+        self._timed_out = False  # the coordinator aborted the open transaction
+        self._finishing = False  # the final commit after a stop request
+        #: Input partitions rewound while consume() served a callback: records of theirs
+        #: in the batch that consume() returns may predate the seek (dropped, re-sought).
+        self._rewound: set[tuple[str, int]] = set()
         self._produce_fast: Any = None
         self._internal_partitions: dict[str, int] = {}
 
@@ -154,7 +159,7 @@ class RunnerCore:
                 *args,
                 what=what,
                 timeout_s=timeout,
-                should_stop=lambda: self._stop,
+                should_stop=lambda: self._stop and not self._finishing,
                 on_wait=self.metrics.beat,
             )
 
@@ -173,15 +178,23 @@ class RunnerCore:
                 cannot be written (e.g. a state value above the topic's size limit).
         """
         produce = self._producer.produce
+        deadline = 0.0
         while True:
             try:
                 produce(topic, value, key, **kw)
                 return
             except BufferError:
-                self._producer.poll(0.05)  # queue full: let deliveries drain
+                # Queue full: let deliveries drain, bounded by the transaction timeout.
+                now = time.monotonic()
+                deadline = deadline or now + self._txn_timeout_s
+                if now > deadline:
+                    raise AbortEpoch(f"produce to {topic}: the queue stayed full") from None
+                self._producer.poll(0.05)
             except KafkaException as exc:
                 err = exc.args[0]
                 kind = classify(err) if isinstance(err, KafkaError) else Kind.FATAL
+                if isinstance(err, KafkaError) and err.code() == KafkaError._STATE:  # noqa: SLF001
+                    kind = Kind.ABORT  # the transaction went abortable: produce() has no flags
                 if kind is Kind.ABORT or kind is Kind.RETRY:
                     raise AbortEpoch(f"produce to {topic}: {describe(err)}") from exc
                 if kind is Kind.RECORD:

@@ -28,7 +28,7 @@ import orjson
 from confluent_kafka import Producer, TopicPartition
 
 from processors._core import RunnerCore, SlowRecordError, where
-from processors._errors import AbortEpoch
+from processors._errors import FENCED, AbortEpoch, cause_code
 from processors._faults import crash_point
 from processors._kafka import CONTROL_TOPIC, producer_config
 from processors._settings import OnError
@@ -71,13 +71,20 @@ class EpochMixin(RunnerCore):
         self._producer.begin_transaction()
         self._txn_began = time.monotonic()
 
-    def _outlived_timeout(self) -> bool:
-        """Whether the open transaction is older than the transaction timeout.
+    def _timed_out_fence(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the coordinator aborting our own transaction on its timeout.
 
-        Then the coordinator has aborted it (and bumped the producer epoch): a fencing
-        error is our own timeout, not another instance with our transactional id.
+        True when librdkafka reports a fence (``_FENCED``) and the open transaction is
+        older than the transaction timeout (its age is measured from the last commit,
+        abort, idle epoch or restore: never shorter than the coordinator's). Any other
+        fence is another live instance with our transactional id: never re-initialise
+        then, or the two would fence each other back and forth.
         """
-        return time.monotonic() - self._txn_began >= self._txn_timeout_s
+        return (
+            self.eos
+            and cause_code(exc) == FENCED
+            and time.monotonic() - self._txn_began >= self._txn_timeout_s
+        )
 
     # -- commit ---------------------------------------------------------------------------
 
@@ -105,6 +112,7 @@ class EpochMixin(RunnerCore):
             c.dirty for kg in self._kgs.values() for c in kg.caches.values()
         ):
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
+            self._txn_began = time.monotonic()
             return
         started = time.monotonic()
         interval = self.settings.checkpoint_interval_ms
@@ -119,7 +127,7 @@ class EpochMixin(RunnerCore):
             self._write_barriers_and_checkpoints(ckpt, offsets)
             self._commit(offsets)
         except FatalKafkaError as exc:
-            if not self.eos or (self._slow is None and not self._outlived_timeout()):
+            if not self._timed_out_fence(exc):
                 raise
             # The coordinator aborted the transaction on its timeout (a slow record, or a
             # broker that was away longer than the timeout) and bumped the producer epoch:
@@ -191,7 +199,12 @@ class EpochMixin(RunnerCore):
             return
         with self.metrics.blocked("flush", self._txn_timeout_s):
             remaining = producer.flush(self._txn_timeout_s)
+        # At-least-once: any failed delivery (transient ones too) means the offsets must
+        # not be committed past it.
+        err = self._delivery_error
         self._raise_if_undeliverable()
+        if err is not None:
+            raise AbortEpoch(f"a delivery failed: {err.name()}: {err.str()}")
         if remaining:
             raise AbortEpoch(f"{remaining} records not delivered within the transaction timeout")
         if offsets:
@@ -267,6 +280,7 @@ class EpochMixin(RunnerCore):
             pass
         self._open_producer()
         self._fresh_producer = True  # nothing is open to abort
+        self._timed_out = True  # the slow record, if any, caused it
 
     def _poison_slow_record(self) -> None:
         """A record alone outlived the epoch budget and the epoch failed: apply the policy.
@@ -312,22 +326,26 @@ class EpochMixin(RunnerCore):
                 f"{self._consecutive_aborts} epochs aborted in a row without a commit "
                 f"(last: {reason}); stopping instead of replaying forever"
             )
-        if self._slow is not None:
+        self._record_error = None
+        self._producer_error = None
+        if self.eos and not self._fresh_producer:
+            try:
+                self._call(
+                    self._producer.abort_transaction,
+                    self._txn_timeout_s,
+                    what="abort_transaction",
+                )
+                self._producer.poll(0)  # serve the purge reports of the aborted records now
+            except AbortEpoch as exc:
+                raise FatalKafkaError(f"cannot abort the open transaction: {exc}") from exc
+            except FatalKafkaError as exc:
+                if not self._timed_out_fence(exc):
+                    raise
+                self._replace_producer()  # e.g. user code raised after a very slow call
+        timed_out, self._timed_out = self._timed_out, False
+        if timed_out and self._slow is not None:
             self._poison_slow_record()
         fresh, self._fresh_producer = self._fresh_producer, False
-        if self.eos:
-            if fresh:
-                pass  # a new producer, its transaction begun and empty: nothing to abort
-            else:
-                try:
-                    self._call(
-                        self._producer.abort_transaction,
-                        self._txn_timeout_s,
-                        what="abort_transaction",
-                    )
-                except AbortEpoch as exc:
-                    raise FatalKafkaError(f"cannot abort the open transaction: {exc}") from exc
-                self._producer.poll(0)  # serve the purge reports of the aborted records now
         self._delivery_error = None  # the replay will produce those records again
         for kg in self._kgs.values():
             kg.discard()
@@ -346,6 +364,7 @@ class EpochMixin(RunnerCore):
                 if offset is None:
                     continue
                 self._next[(topic, g)] = offset
+                self._rewound.add((topic, g))
                 tp = TopicPartition(topic, g, offset)
                 try:
                     self._consumer.seek(tp)

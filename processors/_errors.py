@@ -110,6 +110,20 @@ def delivery_is_transient(err: KafkaError) -> bool:
     return err.code() in _TRANSIENT_DELIVERY or err.txn_requires_abort()
 
 
+def cause_code(exc: BaseException) -> int | None:
+    """Return the Kafka error code behind ``exc`` (its ``KafkaException`` cause), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException) and isinstance(seen.args[0], KafkaError):
+            return int(seen.args[0].code())
+        seen = seen.__cause__
+    return None
+
+
+#: How librdkafka reports that the coordinator bumped our producer epoch (a fence).
+FENCED = KafkaError._FENCED  # noqa: SLF001 - public code, underscored name
+
+
 def describe(err: KafkaError) -> str:
     """Return ``NAME: text`` of a Kafka error."""
     return f"{err.name()}: {err.str()}"

@@ -104,7 +104,11 @@ class Restorer:
         """
         self._should_stop = should_stop
         self._stall_timeout_s = stall_timeout_s
-        retention = tombstone_retention_ms or _DEFAULT_TOMBSTONE_RETENTION_MS
+        retention = (
+            _DEFAULT_TOMBSTONE_RETENTION_MS
+            if tombstone_retention_ms is None
+            else tombstone_retention_ms
+        )
         self._max_age_ms = int(retention * _MAX_AGE_SHARE)
         self._app = app
         self._backend = backend
@@ -189,6 +193,7 @@ class Restorer:
         count = 0
         done = False
         progressed = time.monotonic()
+        position = start
         try:
             while not done:
                 if self._should_stop():
@@ -206,13 +211,15 @@ class Restorer:
                     pending[msg.key()] = msg.value()
                     last = msg.offset()
                     count += 1
-                if msgs:
-                    progressed = time.monotonic()
+                    progressed = time.monotonic()  # data, not error events
                 if last + 1 >= end:
                     done = True
                 elif not msgs:
                     # Aborted records and markers are skipped: the position passes them.
-                    position = consumer.position([tp])[0].offset
+                    now_at = consumer.position([tp])[0].offset
+                    if now_at > position:  # skipped aborted records and markers
+                        position = now_at
+                        progressed = time.monotonic()
                     done = position >= end
                     if not done and time.monotonic() - progressed > self._stall_timeout_s:
                         raise FatalKafkaError(

@@ -43,6 +43,10 @@ class RebalanceMixin(EpochMixin):
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         try:
             self._assign(consumer, partitions)
+        except AbortEpoch as exc:
+            # The partitions would be fetched without key groups (confluent-kafka assigns
+            # them when the callback did not): never carry on silently.
+            self._fatal = FatalKafkaError(f"taking over {partitions}: {exc}")
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop after consume()
             self._fatal = exc
 
@@ -108,6 +112,7 @@ class RebalanceMixin(EpochMixin):
         self.metrics.restoring = 0
         self.metrics.joined = True
         self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
+        self._txn_began = time.monotonic()
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})

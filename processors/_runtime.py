@@ -57,6 +57,20 @@ class _InstanceIdInUse(FatalKafkaError):
     """The group still has a member with this instance id (KIP-848 fences the newcomer)."""
 
 
+class _StaticMemberFenced(FatalKafkaError):
+    """The broker fenced this static member (FENCED_INSTANCE_ID).
+
+    Seen after a broker restart: the session timed out while the broker was away, the
+    consumer rejoined with a new member id, and the reloaded group still held the old
+    one. Also what a second live process with the same instance id causes.
+    """
+
+
+#: Rejoins after a static-member fence allowed within _FENCE_WINDOW_S before exiting 1.
+_MAX_FENCE_REJOINS = 3
+_FENCE_WINDOW_S = 600.0
+
+
 class _Rewind(Exception):  # noqa: N818 - internal control flow
     """User code raised: abort the epoch and replay with the record dead-lettered."""
 
@@ -79,6 +93,7 @@ class Runner(RebalanceMixin):
         self._cursor = app.cursor
         self._ctx = Context(self._emit)
         self._http: HealthServer | None = None
+        self._fence_rejoins: list[float] = []
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -100,7 +115,14 @@ class Runner(RebalanceMixin):
             self._http = HealthServer(self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms)
             self._http.start()
         try:
-            self._setup()
+            try:
+                self._setup()
+            except Stopping:
+                log.info("stopped during start-up")
+                self._close(graceful=False)
+                return 0
+            except AbortEpoch as exc:
+                raise FatalKafkaError(f"start-up: {exc}") from exc
             return self._loop()
         finally:
             if self._http is not None:
@@ -156,19 +178,44 @@ class Runner(RebalanceMixin):
             on_lost=self._on_lost,
         )
 
-    def _rejoin_later(self, exc: _InstanceIdInUse) -> None:
+    def _rejoin_after_fence(self, exc: _StaticMemberFenced) -> None:
+        """Drop everything owned and join again with a fresh consumer (bounded).
+
+        Raises:
+            FatalKafkaError: fenced again and again: another live process most likely
+                runs with this instance id.
+        """
+        now = time.monotonic()
+        self._fence_rejoins = [t for t in self._fence_rejoins if now - t < _FENCE_WINDOW_S]
+        if len(self._fence_rejoins) >= _MAX_FENCE_REJOINS:
+            raise FatalKafkaError(
+                f"{exc} ({len(self._fence_rejoins) + 1} times within {_FENCE_WINDOW_S:.0f}s)"
+            ) from exc
+        self._fence_rejoins.append(now)
+        if self._kgs:
+            groups = list(self._kgs)
+            self._release(groups)  # first: the abort's rewind must not touch them
+            if self._uncommitted or self._epoch_out or self._epoch_dlq:
+                self._abort_epoch("static member fenced")
+        self._rejoin_later(exc)
+
+    def _rejoin_later(self, exc: FatalKafkaError) -> None:
         """The previous incarnation of this instance id still holds its membership.
 
         Under KIP-848 the broker fences the *new* member until the old one's session
         expires; nothing is assigned yet, so wait and join again with a fresh consumer.
         """
         log.warning(
-            "instance id still held by a previous incarnation; rejoining in 2s "
-            "(until the broker's group.consumer.session.timeout.ms expires it)",
+            "consumer fenced or instance id still held by a previous incarnation; rejoining "
+            "in 2s with a fresh consumer (if this repeats, another process runs with "
+            "this LOCKGATE_INSTANCE_ID)",
             extra={"instance": self.settings.instance_id, "detail": str(exc)},
         )
         self.metrics.joined = False
-        self._consumer.close()
+        try:
+            self._consumer.close()
+        except Exception as exc:  # noqa: BLE001 - a fenced consumer may refuse to close
+            log.warning("consumer close failed: %s", exc)
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline and not self._stop:
             self.metrics.beat()
@@ -184,10 +231,13 @@ class Runner(RebalanceMixin):
         try:
             while not self._stop:
                 try:
+                    self._rewound.clear()
                     msgs = self._consumer.consume(batch, 0.1)
                     if self._fatal is not None:
                         fatal, self._fatal = self._fatal, None
                         raise fatal
+                    if self._rewound and msgs:
+                        msgs = self._drop_stale(msgs)
                     if msgs:
                         self._process(msgs)
                 except _Rewind:
@@ -195,6 +245,9 @@ class Runner(RebalanceMixin):
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
                 except AbortEpoch as exc:
                     self._abort_epoch(str(exc))
+                except _StaticMemberFenced as exc:
+                    self._rejoin_after_fence(exc)
+                    continue
                 except _InstanceIdInUse as exc:
                     if self._kgs:
                         raise FatalKafkaError(str(exc)) from exc
@@ -209,6 +262,7 @@ class Runner(RebalanceMixin):
                         self._abort_epoch(str(exc))
                     next_epoch = time.monotonic() + interval
             log.info("stopping: finishing the open epoch")
+            self._finishing = True  # the last commit may retry up to its bound
             try:
                 self._end_epoch()
             except AbortEpoch as exc:
@@ -242,9 +296,8 @@ class Runner(RebalanceMixin):
 
     def _fail(self, exc: BaseException) -> int:
         hint = ""
-        if (
-            "PRODUCER_FENCED" in str(exc) or "UNRELEASED_INSTANCE_ID" in str(exc)
-        ) and self._slow is None:
+        text = str(exc)
+        if "_FENCED" in text or "UNRELEASED_INSTANCE_ID" in text or "FENCED_INSTANCE_ID" in text:
             hint = (
                 f" (another process runs with LOCKGATE_INSTANCE_ID={self.settings.instance_id}"
                 " for this app: instance ids must be unique per live instance)"
@@ -357,7 +410,7 @@ class Runner(RebalanceMixin):
                 continue
             prev = msg
             try:
-                handler(key, value, ctx)
+                handler(key, value, ctx)  # _record_error is None here: reset on every abort
             except ConfigError:
                 raise  # a programming error (e.g. emit to an undeclared topic): stop
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
@@ -387,6 +440,32 @@ class Runner(RebalanceMixin):
         m.records_in_attempts += count
         m.records_out_attempts += self._epoch_out - out_before
         self._producer.poll(0)
+
+    def _drop_stale(self, msgs: list[Any]) -> list[Any]:
+        """Drop records of partitions rewound by a callback during this ``consume()``.
+
+        librdkafka serves rebalance callbacks in the middle of a batch: records collected
+        before the callback's ``seek()`` are returned too (they predate the rewind). The
+        partitions are sought again to their tracked next offset, so the records collected
+        after the seek come back with the next fetch.
+        """
+        rewound = self._rewound
+        kept = [m for m in msgs if (m.topic(), m.partition()) not in rewound]
+        for topic, part in rewound:
+            offset = self._next.get((topic, part))
+            if offset is not None and part in self._kgs:
+                tp = TopicPartition(topic, part, offset)
+                try:
+                    self._consumer.seek(tp)
+                except Exception:  # noqa: BLE001 - not fetching yet (KafkaException)
+                    self._consumer.incremental_unassign([TopicPartition(topic, part)])
+                    self._consumer.incremental_assign([tp])
+        log.info(
+            "dropped records fetched before a rewind",
+            extra={"records": len(msgs) - len(kept), "partitions": sorted(rewound)},
+        )
+        self._rewound = set()
+        return kept
 
     def _note_slow(self, msg: Any, seconds: float) -> None:
         log.warning(
@@ -422,6 +501,8 @@ class Runner(RebalanceMixin):
             detail = f"consumer: {err.name()}: {err.str()}"
             if "instance ID is still used" in err.str():
                 raise _InstanceIdInUse(detail)
+            if "fenced by other consumer with same group.instance.id" in err.str():
+                raise _StaticMemberFenced(detail)
             raise FatalKafkaError(detail)
         log.warning("consumer error", extra={"error": err.name(), "detail": err.str()})
 
