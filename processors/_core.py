@@ -37,6 +37,7 @@ from processors._keygroups import KeyGroup, Restorer
 from processors._settings import Guarantee, Settings, StateBackendKind
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import StateBackend
+from state.cache import DELETED, MISSING
 from state.memory.store import MemoryBackend
 from state.rocksdb.store import RocksDBBackend
 
@@ -53,6 +54,10 @@ class RecordRejected(Exception):  # noqa: N818 - names what happened to the reco
     Raised from ``ctx.emit`` into user code; the record is dead-lettered (or the app
     stops under ``LOCKGATE_ON_ERROR=fail``) even if user code catches it.
     """
+
+
+class StateEncodeError(Exception):
+    """User code stored a value its store's codec cannot encode (e.g. a set under JSON)."""
 
 
 class SlowRecordError(Exception):
@@ -134,6 +139,9 @@ class RunnerCore:
         self._txn_began = time.monotonic()  # when the open transaction began
         self._timed_out = False  # the coordinator aborted the open transaction
         self._finishing = False  # the final commit after a stop request
+        #: Encode each record's state writes right after it (set while replaying an epoch
+        #: whose state could not be encoded at commit, to find the record responsible).
+        self._check_writes = False
         #: Input partitions rewound while consume() served a callback: records of theirs
         #: in the batch that consume() returns may predate the seek (dropped, re-sought).
         self._rewound: set[tuple[str, int]] = set()
@@ -280,6 +288,24 @@ class RunnerCore:
                 "the topic's max.message.bytes, topic ACLs, and that compacted outputs get "
                 "keys)"
             )
+
+    def _state_write_error(self, caches: Any, key: bytes | None) -> BaseException | None:
+        """Encode the current key's dirty values in ``caches``; return the codec's error."""
+        if key is None:
+            return None
+        for cache in caches.values():
+            if key in cache.dirty:
+                value = cache.peek(key)
+                if value is DELETED or value is MISSING:
+                    continue
+                try:
+                    cache.codec.encode(value)
+                except Exception as exc:  # noqa: BLE001 - the store's codec may raise anything
+                    return StateEncodeError(
+                        f"state store {cache.name!r} cannot encode the value written for this "
+                        f"record ({type(exc).__name__}: {exc})"
+                    )
+        return None
 
     def _check_stop(self) -> None:
         if self._stop:

@@ -138,6 +138,7 @@ class EpochMixin(RunnerCore):
             self._raise_if_undeliverable()
             raise
         self._consecutive_aborts = 0
+        self._check_writes = False
         self._apply_locally(ckpt, writes)
         for tp in offsets:
             self._committed[(tp.topic, tp.partition)] = tp.offset
@@ -172,7 +173,22 @@ class EpochMixin(RunnerCore):
         for g, kg in self._kgs.items():
             per_store: dict[str, dict[bytes, bytes | None]] = {}
             for name, cache in kg.caches.items():
-                changes = cache.drain()
+                try:
+                    changes = cache.drain()
+                except Exception as exc:  # noqa: BLE001 - the store's codec may raise anything
+                    if self._check_writes:
+                        # Already checked record by record: not attributable to one record.
+                        raise FatalKafkaError(
+                            f"state store {name!r}, key group {g}: a value cannot be encoded "
+                            f"with its codec ({type(exc).__name__}: {exc})"
+                        ) from exc
+                    # Find the record that wrote it: replay the epoch checking each
+                    # record's state writes (the culprit is dead-lettered).
+                    self._check_writes = True
+                    raise AbortEpoch(
+                        f"state store {name!r}, key group {g}: a value cannot be encoded "
+                        f"({type(exc).__name__}: {exc}); replaying to find the record"
+                    ) from exc
                 if not changes:
                     continue
                 per_store[name] = changes

@@ -429,6 +429,10 @@ class Runner(RebalanceMixin):
                 # the error: the record still failed.
                 rejected, self._record_error = self._record_error, None
                 self._bad_input(msg, rejected, "emit", replay=True)
+            if self._check_writes:
+                bad = self._state_write_error(kgs[part].caches, raw_key)
+                if bad is not None:
+                    self._bad_input(msg, bad, "state", replay=True)
         else:
             now = clock()
             if prev is not None and now - started > budget:
