@@ -15,6 +15,7 @@ committed), advanced by processing, and reset by a rewind.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ from processors._app import App
 from processors._context import Headers
 from processors._errors import (
     AbortEpoch,
+    CallHung,
     Kind,
     Stopping,
     classify,
@@ -142,6 +144,8 @@ class RunnerCore:
         #: Encode each record's state writes right after it (set while replaying an epoch
         #: whose state could not be encoded at commit, to find the record responsible).
         self._check_writes = False
+        #: Producers abandoned inside a hung call (kept referenced, never used again).
+        self._hung_clients: list[Any] = []
         #: Input partitions rewound while consume() served a callback: records of theirs
         #: in the batch that consume() returns may predate the seek (dropped, re-sought).
         self._rewound: set[tuple[str, int]] = set()
@@ -170,6 +174,33 @@ class RunnerCore:
                 should_stop=lambda: self._stop and not self._finishing,
                 on_wait=self.metrics.beat,
             )
+
+    def _guarded_call(self, fn: Any, *args: Any, what: str) -> Any:
+        """:meth:`_call` in a helper thread, abandoned if it outlives its bound.
+
+        For the transactional calls librdkafka may block in past their timeout. The
+        loop thread waits at most the transaction timeout plus a margin.
+
+        Raises:
+            CallHung: the call did not return in time (the producer must be replaced).
+        """
+        result: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                result["value"] = self._call(fn, *args, what=what)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the loop thread
+                result["error"] = exc
+
+        worker = threading.Thread(target=target, name=f"lockgate-{what}", daemon=True)
+        worker.start()
+        worker.join(self._txn_timeout_s + 15)
+        if worker.is_alive():
+            self._hung_clients.append(self._producer)  # never touched again
+            raise CallHung(f"{what} did not return within {self._txn_timeout_s + 15:.0f}s")
+        if "error" in result:
+            raise result["error"]
+        return result.get("value")
 
     def _reset_epoch_deadline(self) -> None:
         self._epoch_deadline = time.monotonic() + self._budget_s

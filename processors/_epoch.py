@@ -28,7 +28,7 @@ import orjson
 from confluent_kafka import Producer, TopicPartition
 
 from processors._core import RunnerCore, SlowRecordError, where
-from processors._errors import FENCED, AbortEpoch, cause_code
+from processors._errors import FENCED, AbortEpoch, CallHung, cause_code
 from processors._faults import crash_point
 from processors._kafka import CONTROL_TOPIC, producer_config
 from processors._settings import OnError
@@ -126,6 +126,12 @@ class EpochMixin(RunnerCore):
             writes = self._produce_changelogs()
             self._write_barriers_and_checkpoints(ckpt, offsets)
             self._commit(offsets)
+        except CallHung as exc:
+            # Nothing of this epoch may commit: a new producer fences the stuck one (its
+            # transaction is aborted by the new one's init_transactions).
+            log.error("%s; replacing the producer", exc)
+            self._replace_producer(hung=True)
+            raise AbortEpoch(str(exc)) from None
         except FatalKafkaError as exc:
             if not self._timed_out_fence(exc):
                 raise
@@ -203,7 +209,7 @@ class EpochMixin(RunnerCore):
         producer = self._producer
         if self.eos:
             crash_point("before_send_offsets")
-            self._call(
+            self._guarded_call(
                 producer.send_offsets_to_transaction,
                 offsets,
                 self._consumer.consumer_group_metadata(),
@@ -211,7 +217,9 @@ class EpochMixin(RunnerCore):
                 what="send_offsets_to_transaction",
             )
             crash_point("before_commit")
-            self._call(producer.commit_transaction, self._txn_timeout_s, what="commit_transaction")
+            self._guarded_call(
+                producer.commit_transaction, self._txn_timeout_s, what="commit_transaction"
+            )
             return
         with self.metrics.blocked("flush", self._txn_timeout_s):
             remaining = producer.flush(self._txn_timeout_s)
@@ -288,12 +296,17 @@ class EpochMixin(RunnerCore):
 
     # -- slow records -----------------------------------------------------------------
 
-    def _replace_producer(self) -> None:
-        """Replace a producer whose transaction the coordinator aborted (epoch bumped)."""
-        try:
-            self._producer.flush(1)
-        except Exception:  # noqa: BLE001, S110 - the old producer is unusable anyway
-            pass
+    def _replace_producer(self, hung: bool = False) -> None:
+        """Replace a producer that cannot go on (epoch bumped, stuck state or hung call).
+
+        The new producer's ``init_transactions`` (same transactional id) fences the old
+        one and aborts its open transaction.
+        """
+        if not hung:
+            try:
+                self._producer.flush(1)
+            except Exception:  # noqa: BLE001, S110 - the old producer is unusable anyway
+                pass
         self._open_producer()
         self._fresh_producer = True  # nothing is open to abort
         self._timed_out = True  # the slow record, if any, caused it
@@ -346,18 +359,26 @@ class EpochMixin(RunnerCore):
         self._producer_error = None
         if self.eos and not self._fresh_producer:
             try:
-                self._call(
+                self._guarded_call(
                     self._producer.abort_transaction,
                     self._txn_timeout_s,
                     what="abort_transaction",
                 )
                 self._producer.poll(0)  # serve the purge reports of the aborted records now
+            except CallHung as exc:
+                log.error("%s; replacing the producer", exc)
+                self._replace_producer(hung=True)
             except AbortEpoch as exc:
                 raise FatalKafkaError(f"cannot abort the open transaction: {exc}") from exc
             except FatalKafkaError as exc:
-                if not self._timed_out_fence(exc):
-                    raise
-                self._replace_producer()  # e.g. user code raised after a very slow call
+                if cause_code(exc) == FENCED and not self._timed_out_fence(exc):
+                    raise  # another live instance has our transactional id
+                # The transaction was aborted for us (its timeout, e.g. user code raised
+                # after a very slow call) or the producer is in a state it cannot leave
+                # (seen after a broker crash: INVALID_TXN_STATE). Either way nothing of
+                # this epoch can commit: a new producer fences the old one and begins.
+                log.warning("abort failed; replacing the producer", extra={"error": str(exc)})
+                self._replace_producer()
         timed_out, self._timed_out = self._timed_out, False
         if timed_out and self._slow is not None:
             self._poison_slow_record()

@@ -133,6 +133,16 @@ class AbortEpoch(Exception):  # noqa: N818 - control flow, not an error for user
     """The open transaction must be aborted and the inputs rewound (an abortable error)."""
 
 
+class CallHung(Exception):  # noqa: N818 - control flow
+    """A client call did not return within its bound although it was given a timeout.
+
+    librdkafka's ``send_offsets_to_transaction`` can block past its timeout (its
+    coordinator-request timeout is never checked, and a cached coordinator that was
+    decommissioned after a broker restart is never retried: librdkafka issues #5456 and
+    #5511). The caller must abandon the client.
+    """
+
+
 class Stopping(Exception):  # noqa: N818 - control flow
     """A stop was requested while waiting in a bounded call: give up the wait."""
 

@@ -23,6 +23,7 @@ commit.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -123,10 +124,17 @@ class Runner(RebalanceMixin):
                 return 0
             except AbortEpoch as exc:
                 raise FatalKafkaError(f"start-up: {exc}") from exc
-            return self._loop()
+            code = self._loop()
         finally:
             if self._http is not None:
                 self._http.stop()
+        if self._hung_clients:
+            # A producer abandoned inside a hung librdkafka call cannot be destroyed (its
+            # destructor would wait for that call): leave without running destructors.
+            log.warning("exiting without destroying %d hung client(s)", len(self._hung_clients))
+            logging.shutdown()
+            os._exit(code)
+        return code
 
     def _setup(self) -> None:
         s = self.settings  # cross-field rules were checked by the Settings model
