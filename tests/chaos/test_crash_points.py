@@ -11,6 +11,7 @@ must still equal the independent model.
 from __future__ import annotations
 
 import os
+import random
 import time
 from pathlib import Path
 
@@ -25,9 +26,22 @@ MIN_CRASHES = int(os.environ.get("LOCKGATE_CHAOS_MIN_CRASHES", "6"))
 def test_crashes_inside_the_commit_sequence_and_restore(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
+    seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
+    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat)")
+    rng = random.Random(seed)
     inp, out, app = unique("crash-in"), unique("crash-out"), unique("crash-sum")
     create_topic(kafka_bootstrap, inp, 4)
     env = chaos_env(kafka_bootstrap, app, inp, out)
+    # The crash decisions are made inside the instances (processors/_faults.py draws from
+    # the global ``random``): a sitecustomize seeds it per start from the chaos seed.
+    seeded = tmp_path / "seeded"
+    seeded.mkdir()
+    (seeded / "sitecustomize.py").write_text(
+        "import os, random\n"
+        "if os.environ.get('CHAOS_PROCESS_SEED'):\n"
+        "    random.seed(os.environ['CHAOS_PROCESS_SEED'])\n"
+    )
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(seeded), os.environ.get("PYTHONPATH")]))
     env["LOCKGATE_TEST_CRASH_POINTS"] = POINTS
     env["LOCKGATE_RESTORE_BATCH_RECORDS"] = "25"
     env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "150"
@@ -35,7 +49,9 @@ def test_crashes_inside_the_commit_sequence_and_restore(
         kafka_bootstrap, inp, total=max(8000, MIN_CRASHES * 800), rate=400, keys=400
     )
     fleet = Fleet("examples.running_sum:app", env, tmp_path, ["c1", "c2"])
-    fleet.start_all()
+    for iid in fleet.ids:
+        fleet.env["CHAOS_PROCESS_SEED"] = str(rng.getrandbits(64))
+        fleet.start(iid)
     feeder.start()
     crashes: dict[str, int] = {}
     deadline = time.monotonic() + 600
@@ -50,6 +66,7 @@ def test_crashes_inside_the_commit_sequence_and_restore(
                     assert code == -9, proc.log_text()[-3000:]
                     point = proc.log_text().rsplit("crash point ", 1)[-1].split(":", 1)[0]
                     crashes[point] = crashes.get(point, 0) + 1
+                    fleet.env["CHAOS_PROCESS_SEED"] = str(rng.getrandbits(64))
                     fleet.start(iid)
         assert feeder.error is None, feeder.error
         # stop injecting: restart everyone without crash points and let it finish
@@ -61,9 +78,11 @@ def test_crashes_inside_the_commit_sequence_and_restore(
         problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
         codes = fleet.stop_all()
     except BaseException:
+        print(f"chaos seed: {seed}")
         print(fleet.logs())
         raise
-    print(f"crash points hit: {crashes}; {len(feeder.produced)} inputs, {len(outputs)} outputs")
-    assert problems == [], "\n".join(problems[:20]) + fleet.logs()
+    print(f"chaos seed {seed}: crash points hit: {crashes}")
+    print(f"{len(feeder.produced)} inputs, {len(outputs)} outputs")
+    assert problems == [], f"seed {seed}\n" + "\n".join(problems[:20]) + fleet.logs()
     assert sum(crashes.values()) >= MIN_CRASHES
     assert codes == {"c1": 0, "c2": 0}, fleet.logs()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
@@ -182,23 +182,45 @@ def test_on_error_fail_stops_with_exit_3_and_commits_nothing_after(
     names,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
+    # Records 0..39 are produced first and must commit (exact running sums); only then
+    # records 40..49 arrive, 40 fails under on_error=fail: exit 3, and nothing of 40..49
+    # may commit (neither outputs nor the input offset).
     env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_ON_ERROR="fail")
-    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 1)
+    topic, app_name = env["LOCKGATE_INPUT_TOPIC"], env["LOCKGATE_APP_NAME"]
+    create_topic(kafka_bootstrap, topic, 1)
     p = Producer({"bootstrap.servers": kafka_bootstrap})
-    for seq in range(50):
-        p.produce(
-            env["LOCKGATE_INPUT_TOPIC"],
-            orjson.dumps({"v": -1 if seq == 40 else 1, "seq": seq}),
-            b"k",
-        )
-    p.flush()
+
+    def produce(seqs: range) -> None:
+        for seq in seqs:
+            p.produce(topic, orjson.dumps({"v": -1 if seq == 40 else seq, "seq": seq}), b"k")
+        assert p.flush(30) == 0
+
+    produce(range(40))
     app = AppProcess("tests.integration.apps.faulty:app", env, tmp_path / "app.log").start()
-    assert app.wait(90) == 3
-    assert "LOCKGATE_ON_ERROR=fail" in app.log_text()
+    try:
+        before = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=40, idle=0.5)
+        assert len(before) == 40, app.log_text()[-3000:]
+        produce(range(40, 50))
+        code = app.wait(90)
+    finally:
+        if app.alive:
+            app.kill9()
+    log = app.log_text()
+    assert code == 3, log[-3000:]
+    assert "LOCKGATE_ON_ERROR=fail" in log
+    assert f"{topic}[0]@40" in log  # the failing record is named
     out = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], idle=2, timeout=10)
-    seqs = [orjson.loads(m.value())["seq"] for m in out]
-    assert 40 not in seqs
-    assert seqs == list(range(len(seqs)))  # a committed prefix, nothing else
+    got = [orjson.loads(m.value()) for m in out]
+    # exactly the committed prefix 0..39 with its running sums, nothing after
+    assert got == [{"sum": sum(range(i + 1)), "count": i + 1, "seq": i} for i in range(40)], got[
+        -5:
+    ]
+    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": app_name})
+    try:
+        committed = c.committed([TopicPartition(topic, 0)], timeout=30)
+    finally:
+        c.close()
+    assert committed[0].offset == 40  # the input offset stops before the failing record
 
 
 def test_sigint_also_stops_cleanly(kafka_bootstrap: str, names, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,54 @@
+"""Small helpers shared by the integration tests in this directory."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(port: int, path: str, timeout: float = 5) -> tuple[int, str]:
+    """GET ``path``; return (status, body), or (0, "") when nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:  # noqa: S310
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def metric(text: str, name: str) -> float | None:
+    """Return the value of the first sample of ``name`` (any labels), or None."""
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int
+) -> list[TopicPartition]:
+    """The committed offsets (with metadata) of ``group`` on every partition of ``topic``."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        c.close()
+
+
+def log_records(log: str, needle: str) -> list[int]:
+    """``records=N`` of every log line containing ``needle`` (console log format)."""
+    return [
+        int(line.split("records=")[1].split()[0])
+        for line in log.splitlines()
+        if needle in line and "records=" in line
+    ]
