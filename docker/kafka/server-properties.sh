@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
 # Prints the server.properties of lockgate's single-node KRaft broker.
 # One source for the dev/test broker (broker.sh) and the Kafka image (entrypoint.sh).
-# Usage: server-properties.sh PORT CONTROLLER_PORT LOG_DIRS
+# Usage: server-properties.sh PORT CONTROLLER_PORT LOG_DIRS [PROXIED_PORT PROXY_PORT]
+#
+# With PROXIED_PORT and PROXY_PORT the broker gets a second listener, PROXIED, bound to
+# 127.0.0.1:PROXIED_PORT but advertised as 127.0.0.1:PROXY_PORT: a TCP proxy listening on
+# PROXY_PORT and forwarding to PROXIED_PORT sees all traffic of the clients that bootstrap
+# through it, because the metadata they get back names the proxy, not the broker (used by
+# tests/chaos/test_network_faults.py). Without them the output is unchanged.
 set -euo pipefail
-[[ $# -eq 3 ]] || { echo "usage: $0 PORT CONTROLLER_PORT LOG_DIRS" >&2; exit 2; }
+[[ $# -eq 3 || $# -eq 5 ]] || {
+    echo "usage: $0 PORT CONTROLLER_PORT LOG_DIRS [PROXIED_PORT PROXY_PORT]" >&2
+    exit 2
+}
 PORT=$1 CONTROLLER_PORT=$2 LOG_DIRS=$3
+LISTENERS="PLAINTEXT://127.0.0.1:${PORT},CONTROLLER://127.0.0.1:${CONTROLLER_PORT}"
+ADVERTISED="PLAINTEXT://127.0.0.1:${PORT}"
+PROTOCOLS="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+if [[ $# -eq 5 ]]; then
+    LISTENERS="${LISTENERS},PROXIED://127.0.0.1:$4"
+    ADVERTISED="${ADVERTISED},PROXIED://127.0.0.1:$5"
+    PROTOCOLS="${PROTOCOLS},PROXIED:PLAINTEXT"
+fi
 cat <<EOP
 # Single-node KRaft: one JVM is both the broker and the only controller voter.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:${CONTROLLER_PORT}
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://127.0.0.1:${PORT},CONTROLLER://127.0.0.1:${CONTROLLER_PORT}
-advertised.listeners=PLAINTEXT://127.0.0.1:${PORT}
+listeners=${LISTENERS}
+advertised.listeners=${ADVERTISED}
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=${PROTOCOLS}
 
 log.dirs=${LOG_DIRS}
 
