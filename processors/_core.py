@@ -49,6 +49,9 @@ _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}  # noqa: SLF001 
 
 CONTROL_HEADER = "lockgate-type"
 
+#: How long past its own bound a guarded call may take before it is abandoned.
+_WATCHDOG_MARGIN_S = 10.0
+
 
 class RecordRejected(Exception):  # noqa: N818 - names what happened to the record
     """The producer can never write an output of this record (e.g. it is too large).
@@ -151,6 +154,8 @@ class RunnerCore:
         self._rewound: set[tuple[str, int]] = set()
         self._produce_fast: Any = None
         self._internal_partitions: dict[str, int] = {}
+        #: Outputs with cleanup.policy=compact (keyless records are refused there).
+        self._compacted_outputs: set[str] = set()
 
     # -- bounded waits --------------------------------------------------------------------
 
@@ -165,7 +170,7 @@ class RunnerCore:
         gives up with :class:`Stopping` when a stop is requested during retries.
         """
         timeout = self._txn_timeout_s if timeout_s is None else timeout_s
-        with self.metrics.blocked(what, timeout + 5):
+        with self.metrics.blocked(what, timeout + _WATCHDOG_MARGIN_S + 5):
             return kafka_call(
                 fn,
                 *args,
@@ -194,10 +199,11 @@ class RunnerCore:
 
         worker = threading.Thread(target=target, name=f"lockgate-{what}", daemon=True)
         worker.start()
-        worker.join(self._txn_timeout_s + 15)
+        bound = self._txn_timeout_s + _WATCHDOG_MARGIN_S
+        worker.join(bound)
         if worker.is_alive():
             self._hung_clients.append(self._producer)  # never touched again
-            raise CallHung(f"{what} did not return within {self._txn_timeout_s + 15:.0f}s")
+            raise CallHung(f"{what} did not return within {bound:.0f}s")
         if "error" in result:
             raise result["error"]
         return result.get("value")
@@ -258,6 +264,13 @@ class RunnerCore:
         kenc, venc = codecs
         data = None if value is None else venc(value)
         raw_key = None if key is None else kenc(key)
+        if raw_key is None and topic in self._compacted_outputs:
+            rejected = RecordRejected(
+                f"output to {topic} has no key: the topic is compacted "
+                "(cleanup.policy=compact), so the broker refuses keyless records"
+            )
+            self._record_error = rejected
+            raise rejected
         produce = self._produce_fast
         while True:
             try:

@@ -59,12 +59,25 @@ class EpochMixin(RunnerCore):
         self._produce_fast = self._producer.produce
         if self.eos:
             # Fences an older incarnation with the same id and aborts its open transaction.
-            self._call(
-                self._producer.init_transactions,
-                self._txn_timeout_s,
-                what="init_transactions",
-                timeout_s=self._txn_timeout_s * 2,
-            )
+            # librdkafka resumes a timed-out init_transactions when it is called again, so
+            # the producer is never used before it completes (e.g. while the broker is
+            # unreachable); SIGTERM ends the wait (Stopping).
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    self._call(
+                        self._producer.init_transactions,
+                        self._txn_timeout_s,
+                        what="init_transactions",
+                    )
+                    break
+                except AbortEpoch as exc:
+                    log.warning(
+                        "init_transactions not complete yet; resuming it",
+                        extra={"attempt": attempt, "error": str(exc)},
+                    )
+                    self._check_stop()
             self._begin()
 
     def _begin(self) -> None:
@@ -141,6 +154,7 @@ class EpochMixin(RunnerCore):
             self._replace_producer()
             raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
         except AbortEpoch:
+            self._producer.poll(0)  # serve delivery reports that explain the abort
             self._raise_if_undeliverable()
             raise
         self._consecutive_aborts = 0
@@ -383,7 +397,8 @@ class EpochMixin(RunnerCore):
         if timed_out and self._slow is not None:
             self._poison_slow_record()
         fresh, self._fresh_producer = self._fresh_producer, False
-        self._delivery_error = None  # the replay will produce those records again
+        # A permanent delivery failure would fail the replay the same way: stop now.
+        self._raise_if_undeliverable()  # transient ones: the replay produces them again
         for kg in self._kgs.values():
             kg.discard()
         self._rewind(list(self._kgs))

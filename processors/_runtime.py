@@ -151,6 +151,11 @@ class Runner(RebalanceMixin):
         retention = admin.check_changelogs(changelogs)
         self._changelog_retention_ms = min(retention.values(), default=None)
         self._internal_partitions = dict(admin.partitions_of(self._internal_outputs))
+        self._compacted_outputs = {
+            t
+            for t in self._outputs
+            if "compact" in admin.topic_config(t).get("cleanup.policy", "").split(",")
+        }
         self._open_producer()
         self._restorer = Restorer(
             self.name,

@@ -35,7 +35,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -198,16 +197,6 @@ def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in tps}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "runtime defect: when the send_offsets_to_transaction watchdog fires while i1 is "
-        "cut off, _replace_producer's init_transactions times out (processors/_epoch.py "
-        "_open_producer), _abort_epoch then calls abort_transaction on the uninitialised "
-        "producer (_CONFLICT: init_transactions in progress) and the instance stops on "
-        "'cannot abort the open transaction' (seed 266758786); timing-dependent"
-    ),
-)
 def test_network_faults_between_one_instance_and_the_broker(tmp_path: Path) -> None:
     seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
     print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED to repeat)")

@@ -1,14 +1,15 @@
 """Outputs the broker can never accept stop the instance instead of replaying forever.
 
-* A keyless record to a compacted output: the broker answers INVALID_RECORD in the
-  delivery report; the instance exits 1 naming the cause, and nothing of the epoch commits.
+* A keyless record to a compacted output: the broker would answer INVALID_RECORD in the
+  delivery report (and the replay would fail the same way); lockgate refuses it at emit
+  time and dead-letters the record that made it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+import orjson
 
 from tests.integration._util import committed_offsets
 from tests.support.kafka import create_topic, produce_numbers, read_all
@@ -29,20 +30,13 @@ def _env(bootstrap: str, names, tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "runtime defect: the INVALID_RECORD delivery report is served only inside "
-        "_abort_epoch (poll(0)) and then cleared (_epoch.py _abort_epoch: "
-        "self._delivery_error = None), and _end_epoch's except AbortEpoch checks "
-        "_raise_if_undeliverable() before any poll: the epoch is replayed 11 times and the "
-        "instance stops with the generic '11 epochs aborted in a row' message instead"
-    ),
-)
-def test_keyless_record_to_a_compacted_output_stops_with_exit_1(  # type: ignore[no-untyped-def]
+def test_a_keyless_record_to_a_compacted_output_is_dead_lettered(  # type: ignore[no-untyped-def]
     kafka_bootstrap: str, names, tmp_path: Path
 ) -> None:
-    env = _env(kafka_bootstrap, names, tmp_path, KEYLESS_SEQ="-1")
+    # The broker would refuse it (INVALID_RECORD in the delivery report, the transaction
+    # abortable): lockgate knows the output is compacted and rejects it at emit time, so
+    # the record that made it is dead-lettered and everything else commits.
+    env = _env(kafka_bootstrap, names, tmp_path, KEYLESS_SEQ="5")
     inp, out, app_name = (env[k] for k in ("LOCKGATE_INPUT_TOPIC", "LOCKGATE_OUTPUT_TOPIC",
                                            "LOCKGATE_APP_NAME"))  # fmt: skip
     create_topic(kafka_bootstrap, inp, 1)
@@ -50,16 +44,19 @@ def test_keyless_record_to_a_compacted_output_stops_with_exit_1(  # type: ignore
     produce_numbers(kafka_bootstrap, inp, [("k", 1, i) for i in range(20)])
     app = AppProcess("tests.integration.apps.keyless:app", env, tmp_path / "app.log").start()
     try:
-        code = app.wait(60)
+        dlq = read_all(kafka_bootstrap, f"{app_name}.dlq", expected=1, timeout=60)
+        outputs = read_all(kafka_bootstrap, out, expected=19, idle=2, timeout=60)
     finally:
-        if app.alive:
-            app.kill9()
+        code = app.terminate()
     log = app.log_text()
-    assert code == 1, log[-3000:]
-    assert "a record could not be delivered (INVALID_RECORD" in log, log[-3000:]
-    assert "compacted outputs get keys" in log
-    assert "epochs aborted in a row" not in log  # stopped at the first failure
-    assert log.count("aborting epoch") <= 1, log[-3000:]
-    assert "Traceback" not in log
-    assert read_all(kafka_bootstrap, out, idle=1, timeout=5) == []
-    assert committed_offsets(kafka_bootstrap, app_name, inp, 1)[0].offset < 0
+    assert code == 0, log[-3000:]
+    assert len(dlq) == 1, log[-3000:]
+    headers = dict(dlq[0].headers())
+    assert headers["lockgate-error-type"] == b"RecordRejected"
+    assert b"has no key" in headers["lockgate-error-message"]
+    assert headers["lockgate-source-offset"] == b"5"
+    seqs = [orjson.loads(m.value())["seq"] for m in outputs]
+    assert seqs == [i for i in range(20) if i != 5]
+    # The dead-lettered record's state change never committed: sums skip it.
+    assert [orjson.loads(m.value())["count"] for m in outputs] == list(range(1, 20))
+    assert committed_offsets(kafka_bootstrap, app_name, inp, 1)[0].offset == 20
