@@ -84,6 +84,7 @@ class RebalanceMixin(EpochMixin):
             if tp.error is not None:
                 raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
             self._checkpoint = max(self._checkpoint, _ckpt_of_metadata(tp.metadata))
+        self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
         self.metrics.restoring = len(groups)
         assert self._restorer is not None
         for g in groups:
