@@ -272,6 +272,7 @@ class RunnerCore:
             self._record_error = rejected
             raise rejected
         produce = self._produce_fast
+        deadline = 0.0
         while True:
             try:
                 if headers is None:
@@ -280,7 +281,17 @@ class RunnerCore:
                     produce(topic, data, raw_key, headers=headers)
                 break
             except BufferError:
-                self._producer.poll(0.05)  # queue full: let deliveries drain
+                # Queue full: let deliveries drain, bounded by the transaction timeout;
+                # past it the epoch aborts (not the record's fault).
+                now = time.monotonic()
+                deadline = deadline or now + self._txn_timeout_s
+                if now > deadline:
+                    self._producer_error = KafkaError(
+                        KafkaError._QUEUE_FULL,  # noqa: SLF001 - public code
+                        f"the producer queue stayed full for {self._txn_timeout_s:.0f}s",
+                    )
+                    raise KafkaException(self._producer_error) from None
+                self._producer.poll(0.05)
             except KafkaException as exc:
                 err = exc.args[0]
                 if isinstance(err, KafkaError) and classify(err) is Kind.RECORD:
