@@ -52,3 +52,41 @@ def log_records(log: str, needle: str) -> list[int]:
         for line in log.splitlines()
         if needle in line and "records=" in line
     ]
+
+
+def app_env(bootstrap: str, names, tmp_path, prefix: str, **extra: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The environment of one test app instance ``i1`` with unique topic and app names."""
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": bootstrap,
+        "LOCKGATE_APP_NAME": names(prefix),
+        "LOCKGATE_INPUT_TOPIC": names(f"{prefix}-in"),
+        "LOCKGATE_OUTPUT_TOPIC": names(f"{prefix}-out"),
+        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
+        "LOCKGATE_INSTANCE_ID": "i1",
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+    }
+    env.update(extra)
+    return env
+
+
+def run_to_dead_letter(  # type: ignore[no-untyped-def]
+    spec: str, env: dict[str, str], tmp_path, outputs: int, dead: int = 1
+) -> tuple[list, list, str]:
+    """Run ``spec`` until ``dead`` DLQ records and ``outputs`` outputs committed; SIGTERM it.
+
+    Asserts the clean stop (exit 0) and returns (dlq records, outputs, log).
+    """
+    from tests.support.kafka import read_all
+    from tests.support.procs import AppProcess
+
+    bootstrap = env["LOCKGATE_BOOTSTRAP_SERVERS"]
+    app = AppProcess(spec, env, tmp_path / "app.log").start()
+    try:
+        dlq = read_all(bootstrap, f"{env['LOCKGATE_APP_NAME']}.dlq", expected=dead, timeout=90)
+        out = read_all(bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=outputs, idle=2)
+    finally:
+        code = app.terminate()
+    log = app.log_text()
+    assert code == 0, log[-3000:]
+    assert len(dlq) == dead, log[-3000:]
+    return dlq, out, log

@@ -11,27 +11,18 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from tests.integration._util import app_env, run_to_dead_letter
 from tests.support.checker import check, model
-from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
+from tests.support.kafka import create_topic, produce_numbers, read_inputs
 from tests.support.procs import AppProcess, wait_until
 
 
 def _env(bootstrap: str, names, tmp_path: Path, **extra: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    env = {
-        "LOCKGATE_BOOTSTRAP_SERVERS": bootstrap,
-        "LOCKGATE_APP_NAME": names("stall"),
-        "LOCKGATE_INPUT_TOPIC": names("stall-in"),
-        "LOCKGATE_OUTPUT_TOPIC": names("stall-out"),
-        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
-        "LOCKGATE_INSTANCE_ID": "i1",
-        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "500",
-        "LOCKGATE_TRANSACTION_TIMEOUT_MS": "2000",
-        "SLOW_APP_SLEEP_MS": "0",
-        "SLOW_APP_STALL_SEQ": "120",
-        "SLOW_APP_STALL_MS": "5000",
-    }
-    env.update(extra)
-    return env
+    return app_env(
+        bootstrap, names, tmp_path, "stall",
+        LOCKGATE_CHECKPOINT_INTERVAL_MS="500", LOCKGATE_TRANSACTION_TIMEOUT_MS="2000",
+        SLOW_APP_SLEEP_MS="0", SLOW_APP_STALL_SEQ="120", SLOW_APP_STALL_MS="5000", **extra,
+    )  # fmt: skip
 
 
 def _inputs(n: int) -> list[tuple[str, int, int]]:
@@ -46,15 +37,9 @@ def test_a_record_slower_than_the_transaction_is_dead_lettered_once(  # type: ig
     create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 2)
     inputs = _inputs(300)
     produce_numbers(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], inputs)
-    app = AppProcess("tests.integration.apps.slow:app", env, tmp_path / "app.log").start()
-    try:
-        dlq = read_all(kafka_bootstrap, f"{env['LOCKGATE_APP_NAME']}.dlq", expected=1, timeout=90)
-        out = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=299, idle=3)
-    finally:
-        code = app.terminate()
-    log = app.log_text()
-    assert code == 0, log[-3000:]
-    assert len(dlq) == 1, log[-3000:]
+    dlq, out, log = run_to_dead_letter(
+        "tests.integration.apps.slow:app", env, tmp_path, outputs=299
+    )
     headers = dict(dlq[0].headers())
     assert headers["lockgate-error-type"] == b"SlowRecordError"
     assert b"kept user code busy" in headers["lockgate-error-message"]

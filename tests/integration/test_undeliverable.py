@@ -11,23 +11,8 @@ from pathlib import Path
 
 import orjson
 
-from tests.integration._util import committed_offsets
-from tests.support.kafka import create_topic, produce_numbers, read_all
-from tests.support.procs import AppProcess
-
-
-def _env(bootstrap: str, names, tmp_path: Path, **extra: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    env = {
-        "LOCKGATE_BOOTSTRAP_SERVERS": bootstrap,
-        "LOCKGATE_APP_NAME": names("undeliverable"),
-        "LOCKGATE_INPUT_TOPIC": names("undeliverable-in"),
-        "LOCKGATE_OUTPUT_TOPIC": names("undeliverable-out"),
-        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
-        "LOCKGATE_INSTANCE_ID": "i1",
-        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
-    }
-    env.update(extra)
-    return env
+from tests.integration._util import app_env, committed_offsets, run_to_dead_letter
+from tests.support.kafka import create_topic, produce_numbers
 
 
 def test_a_keyless_record_to_a_compacted_output_is_dead_lettered(  # type: ignore[no-untyped-def]
@@ -36,21 +21,15 @@ def test_a_keyless_record_to_a_compacted_output_is_dead_lettered(  # type: ignor
     # The broker would refuse it (INVALID_RECORD in the delivery report, the transaction
     # abortable): lockgate knows the output is compacted and rejects it at emit time, so
     # the record that made it is dead-lettered and everything else commits.
-    env = _env(kafka_bootstrap, names, tmp_path, KEYLESS_SEQ="5")
+    env = app_env(kafka_bootstrap, names, tmp_path, "undeliverable", KEYLESS_SEQ="5")
     inp, out, app_name = (env[k] for k in ("LOCKGATE_INPUT_TOPIC", "LOCKGATE_OUTPUT_TOPIC",
                                            "LOCKGATE_APP_NAME"))  # fmt: skip
     create_topic(kafka_bootstrap, inp, 1)
     create_topic(kafka_bootstrap, out, 1, {"cleanup.policy": "compact"})
     produce_numbers(kafka_bootstrap, inp, [("k", 1, i) for i in range(20)])
-    app = AppProcess("tests.integration.apps.keyless:app", env, tmp_path / "app.log").start()
-    try:
-        dlq = read_all(kafka_bootstrap, f"{app_name}.dlq", expected=1, timeout=60)
-        outputs = read_all(kafka_bootstrap, out, expected=19, idle=2, timeout=60)
-    finally:
-        code = app.terminate()
-    log = app.log_text()
-    assert code == 0, log[-3000:]
-    assert len(dlq) == 1, log[-3000:]
+    dlq, outputs, _ = run_to_dead_letter(
+        "tests.integration.apps.keyless:app", env, tmp_path, outputs=19
+    )
     headers = dict(dlq[0].headers())
     assert headers["lockgate-error-type"] == b"RecordRejected"
     assert b"has no key" in headers["lockgate-error-message"]
