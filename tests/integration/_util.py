@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import urllib.error
 import urllib.request
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -71,7 +72,7 @@ def app_env(bootstrap: str, names, tmp_path, prefix: str, **extra: str) -> dict[
 
 def run_to_dead_letter(  # type: ignore[no-untyped-def]
     spec: str, env: dict[str, str], tmp_path, outputs: int, dead: int = 1
-) -> tuple[list, list, str]:
+) -> tuple[list[Any], list[Any], str]:
     """Run ``spec`` until ``dead`` DLQ records and ``outputs`` outputs committed; SIGTERM it.
 
     Asserts the clean stop (exit 0) and returns (dlq records, outputs, log).
