@@ -28,7 +28,7 @@ import orjson
 from confluent_kafka import Producer, TopicPartition
 
 from processors._core import RunnerCore, SlowRecordError, where
-from processors._errors import FENCED, AbortEpoch, CallHung, cause_code
+from processors._errors import FATAL_STATE, FENCED, AbortEpoch, CallHung, cause_code
 from processors._faults import crash_point
 from processors._kafka import CONTROL_TOPIC, producer_config
 from processors._settings import OnError
@@ -95,7 +95,7 @@ class EpochMixin(RunnerCore):
         """
         return (
             self.eos
-            and cause_code(exc) == FENCED
+            and cause_code(exc) in (FENCED, FATAL_STATE)
             and time.monotonic() - self._txn_began >= self._txn_timeout_s
         )
 
@@ -322,6 +322,7 @@ class EpochMixin(RunnerCore):
             except Exception:  # noqa: BLE001, S110 - the old producer is unusable anyway
                 pass
         self._open_producer()
+        self._delivery_error = None  # reports of the old producer's aborted records
         self._fresh_producer = True  # nothing is open to abort
         self._timed_out = True  # the slow record, if any, caused it
 

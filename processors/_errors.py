@@ -83,8 +83,11 @@ RECORD_CODES = frozenset(
     }
 )
 
-#: Delivery of a record failed for a transient reason: replaying the epoch may succeed.
-_TRANSIENT_DELIVERY = RETRIABLE_CODES | {KafkaError._MSG_TIMED_OUT}  # noqa: SLF001
+#: Delivery of a record failed for a reason of the record or its topic: replaying the
+#: epoch fails the same way. Every other failed delivery (timeouts, leader moves, and the
+#: transaction-level errors of an aborted or fenced transaction such as
+#: INVALID_PRODUCER_EPOCH) may succeed on the replay; consecutive aborts are bounded.
+_PERMANENT_DELIVERY = RECORD_CODES | {KafkaError.TOPIC_AUTHORIZATION_FAILED}
 
 
 def classify(err: KafkaError) -> Kind:
@@ -105,9 +108,11 @@ def delivery_is_transient(err: KafkaError) -> bool:
     """Whether a failed delivery report may succeed when the epoch is replayed.
 
     Delivery reports say ``retriable() == False`` even for timeouts and leader
-    changes (librdkafka already retried them), so this decides by code.
+    changes (librdkafka already retried them), so this decides by code: only a record
+    the broker can never accept (size, validity) or a topic it may not write is
+    permanent.
     """
-    return err.code() in _TRANSIENT_DELIVERY or err.txn_requires_abort()
+    return err.code() not in _PERMANENT_DELIVERY
 
 
 def cause_code(exc: BaseException) -> int | None:
@@ -122,6 +127,8 @@ def cause_code(exc: BaseException) -> int | None:
 
 #: How librdkafka reports that the coordinator bumped our producer epoch (a fence).
 FENCED = KafkaError._FENCED  # noqa: SLF001 - public code, underscored name
+#: What produce() answers once the producer is in a fatal state (e.g. after that fence).
+FATAL_STATE = KafkaError._FATAL  # noqa: SLF001
 
 
 def describe(err: KafkaError) -> str:
