@@ -124,6 +124,8 @@ NON_SETTINGS_ENV: dict[str, str] = {
     "LOCKGATE_KAFKA_FRESH": "docker/kafka/broker.sh",
     "LOCKGATE_KAFKA_READY_TIMEOUT": "docker/kafka/broker.sh",
     "LOCKGATE_KAFKA_STOP_TIMEOUT": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_PROXY_PORT": "docker/kafka/broker.sh (listener advertised at a TCP proxy)",
+    "LOCKGATE_KAFKA_PROXIED_PORT": "docker/kafka/broker.sh (that listener's own port)",
     "LOCKGATE_MVN": "docker/kafka/broker.sh",
     "LOCKGATE_KAFKA_IMAGE": "docker/build-images.sh and tests/support/docker.py",
     "LOCKGATE_PROCESSOR_IMAGE": "docker/build-images.sh and tests/support/docker.py",

@@ -38,8 +38,8 @@ def test_sigstopped_instance_cannot_commit_after_its_partitions_moved(
         # Resume only once the coordinator has aborted the zombie's open transaction
         # (transaction timeout 10 s): what the zombie then meets is deterministic.
         time.sleep(max(3.0, 12.0 - (time.monotonic() - stopped_at)))
+        resumed_at = len(zombie.log_text())  # before SIGCONT: its first lines come at once
         zombie.signal(signal.SIGCONT)
-        resumed_at = len(zombie.log_text())
         feeder.join(120)
         assert feeder.error is None
         outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=180, idle=5)

@@ -29,7 +29,7 @@ def test_ttl_expires_on_read_and_the_sweep_writes_tombstones(  # type: ignore[no
         "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
         "LOCKGATE_INSTANCE_ID": "i1",
         "LOCKGATE_CHECKPOINT_INTERVAL_MS": "200",
-        "LOCKGATE_TTL_APP_TTL_MS": str(TTL_MS),
+        "TTL_APP_TTL_MS": str(TTL_MS),
     }
     changelog = f"{app_name}.last.changelog"
     create_topic(kafka_bootstrap, inp, 2)

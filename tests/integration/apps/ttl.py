@@ -11,8 +11,8 @@ from processors import App, Context
 INPUT = os.environ["LOCKGATE_INPUT_TOPIC"]
 OUTPUT = os.environ["LOCKGATE_OUTPUT_TOPIC"]
 
-app = App("ttl", env=["LOCKGATE_TTL_APP_TTL_MS"])
-last = app.value_state("last", ttl_ms=int(os.environ.get("LOCKGATE_TTL_APP_TTL_MS", "2000")))
+app = App("ttl")
+last = app.value_state("last", ttl_ms=int(os.environ.get("TTL_APP_TTL_MS", "2000")))
 
 
 @app.process(INPUT, outputs=[OUTPUT])
