@@ -361,7 +361,8 @@ class EpochMixin(RunnerCore):
 
         Raises:
             FatalKafkaError: too many aborts in a row without a commit (a replay loop),
-                or the abort itself could not complete within the transaction timeout.
+                or another live instance fenced this one. An abort that cannot complete
+                (timeout, stuck state, hung call) replaces the producer instead.
         """
         log.warning("aborting epoch", extra={"reason": reason})
         self._consecutive_aborts += 1
@@ -384,7 +385,12 @@ class EpochMixin(RunnerCore):
                 log.error("%s; replacing the producer", exc)
                 self._replace_producer(hung=True)
             except AbortEpoch as exc:
-                raise FatalKafkaError(f"cannot abort the open transaction: {exc}") from exc
+                # Not done within the transaction timeout (e.g. the broker is down): a new
+                # producer's init_transactions aborts it instead, resuming until it can.
+                log.warning(
+                    "abort did not complete; replacing the producer", extra={"error": str(exc)}
+                )
+                self._replace_producer()
             except FatalKafkaError as exc:
                 if cause_code(exc) == FENCED and not self._timed_out_fence(exc):
                     raise  # another live instance has our transactional id
