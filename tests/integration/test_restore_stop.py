@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Producer
 
+from tests.integration._util import free_port, http_get, metric
 from tests.support.kafka import create_topic
 from tests.support.procs import AppProcess, wait_until
 
@@ -43,9 +44,16 @@ def test_sigterm_during_restore_stops_promptly_and_the_restore_resumes(  # type:
             except BufferError:
                 p.poll(0.1)
     assert p.flush(60) == 0
-    app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
-    wait_until(lambda: "assigned" in app.log_text(), 60, interval=0.05, what="assignment")
-    time.sleep(0.5)
+    port = free_port()
+    first = {**env, "LOCKGATE_HTTP_PORT": str(port)}
+    app = AppProcess("examples.running_sum:app", first, tmp_path / "app.log").start()
+
+    def restored_some() -> bool:
+        status, body = http_get(port, "/metrics", timeout=1)
+        # Progress is reported after each applied batch (LOCKGATE_RESTORE_BATCH_RECORDS).
+        return status == 200 and (metric(body, "lockgate_restore_records_total") or 0) >= 5000
+
+    wait_until(restored_some, 60, interval=0.02, what="the restore to start applying")
     sent = time.monotonic()
     code = app.terminate(30)
     took = time.monotonic() - sent
