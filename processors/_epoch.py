@@ -151,7 +151,7 @@ class EpochMixin(RunnerCore):
             # The coordinator aborted the transaction on its timeout (a slow record, or a
             # broker that was away longer than the timeout) and bumped the producer epoch:
             # a new producer with the same transactional id takes over.
-            self._replace_producer()
+            self._replace_producer(timed_out=True)
             raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
         except AbortEpoch:
             self._producer.poll(0)  # serve delivery reports that explain the abort
@@ -310,7 +310,7 @@ class EpochMixin(RunnerCore):
 
     # -- slow records -----------------------------------------------------------------
 
-    def _replace_producer(self, hung: bool = False) -> None:
+    def _replace_producer(self, hung: bool = False, timed_out: bool = False) -> None:
         """Replace a producer that cannot go on (epoch bumped, stuck state or hung call).
 
         The new producer's ``init_transactions`` (same transactional id) fences the old
@@ -324,7 +324,7 @@ class EpochMixin(RunnerCore):
         self._open_producer()
         self._delivery_error = None  # reports of the old producer's aborted records
         self._fresh_producer = True  # nothing is open to abort
-        self._timed_out = True  # the slow record, if any, caused it
+        self._timed_out = timed_out  # then the slow record, if any, caused it
 
     def _poison_slow_record(self) -> None:
         """A record alone outlived the epoch budget and the epoch failed: apply the policy.
@@ -399,7 +399,7 @@ class EpochMixin(RunnerCore):
                 # (seen after a broker crash: INVALID_TXN_STATE). Either way nothing of
                 # this epoch can commit: a new producer fences the old one and begins.
                 log.warning("abort failed; replacing the producer", extra={"error": str(exc)})
-                self._replace_producer()
+                self._replace_producer(timed_out=self._timed_out_fence(exc))
         timed_out, self._timed_out = self._timed_out, False
         if timed_out and self._slow is not None:
             self._poison_slow_record()
