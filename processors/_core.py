@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from processors._app import App
 from processors._context import Headers
@@ -361,6 +361,16 @@ class RunnerCore:
                         f"record ({type(exc).__name__}: {exc})"
                     )
         return None
+
+    def _seek(self, topic: str, partition: int, offset: int) -> None:
+        """Make ``offset`` the next record fetched from an owned input partition."""
+        tp = TopicPartition(topic, partition, offset)
+        try:
+            self._consumer.seek(tp)
+        except KafkaException:
+            # Not fetching yet: re-assigning at the offset has the same effect.
+            self._consumer.incremental_unassign([TopicPartition(topic, partition)])
+            self._consumer.incremental_assign([tp])
 
     def _check_stop(self) -> None:
         if self._stop:

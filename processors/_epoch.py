@@ -424,13 +424,7 @@ class EpochMixin(RunnerCore):
                     continue
                 self._next[(topic, g)] = offset
                 self._rewound.add((topic, g))
-                tp = TopicPartition(topic, g, offset)
-                try:
-                    self._consumer.seek(tp)
-                except Exception:  # noqa: BLE001 - not fetching yet (KafkaException)
-                    # Re-assigning at the offset has the same effect.
-                    self._consumer.incremental_unassign([TopicPartition(topic, g)])
-                    self._consumer.incremental_assign([tp])
+                self._seek(topic, g, offset)
 
     def _sample_lag(self, offsets: list[Any]) -> None:
         lag = 0

@@ -471,12 +471,7 @@ class Runner(RebalanceMixin):
         for topic, part in rewound:
             offset = self._next.get((topic, part))
             if offset is not None and part in self._kgs:
-                tp = TopicPartition(topic, part, offset)
-                try:
-                    self._consumer.seek(tp)
-                except Exception:  # noqa: BLE001 - not fetching yet (KafkaException)
-                    self._consumer.incremental_unassign([TopicPartition(topic, part)])
-                    self._consumer.incremental_assign([tp])
+                self._seek(topic, part, offset)
         log.info(
             "dropped records fetched before a rewind",
             extra={"records": len(msgs) - len(kept), "partitions": sorted(rewound)},
