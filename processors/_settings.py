@@ -31,6 +31,7 @@ from processors.exceptions import ConfigError
 __all__ = [
     "NON_SETTINGS_ENV",
     "NON_SETTINGS_PREFIXES",
+    "Alignment",
     "Guarantee",
     "LogFormat",
     "OnError",
@@ -65,6 +66,13 @@ class GroupProtocol(StrEnum):
 
     CLASSIC = "classic"
     CONSUMER = "consumer"
+
+
+class Alignment(StrEnum):
+    """How a downstream app takes checkpoints from barriers (docs/architecture.md)."""
+
+    ALIGNED = "aligned"
+    UNALIGNED = "unaligned"
 
 
 class StateBackendKind(StrEnum):
@@ -223,6 +231,37 @@ class Settings(BaseSettings):
         description=(
             "Kafka transaction.timeout.ms (>= 2x the checkpoint interval). Also bounds how "
             "long a new owner waits for a dead instance's open transaction."
+        ),
+    )
+    alignment: Alignment = Field(
+        Alignment.ALIGNED,
+        description=(
+            "aligned: records of an upstream writer that passed a barrier wait until the "
+            "checkpoint completes (consistent cuts across apps); unaligned: processed on arrival."
+        ),
+    )
+    alignment_timeout_ms: int = Field(
+        10_000,
+        ge=0,
+        le=3_600_000,
+        description=(
+            "An alignment that takes longer switches that checkpoint to unaligned (0: at once); "
+            "a savepoint then fails. Bounds how long a fast upstream's records wait for a slow one."
+        ),
+    )
+    alignment_max_held: int = Field(
+        100_000,
+        ge=1,
+        description=(
+            "Records held in memory per input partition during an alignment; at the bound the "
+            "checkpoint continues unaligned (a savepoint then fails)."
+        ),
+    )
+    savepoint_dir: str | None = Field(
+        None,
+        description=(
+            "Where savepoints are written: a local path or an fsspec URL (e.g. s3://bucket/sp, "
+            "needs fsspec and the filesystem's package). Required to take or restore savepoints."
         ),
     )
     on_error: OnError = Field(
