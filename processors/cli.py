@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import orjson
@@ -20,6 +20,15 @@ from confluent_kafka import KafkaException
 
 from processors._app import App
 from processors._logging import configure
+from processors._ops import (
+    Ops,
+    OpsError,
+    describe_savepoint,
+    list_checkpoints,
+    list_savepoints,
+    open_store,
+    trigger_savepoint,
+)
 from processors._runtime import run_app
 from processors._settings import Settings, load_settings
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
@@ -127,3 +136,207 @@ def config(app_spec: str | None) -> None:
         _check_app(app)
     data: dict[str, Any] = settings.masked()
     click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+# ------------------------------------------------------------- operator commands
+
+
+def _ops_settings() -> Settings:
+    """Load the settings for an operator command (exit 2 with the reason if invalid)."""
+    settings = _settings()
+    configure(settings.log_level, settings.log_format.value)
+    return settings
+
+
+def _ops_fail(exc: Exception) -> NoReturn:
+    """Print ``exc`` to stderr and exit with its code (1 unless it is a usage problem)."""
+    code = exc.exit_code if isinstance(exc, OpsError) else 2 if isinstance(exc, ConfigError) else 1
+    if isinstance(exc, KafkaException):
+        click.echo(f"lockgate: Kafka client error: {exc}", err=True)
+    else:
+        click.echo(f"lockgate: {exc}", err=True)
+    sys.exit(code)
+
+
+def _json_out(data: Any) -> None:
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _offsets_text(offsets: dict[str, Any]) -> str:
+    return " ".join(f"{t}={o}" for t, o in sorted(offsets.items())) or "-"
+
+
+@main.group()
+def checkpoints() -> None:
+    """The checkpoint catalog: completed checkpoints from the control topics."""
+
+
+@checkpoints.command("list")
+@click.option("--app", "apps", multiple=True, metavar="NAME", help="An app (repeatable).")
+@click.option("--pipeline", metavar="NAME", help="The app and every app connected to it.")
+@click.option("--limit", default=20, show_default=True, help="At most this many checkpoints.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+def checkpoints_list(
+    apps: tuple[str, ...], pipeline: str | None, limit: int, as_json: bool
+) -> None:
+    """List the completed checkpoints of apps, newest first.
+
+    Read from the committed checkpoint records of each key group (`ckpt/<g>` in
+    `<app>.control`, read_committed): a checkpoint is complete when every key group
+    of every app has committed it or a later one. Shows each key group's latest
+    checkpoint, the key groups halted by a stop-with-savepoint or restored from a
+    savepoint, and the offsets of the newest complete checkpoint.
+    """
+    settings = _ops_settings()
+    ops = Ops(settings)
+    try:
+        result = list_checkpoints(ops, apps, pipeline, limit)
+    except (LockgateError, KafkaException) as exc:
+        _ops_fail(exc)
+    finally:
+        ops.close()
+    if as_json:
+        _json_out(result)
+        return
+    for app, info in result["apps"].items():
+        click.echo(f"app {app}: {info['key_groups']} key groups")
+        for row in info["latest"]:
+            if row["checkpoint"] is None:
+                click.echo(f"  key group {row['key_group']}: no committed checkpoint")
+                continue
+            notes = []
+            if row.get("halted"):
+                notes.append(f"halted at savepoint {row['halted']}")
+            if row.get("origin"):
+                notes.append(f"restored from {row['origin']}")
+            click.echo(
+                f"  key group {row['key_group']}: checkpoint {row['checkpoint']} at "
+                f"{row['time']} aligned={_yes(row['aligned'])} instance={row['instance']}"
+                + (f" ({'; '.join(notes)})" if notes else "")
+            )
+    if not result["checkpoints"]:
+        click.echo("no completed checkpoint (some key group has none committed yet)")
+        return
+    click.echo("completed checkpoints (newest first):")
+    for row in result["checkpoints"]:
+        click.echo(f"  {row['checkpoint']}  {row['time']}  aligned={_yes(row['aligned'])}")
+    newest = result["newest"]
+    click.echo(f"offsets at checkpoint {newest['checkpoint']}:")
+    for app, rows in newest["key_groups"].items():
+        for row in rows:
+            click.echo(
+                f"  {app}/{row['key_group']} (checkpoint {row['checkpoint']}): "
+                f"{_offsets_text(row['offsets'])}"
+            )
+
+
+@main.group()
+def savepoint() -> None:
+    """Savepoints: take, list and describe them (LOCKGATE_SAVEPOINT_DIR)."""
+
+
+@savepoint.command("trigger")
+@click.option("--app", "apps", multiple=True, metavar="NAME", help="An app (repeatable).")
+@click.option("--pipeline", metavar="NAME", help="The app and every app connected to it.")
+@click.option("--stop", is_flag=True, help="Halt the apps at the savepoint.")
+@click.option(
+    "--timeout",
+    default=120.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to wait for every key group's manifest.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the descriptor as JSON.")
+def savepoint_trigger(
+    apps: tuple[str, ...], pipeline: str | None, stop: bool, timeout: float, as_json: bool
+) -> None:
+    """Take a savepoint of apps and print its id (the last line of stdout).
+
+    Writes a request to the control topic of the source apps (those not reading
+    another app's internal topic); every key group of every app exports its state at
+    the savepoint's checkpoint and commits a manifest. When all are committed the
+    descriptor is written to LOCKGATE_SAVEPOINT_DIR. With --stop the apps pause at
+    the savepoint (instances stay up until stopped). Exit 1 when a key group fails
+    the savepoint or the timeout passes (the missing key groups are named).
+    """
+    settings = _ops_settings()
+    ops = Ops(settings)
+    try:
+        store = open_store(settings)
+        descriptor = trigger_savepoint(
+            ops,
+            store,
+            apps,
+            pipeline,
+            stop=stop,
+            timeout_s=timeout,
+            progress=lambda line: click.echo(line, err=True),
+        )
+    except (LockgateError, KafkaException) as exc:
+        _ops_fail(exc)
+    finally:
+        ops.close()
+    if as_json:
+        click.echo(orjson.dumps(descriptor).decode())
+    else:
+        click.echo(descriptor["savepoint"])
+
+
+@savepoint.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+def savepoint_list(as_json: bool) -> None:
+    """List the completed savepoints in LOCKGATE_SAVEPOINT_DIR, oldest first."""
+    settings = _ops_settings()
+    try:
+        rows = list_savepoints(open_store(settings))
+    except LockgateError as exc:
+        _ops_fail(exc)
+    if as_json:
+        _json_out(rows)
+        return
+    if not rows:
+        click.echo("no savepoints", err=True)
+    for row in rows:
+        click.echo(
+            f"{row['savepoint']}  created {row['created']}  checkpoint {row['checkpoint']}  "
+            f"apps {','.join(row['apps'])}{'  (stop)' if row['stop'] else ''}"
+        )
+
+
+@savepoint.command("describe")
+@click.argument("savepoint_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the descriptor as JSON.")
+def savepoint_describe(savepoint_id: str, as_json: bool) -> None:
+    """Describe savepoint ID: its apps, and per key group the checkpoint, offsets and stores."""
+    settings = _ops_settings()
+    try:
+        d = describe_savepoint(open_store(settings), savepoint_id)
+    except LockgateError as exc:
+        _ops_fail(exc)
+    if as_json:
+        _json_out(d)
+        return
+    click.echo(
+        f"savepoint {d.get('savepoint')}: checkpoint {d.get('checkpoint')}, created "
+        f"{d.get('created')}{', stop' if d.get('stop') else ''}"
+    )
+    for app, info in (d.get("apps") or {}).items():
+        click.echo(
+            f"app {app}: {info.get('key_groups')} key groups, inputs "
+            f"{','.join(info.get('inputs') or []) or '-'}, outputs "
+            f"{','.join(info.get('outputs') or []) or '-'}"
+        )
+        for m in info.get("manifests") or []:
+            click.echo(
+                f"  key group {m.get('key_group')}: checkpoint {m.get('checkpoint')} "
+                f"offsets {_offsets_text(m.get('offsets') or {})}"
+            )
+            for name, s in sorted((m.get("stores") or {}).items()):
+                click.echo(
+                    f"    store {name}: {s.get('entries')} entries, {s.get('bytes')} bytes, "
+                    f"sha256 {s.get('sha256')}"
+                )
