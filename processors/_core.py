@@ -17,12 +17,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from processors._alignment import Aligner, Mode, Snapshot
 from processors._app import App
 from processors._context import Headers
+from processors._control import control_topic
 from processors._errors import (
     AbortEpoch,
     CallHung,
@@ -34,9 +37,9 @@ from processors._errors import (
     kafka_call,
 )
 from processors._health import Metrics
-from processors._kafka import Admin
+from processors._kafka import Admin, restore_consumer_config
 from processors._keygroups import KeyGroup, Restorer
-from processors._settings import Guarantee, Settings, StateBackendKind
+from processors._settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import StateBackend
 from state.cache import DELETED, MISSING
@@ -84,6 +87,14 @@ def error_headers(msg: Any, exc: BaseException, stage: str) -> list[tuple[str, b
     return headers
 
 
+def _header_list(headers: Headers) -> list[tuple[str, bytes | str]]:
+    if headers is None:
+        return []
+    if isinstance(headers, dict):
+        return list(headers.items())
+    return list(headers)
+
+
 def where(msg: Any) -> str:
     """Return ``topic[partition]@offset`` of a record."""
     return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
@@ -103,6 +114,34 @@ class RunnerCore:
         self._inputs = app.input_topics
         self._outputs = {t: (spec.key.encode, spec.value.encode) for t, spec in app.outputs.items()}
         self._internal_outputs = [t for t, spec in app.outputs.items() if spec.internal]
+        self._internal_set = frozenset(self._internal_outputs)
+        #: ``lockgate-writer`` header of the key group in progress (internal outputs).
+        self._writer_header: list[tuple[str, bytes | str]] = []
+        self._control_topic = control_topic(self.name)
+        #: Barrier alignment per owned input partition that has upstream lockgate writers.
+        self._aligners: dict[tuple[str, int], Aligner] = {}
+        #: The alignment snapshot committed last, per aligned input partition.
+        self._align_committed: dict[tuple[str, int], Snapshot] = {}
+        #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
+        #: its state descends from, and the savepoint a stop-with-savepoint halted it at.
+        self._kg_done: dict[int, int] = {}
+        self._kg_aligned: dict[int, bool] = {}
+        self._origin: dict[int, str | None] = {}
+        self._halted: dict[int, str] = {}
+        #: Halted (or savepointed mid-batch) partitions: the snapshot to commit for them.
+        self._frozen: dict[tuple[str, int], Snapshot] = {}
+        #: A savepoint request this instance's source key groups take at the next epoch.
+        self._sp_request: dict[str, Any] | None = None
+        self._registered = False
+        #: Per key group, what the last commit made of it (restored when an epoch aborts).
+        self._kg_committed: dict[int, tuple[int, bool, str | None, str | None]] = {}
+        #: Writers (``<app>/<key group>``) registered for this app's inputs at start.
+        self._upstream_writers: list[str] = []
+        #: Records an alignment released, processed before the next fetched record.
+        self._released: deque[Any] = deque()
+        self._reader: Any = None
+        self._writer_headers: dict[int, list[tuple[str, bytes | str]]] = {}
+        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
         self._dlq = f"{self.name}.dlq"
         self._stop = False
         self._fatal: BaseException | None = None
@@ -262,6 +301,9 @@ class RunnerCore:
         if codecs is None:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
         kenc, venc = codecs
+        if topic in self._internal_set:
+            # Downstream alignment needs the writer (key group) of every record.
+            headers = self._writer_header + _header_list(headers)
         data = None if value is None else venc(value)
         raw_key = None if key is None else kenc(key)
         if raw_key is None and topic in self._compacted_outputs:
@@ -371,6 +413,36 @@ class RunnerCore:
             # Not fetching yet: re-assigning at the offset has the same effect.
             self._consumer.incremental_unassign([TopicPartition(topic, partition)])
             self._consumer.incremental_assign([tp])
+
+    def _kg_state(self, g: int) -> tuple[int, bool, str | None, str | None]:
+        return (
+            self._kg_done.get(g, 0),
+            self._kg_aligned.get(g, True),
+            self._origin.get(g),
+            self._halted.get(g),
+        )
+
+    def _new_aligner(self, snapshot: Snapshot) -> Aligner:
+        """An aligner resuming from ``snapshot``, expecting the registered writers."""
+        aligner = Aligner(
+            self._mode,
+            self.settings.alignment_timeout_ms / 1000,
+            self.settings.alignment_max_held,
+            snapshot=snapshot,
+        )
+        if not aligner.replaying:
+            # While replaying, membership comes from the snapshot and the barriers replayed
+            # (a writer dropped before the commit must stay dropped until then).
+            aligner.expect(self._upstream_writers)
+        return aligner
+
+    def _control_reader(self) -> Any:
+        """A group-less ``read_committed`` consumer for control-topic reads."""
+        if self._reader is None:
+            conf = restore_consumer_config(self.settings, self.name)
+            conf["client.id"] = f"{self.name}-{self.settings.instance_id}-control"
+            self._reader = Consumer(conf)
+        return self._reader
 
     def _check_stop(self) -> None:
         if self._stop:

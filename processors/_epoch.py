@@ -27,10 +27,13 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer, TopicPartition
 
-from processors._core import RunnerCore, SlowRecordError, where
+from processors._alignment import Snapshot
+from processors._control import REGISTRY_TOPIC, checkpoint_key, registry_key
+from processors._core import SlowRecordError, where
 from processors._errors import FATAL_STATE, FENCED, AbortEpoch, CallHung, cause_code
 from processors._faults import crash_point
-from processors._kafka import CONTROL_TOPIC, producer_config
+from processors._kafka import producer_config
+from processors._savepoints import SavepointMixin
 from processors._settings import OnError
 from processors.exceptions import FatalKafkaError, UserCodeError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
@@ -42,7 +45,7 @@ log = logging.getLogger("lockgate.runtime")
 _MAX_CONSECUTIVE_ABORTS = 10
 
 
-class EpochMixin(RunnerCore):
+class EpochMixin(SavepointMixin):
     """Commits and aborts epochs (see the module docs for the sequence)."""
 
     # -- the producer ---------------------------------------------------------------------
@@ -121,23 +124,24 @@ class EpochMixin(RunnerCore):
             now_ms = int(time.time() * 1000)
             for kg in self._kgs.values():
                 sweep_key_group(kg.caches, self._handles, now_ms, DEFAULT_SWEEP_BUDGET)
-        if self._uncommitted == 0 and not any(
-            c.dirty for kg in self._kgs.values() for c in kg.caches.values()
+        if (
+            self._uncommitted == 0
+            and (self._sp_request is None or not self._kgs)
+            and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
         ):
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
             self._txn_began = time.monotonic()
             return
         started = time.monotonic()
-        interval = self.settings.checkpoint_interval_ms
-        ckpt = max(self._checkpoint + 1, int(time.time() * 1000) // interval)
-        meta = orjson.dumps({"ckpt": ckpt}).decode()
-        offsets = [
-            TopicPartition(t, p, self._next[(t, p)], metadata=meta)
-            for t, p in self._owned_partitions()
-        ]
+        ckpt, savepoint = self._source_checkpoint_id()
+        offsets, snaps = self._commit_positions(ckpt)
         try:
             writes = self._produce_changelogs()
-            self._write_barriers_and_checkpoints(ckpt, offsets)
+            if not self._registered:
+                self._register()
+            manifests = self._write_barriers_and_checkpoints(
+                ckpt, savepoint, offsets, snaps, writes
+            )
             self._commit(offsets)
         except CallHung as exc:
             # Nothing of this epoch may commit: a new producer fences the stuck one (its
@@ -162,6 +166,15 @@ class EpochMixin(RunnerCore):
         self._apply_locally(ckpt, writes)
         for tp in offsets:
             self._committed[(tp.topic, tp.partition)] = tp.offset
+        self._align_committed.update(snaps)
+        self._registered = True
+        for g in self._kgs:
+            if not self._is_downstream(g) and g not in self._halted:
+                self._kg_done[g] = ckpt
+        if savepoint is not None:
+            self._savepoint_committed(savepoint, manifests)
+        for g in self._kgs:
+            self._kg_committed[g] = self._kg_state(g)
         if self._poison:  # dead-lettered records behind the committed positions are done
             self._poison = {
                 k: v for k, v in self._poison.items() if k[2] >= self._committed.get(k[:2], 0)
@@ -276,37 +289,163 @@ class EpochMixin(RunnerCore):
             for cache in kg.caches.values():
                 cache.trim(self.settings.state_cache_entries)
 
-    def _write_barriers_and_checkpoints(self, ckpt: int, offsets: list[TopicPartition]) -> None:
+    def _is_downstream(self, g: int) -> bool:
+        """Whether key group ``g`` reads upstream lockgate writers.
+
+        Its checkpoints then come from their barriers; otherwise it is a source.
+        """
+        return any((t, g) in self._aligners for t in self._inputs)
+
+    def _source_checkpoint_id(self) -> tuple[int, dict[str, Any] | None]:
+        """Return the id a source key group's epoch ends with, and the savepoint it takes.
+
+        Ids are milliseconds rounded down to the interval and strictly increasing
+        (``max(last + 1, now)``), so independent sources agree without a coordinator
+        and apps with different intervals still compare. A savepoint request names the
+        id to jump to (ahead of every clock); an instance already past it cannot take
+        that savepoint (its key groups write failed manifests).
+        """
+        interval = self.settings.checkpoint_interval_ms
+        now_ms = int(time.time() * 1000)
+        ckpt = max(self._checkpoint + 1, now_ms // interval * interval)
+        request = self._sp_request
+        if request is not None and int(request.get("expires_ms", 0)) < now_ms:
+            log.warning("savepoint request expired", extra={"savepoint": request["savepoint"]})
+            request = self._sp_request = None
+        sources = [g for g in self._kgs if not self._is_downstream(g) and g not in self._halted]
+        if request is None or not sources:
+            return ckpt, None
+        # A key group already past the savepoint (a previous owner took it) is skipped
+        # by _write_barriers_and_checkpoints; the others end this epoch at its id.
+        return max(self._checkpoint + 1, int(request["checkpoint"])), request
+
+    def _commit_positions(
+        self, ckpt: int
+    ) -> tuple[list[TopicPartition], dict[tuple[str, int], Snapshot]]:
+        """The offsets to commit and the alignment snapshots that go with them.
+
+        A source partition commits its next offset. An aligned partition commits the
+        first record its aligner still holds (``low``); the snapshot tells a replay
+        from there which records were already included (docs/architecture.md).
+        """
+        offsets = []
+        snaps: dict[tuple[str, int], Snapshot] = {}
+        for t, g in self._owned_partitions():
+            key = (t, g)
+            aligner = self._aligners.get(key)
+            if aligner is None:
+                offset = self._next[key]
+                done = ckpt
+            else:
+                snap = self._frozen.get(key) or aligner.snapshot(self._next[key])
+                snaps[key] = snap
+                offset = snap.low
+                done = self._kg_done.get(g, snap.done)
+            meta = orjson.dumps({"ckpt": done}).decode()
+            offsets.append(TopicPartition(t, g, offset, metadata=meta))
+        return offsets, snaps
+
+    def _register(self) -> None:
+        """Write this app's registration (once per process, in its first epoch)."""
+        record = {
+            "app": self.name,
+            "inputs": list(self._inputs),
+            "outputs": sorted(self._outputs),
+            "internal_outputs": sorted(self._internal_outputs),
+            "key_groups": self._partitions,
+            "stores": self._store_schemas(),
+            "state_version": self._state_version(),
+            "instance": self.settings.instance_id,
+            "ts": int(time.time() * 1000),
+        }
+        self._produce(REGISTRY_TOPIC, orjson.dumps(record), registry_key(self.name), partition=0)
+
+    def _barrier_headers(
+        self, g: int, ckpt: int, savepoint: dict[str, Any] | None
+    ) -> tuple[bytes, list[tuple[str, bytes | str]]]:
+        writer = f"{self.name}/{g}"
+        record: dict[str, Any] = {
+            "type": "barrier",
+            "ckpt": ckpt,
+            "writer": writer,
+            "writers": self._partitions,
+            "wm": -1,
+        }
+        headers: list[tuple[str, bytes | str]] = [
+            ("lockgate-type", b"barrier"),
+            ("lockgate-ckpt", str(ckpt).encode()),
+            ("lockgate-writer", writer.encode()),
+            ("lockgate-writers", str(self._partitions).encode()),
+            ("lockgate-wm", b"-1"),  # event time arrives with the watermark issue
+        ]
+        if savepoint is not None:
+            record["savepoint"] = savepoint["savepoint"]
+            record["stop"] = bool(savepoint.get("stop"))
+            headers.append(("lockgate-savepoint", savepoint["savepoint"].encode()))
+            if savepoint.get("stop"):
+                headers.append(("lockgate-stop", b"1"))
+        return orjson.dumps(record), headers
+
+    def _write_barriers(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> None:
+        """Produce barrier ``ckpt`` of key group ``g`` to each internal output partition.
+
+        In the open transaction, after every output of the epoch it ends.
+        """
+        if not self._internal_outputs:
+            return
+        value, headers = self._barrier_headers(g, ckpt, savepoint)
+        for topic in self._internal_outputs:
+            for p in range(self._internal_partitions[topic]):
+                self._produce(topic, value, None, partition=p, headers=headers)
+
+    def _write_barriers_and_checkpoints(
+        self,
+        ckpt: int,
+        savepoint: dict[str, Any] | None,
+        offsets: list[TopicPartition],
+        snaps: dict[tuple[str, int], Snapshot],
+        writes: dict[int, dict[str, dict[bytes, bytes | None]]],
+    ) -> dict[int, dict[str, Any]]:
+        """Write source barriers, savepoint exports and every checkpoint record.
+
+        All in the open transaction. Returns the manifests written, by key group.
+        """
         by_group: dict[int, dict[str, int]] = {}
         for tp in offsets:
             by_group.setdefault(tp.partition, {})[tp.topic] = tp.offset
+        manifests: dict[int, dict[str, Any]] = {}
+        now_ms = int(time.time() * 1000)
         for g in self._kgs:
-            writer = f"{self.name}/{g}"
-            wm = "-1"  # event time arrives with the watermark issue
-            barrier = orjson.dumps({"type": "barrier", "ckpt": ckpt, "writer": writer, "wm": -1})
-            headers = [
-                ("lockgate-type", b"barrier"),
-                ("lockgate-ckpt", str(ckpt).encode()),
-                ("lockgate-writer", writer.encode()),
-                ("lockgate-wm", wm.encode()),
-            ]
-            for topic in self._internal_outputs:
-                for p in range(self._internal_partitions[topic]):
-                    self._produce(topic, barrier, None, partition=p, headers=headers)
+            source = not self._is_downstream(g)
+            if source and g not in self._halted:
+                saving = savepoint
+                if saving is not None and self._kg_done.get(g, 0) >= int(saving["checkpoint"]):
+                    saving = None  # a previous owner took this savepoint already
+                self._write_barriers(g, ckpt, saving)
+                if saving is not None:
+                    manifests[g] = self._export(
+                        g, saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})
+                    )
+            align = {t: snap.to_json() for (t, kg), snap in snaps.items() if kg == g}
+            live_source = source and g not in self._halted
+            halted = self._halted.get(g)
+            made = manifests.get(g)
+            if made is not None and made["error"] is None and made["stop"]:
+                halted = made["savepoint"]  # halts once this transaction commits
             record = {
                 "app": self.name,
                 "key_group": g,
-                "checkpoint": ckpt,
+                "checkpoint": ckpt if live_source else self._kg_done.get(g, 0),
+                "aligned": True if source else self._kg_aligned.get(g, True),
                 "instance": self.settings.instance_id,
                 "offsets": by_group.get(g, {}),
-                "ts": int(time.time() * 1000),
+                "align": align,
+                "origin": self._origin.get(g),
+                "halted": halted,
+                "ts": now_ms,
             }
-            self._produce(
-                CONTROL_TOPIC,
-                orjson.dumps(record),
-                f"ckpt/{self.name}/{g}".encode(),
-                partition=0,
-            )
+            self._produce(self._control_topic, orjson.dumps(record), checkpoint_key(g), partition=g)
+        return manifests
 
     # -- slow records -----------------------------------------------------------------
 
@@ -416,8 +555,28 @@ class EpochMixin(RunnerCore):
         self._reset_epoch_deadline()
 
     def _rewind(self, groups: list[int]) -> None:
-        """Seek the inputs of ``groups`` back to their last committed positions."""
+        """Seek the inputs of ``groups`` back to their last committed positions.
+
+        Their alignment, completed checkpoint and halt go back to what the last commit
+        made of them (a halt of the aborted epoch is undone: the replay halts again).
+        """
+        self._released.clear()
         for g in groups:
+            done, aligned, origin, halted = self._kg_committed.get(g, (0, True, None, None))
+            self._kg_done[g], self._kg_aligned[g], self._origin[g] = done, aligned, origin
+            if halted is None and g in self._halted:
+                del self._halted[g]
+                self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
+            for topic in self._inputs:
+                key = (topic, g)
+                if key in self._aligners or key in self._align_committed:
+                    snap = self._align_committed.get(key)
+                    if snap is None:
+                        del self._aligners[key]
+                    else:
+                        self._aligners[key] = self._new_aligner(snap)
+                if halted is None:
+                    self._frozen.pop(key, None)
             for topic in self._inputs:
                 offset = self._committed.get((topic, g))
                 if offset is None:

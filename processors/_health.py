@@ -170,6 +170,7 @@ class Metrics:
         self.records_out_attempts = 0
         self.epochs_committed = 0
         self.epochs_aborted = 0
+        self.alignments_forced = 0  # alignments switched to unaligned (timeout, bound)
         self.last_checkpoint_id = 0
         self.commit_seconds_max = 0.0
         self.restore_records = 0
@@ -374,6 +375,11 @@ class MetricsCollector(Collector):
         )
         yield counter("lockgate_epochs_committed", "Epochs committed.", m.epochs_committed)
         yield counter("lockgate_epochs_aborted", "Epochs aborted.", m.epochs_aborted)
+        yield counter(
+            "lockgate_alignments_forced",
+            "Alignments switched to unaligned (timeout or held-record bound).",
+            m.alignments_forced,
+        )
         yield gauge(
             "lockgate_last_checkpoint_id",
             "Id of the last committed checkpoint.",

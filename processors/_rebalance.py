@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 from confluent_kafka import TopicPartition
 
+from processors._alignment import Snapshot
+from processors._control import checkpoint_key, latest_records
 from processors._epoch import EpochMixin
 from processors._errors import AbortEpoch
 from processors.exceptions import ConfigError, FatalKafkaError
@@ -99,7 +101,6 @@ class RebalanceMixin(EpochMixin):
         unknown = [tp for tp in committed if tp.offset < 0]
         assert self._admin is not None
         log_start = self._admin.start_offsets(unknown) if unknown else {}
-        start = []
         for tp in committed:
             key = (tp.topic, tp.partition)
             # Nothing committed yet: the log start is where "earliest" begins, and an
@@ -107,13 +108,98 @@ class RebalanceMixin(EpochMixin):
             offset = tp.offset if tp.offset >= 0 else log_start[key]
             self._committed[key] = offset
             self._next[key] = offset
-            start.append(TopicPartition(tp.topic, tp.partition, offset))
+        self._load_key_group_records(groups)
+        seeded = [g for g in groups if self._seed_from_savepoint(g)]
+        if seeded:
+            # The seeded state, offsets and checkpoint records commit before any record
+            # of these key groups is processed (an abort would otherwise rewind them to
+            # their pre-savepoint offsets).
+            try:
+                self._end_epoch()
+            except AbortEpoch as exc:
+                raise FatalKafkaError(
+                    f"committing key groups {seeded} seeded from savepoint "
+                    f"{self.settings.from_savepoint}: {exc} (the restart seeds them again)"
+                ) from exc
+        start = [
+            TopicPartition(tp.topic, tp.partition, self._next[(tp.topic, tp.partition)])
+            for tp in committed
+        ]
         consumer.incremental_assign(start)
+        halted = [TopicPartition(t, g) for g in groups if g in self._halted for t in self._inputs]
+        if halted:
+            consumer.pause(halted)
+            log.warning(
+                "key groups halted by a stop-with-savepoint stay paused; start the app with "
+                "--from-savepoint to continue",
+                extra={
+                    "key_groups": sorted({tp.partition for tp in halted}),
+                    "savepoints": sorted({self._halted[tp.partition] for tp in halted}),
+                },
+            )
         self.metrics.assigned = len(self._kgs)
         self.metrics.restoring = 0
         self.metrics.joined = True
         self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
         self._txn_began = time.monotonic()
+
+    def _load_key_group_records(self, groups: list[int]) -> None:
+        """Read each key group's last committed checkpoint record.
+
+        It gives the completed checkpoint, savepoint origin, halt, and the alignment
+        snapshot of each input.
+
+        The record was committed with the offsets just read (same transaction), so
+        the snapshot's ``low`` is the committed offset; if not (offsets changed by
+        hand, or records of an older version), the offsets win and the alignment
+        starts afresh from them.
+        """
+        assert self._admin is not None
+        topic = self._control_topic
+        parts = [TopicPartition(topic, g) for g in groups]
+        highs = self._admin.end_offsets(parts)
+        lows = self._admin.start_offsets(parts)
+        for g in groups:
+            key = checkpoint_key(g)
+            found = latest_records(
+                self._control_reader(),
+                topic,
+                g,
+                lows.get((topic, g), 0),
+                highs.get((topic, g), 0),
+                key,
+                timeout_s=self._txn_timeout_s + 30,
+                should_stop=lambda: self._stop,
+            )
+            record = found.get(key)
+            if not isinstance(record, dict):
+                record = {}
+            done = int(record.get("checkpoint", 0) or 0)
+            self._kg_done[g] = done
+            self._kg_aligned[g] = bool(record.get("aligned", True))
+            self._checkpoint = max(self._checkpoint, done)
+            self._origin[g] = record.get("origin")
+            if record.get("halted"):
+                self._halted[g] = str(record["halted"])
+            for t in self._inputs:
+                snap_data = (record.get("align") or {}).get(t)
+                writers = self._upstream_writers
+                if not snap_data and not writers:
+                    continue  # a source partition (no upstream lockgate writers known)
+                committed = self._committed[(t, g)]
+                snap = Snapshot.from_json(snap_data) if snap_data else None
+                if snap is not None and snap.low != committed:
+                    log.warning(
+                        "alignment snapshot does not match the committed offset; "
+                        "starting the alignment afresh there",
+                        extra={"partition": f"{t}[{g}]", "low": snap.low, "committed": committed},
+                    )
+                    snap = None
+                if snap is None:
+                    snap = Snapshot(committed, committed, done, {}, False)
+                self._aligners[(t, g)] = self._new_aligner(snap)
+                self._align_committed[(t, g)] = snap
+            self._kg_committed[g] = self._kg_state(g)
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})
@@ -149,6 +235,12 @@ class RebalanceMixin(EpochMixin):
             for topic in self._inputs:
                 self._committed.pop((topic, g), None)
                 self._next.pop((topic, g), None)
+                self._aligners.pop((topic, g), None)
+                self._align_committed.pop((topic, g), None)
+                self._frozen.pop((topic, g), None)
+            for per_group in (self._kg_done, self._kg_aligned, self._origin, self._halted):
+                per_group.pop(g, None)
+            self._kg_committed.pop(g, None)
         gone = set(groups)
         self._poison = {k: v for k, v in self._poison.items() if k[1] not in gone}
         self.metrics.assigned = len(self._kgs)

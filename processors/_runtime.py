@@ -32,21 +32,23 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from processors._alignment import Aligner, Decision, Forced
 from processors._app import App
+from processors._barriers import BarrierMixin
+from processors._barriers import lockgate_headers as _lockgate_headers
 from processors._context import Context
-from processors._core import CONTROL_HEADER, where
+from processors._control import CONTROL_CONFIG, REGISTRY_TOPIC, read_registry, writers_of
+from processors._core import where
 from processors._errors import AbortEpoch, Stopping
 from processors._health import HealthServer
 from processors._kafka import (
     CHANGELOG_CONFIG,
-    CONTROL_TOPIC,
     PARTITION_EOF,
     Admin,
     consumer_config,
     restore_consumer_config,
 )
 from processors._keygroups import Restorer
-from processors._rebalance import RebalanceMixin
 from processors._settings import OnError, Settings
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.cache import changelog_topic
@@ -76,11 +78,7 @@ class _Rewind(Exception):  # noqa: N818 - internal control flow
     """User code raised: abort the epoch and replay with the record dead-lettered."""
 
 
-def _is_control(headers: list[tuple[str, bytes]]) -> bool:
-    return any(k == CONTROL_HEADER for k, _ in headers)
-
-
-class Runner(RebalanceMixin):
+class Runner(BarrierMixin):
     """Runs an :class:`App` until stopped; one instance of the app's consumer group."""
 
     def __init__(self, app: App, settings: Settings) -> None:
@@ -146,7 +144,8 @@ class Runner(RebalanceMixin):
         changelogs = [changelog_topic(self.name, n) for n in self._handles]
         topics.update({t: (p, dict(CHANGELOG_CONFIG)) for t in changelogs})
         topics[self._dlq] = (p, {})
-        topics[CONTROL_TOPIC] = (1, {"cleanup.policy": "compact"})
+        topics[self._control_topic] = (p, dict(CONTROL_CONFIG))
+        topics[REGISTRY_TOPIC] = (1, dict(CONTROL_CONFIG))
         admin.ensure_topics(topics)
         retention = admin.check_changelogs(changelogs)
         self._changelog_retention_ms = min(retention.values(), default=None)
@@ -156,6 +155,19 @@ class Runner(RebalanceMixin):
             for t in self._outputs
             if "compact" in admin.topic_config(t).get("cleanup.policy", "").split(",")
         }
+        self._writer_headers = {
+            g: [("lockgate-writer", f"{self.name}/{g}".encode())] for g in range(p)
+        }
+        self._upstream_writers = writers_of(
+            read_registry(self._control_reader(), admin.end_offsets), self._inputs
+        )
+        if self._upstream_writers:
+            log.info(
+                "reading internal topics: checkpoints come from upstream barriers",
+                extra={"writers": len(self._upstream_writers), "alignment": self._mode.value},
+            )
+        self._sp_stop = {}
+        self._open_request_reader()
         self._open_producer()
         self._restorer = Restorer(
             self.name,
@@ -253,6 +265,11 @@ class Runner(RebalanceMixin):
                         msgs = self._drop_stale(msgs)
                     if msgs:
                         self._process(msgs)
+                    if self._aligners:
+                        self._tick_alignments()
+                        if self._released:
+                            self._process([])
+                    self._poll_requests()
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
@@ -352,10 +369,23 @@ class Runner(RebalanceMixin):
                 self._producer.flush(10)
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
                 log.warning("producer flush on close failed: %s", exc)
+        for side in (self._reader, self._sp_consumer):
+            if side is not None:
+                try:
+                    side.close()
+                except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                    log.debug("side consumer close failed: %s", exc)
 
     # -- the per-record path ------------------------------------------------------------
 
     def _process(self, msgs: list[Any]) -> None:
+        """Process a fetched batch (and the records alignments release on the way).
+
+        Records of upstream lockgate writers go through their partition's aligner:
+        processed, held until a checkpoint completes, or skipped (already included
+        in the committed state, after a restore). Barriers complete checkpoints; the
+        records a completion releases are processed before the next fetched record.
+        """
         handler = self._handler
         ctx = self._ctx
         cursor = self._cursor
@@ -364,52 +394,108 @@ class Runner(RebalanceMixin):
         kgs = self._kgs
         poison = self._poison
         nxt = self._next
+        aligners = self._aligners
+        halted = self._halted
+        released = self._released
         clock = time.monotonic
         cursor.now_ms = int(time.time() * 1000)
-        current = -1  # partition of the records in progress
+        current = -1  # partition of the fetched records in progress
+        bound = -1  # partition whose key group the state handles point at
         topic = ""
-        last = -1  # offset of the last record handled in ``current``
+        aligner: Aligner | None = None  # of ``current``
+        last = -1  # offset of the last fetched record handled in ``current``
         count = 0
         out_before = self._epoch_out
         deadline = self._epoch_deadline
         budget = self._budget_s
         started = clock()
         prev: Any = None  # the previous record, to time it
-        for index, msg in enumerate(msgs):
+        index = 0
+        total = len(msgs)
+        while True:
+            if released:
+                msg = released.popleft()
+                fresh = False
+            elif index < total:
+                msg = msgs[index]
+                index += 1
+                fresh = True
+            else:
+                break
             now = clock()
             if prev is not None and now - started > budget:
                 self._note_slow(prev, now - started)
             started = now
             prev = None
-            if now > deadline:
-                # The epoch budget is spent (slow user code): end the epoch well inside
-                # transaction.timeout.ms and hand the rest of the batch back.
-                self._put_back(msgs[index:])
-                break
-            if msg.error() is not None:
-                self._consume_error(msg.error())
-                continue
-            part = msg.partition()
-            if part != current:
-                if current >= 0:
-                    nxt[(topic, current)] = last + 1
-                kg = kgs.get(part)
-                if kg is None:  # revoked while this batch was in flight
-                    current = -1
+            if fresh:
+                if now > deadline:
+                    # The epoch budget is spent (slow user code): end the epoch well
+                    # inside transaction.timeout.ms and hand the rest of the batch back.
+                    self._put_back(msgs[index - 1 :])
+                    break
+                if msg.error() is not None:
+                    self._consume_error(msg.error())
                     continue
-                kg.bind()
-                current = part
-                topic = msg.topic()
-            last = msg.offset()
-            count += 1
-            headers = msg.headers()
-            if headers is not None and _is_control(headers):
-                continue  # barriers from upstream lockgate apps (alignment: next issue)
+                part = msg.partition()
+                if part != current or msg.topic() != topic:
+                    if current >= 0:
+                        nxt[(topic, current)] = last + 1
+                    kg = kgs.get(part)
+                    if kg is None or part in halted:  # revoked, or halted at a savepoint
+                        current = -1
+                        topic = ""
+                        continue
+                    topic = msg.topic()
+                    current = part
+                    aligner = aligners.get((topic, part))
+                    if bound != part:
+                        kg.bind()
+                        bound = part
+                        self._writer_header = self._writer_headers[part]
+                last = msg.offset()
+                count += 1
+                headers = msg.headers()
+                if headers is not None:
+                    lg = _lockgate_headers(headers)
+                    if lg:
+                        if lg.get("lockgate-type") == "barrier":
+                            self._on_barrier(topic, part, last, lg)
+                            aligner = aligners.get((topic, part))
+                            if part in halted:  # a stop-with-savepoint completed here
+                                nxt[(topic, part)] = last + 1
+                                current = -1
+                                topic = ""
+                            continue
+                        if "lockgate-type" in lg:
+                            continue  # other control records (never user data)
+                        if aligner is None and "lockgate-writer" in lg:
+                            aligner = self._start_alignment(topic, part)
+                        if aligner is not None:
+                            decision = aligner.on_record(last, lg.get("lockgate-writer"), msg)
+                            if decision is not Decision.PROCESS:
+                                if isinstance(decision, Forced):
+                                    self._note_forced(topic, part, "the held-record bound")
+                                    released.extend(decision.released)
+                                continue
+                    elif aligner is not None and aligner.on_record(last, None, msg) is not (
+                        Decision.PROCESS
+                    ):
+                        continue
+                elif aligner is not None and aligner.on_record(last, None, msg) is not (
+                    Decision.PROCESS
+                ):
+                    continue
+            else:
+                part = msg.partition()
+                if bound != part:
+                    kgs[part].bind()
+                    bound = part
+                    self._writer_header = self._writer_headers[part]
             raw_key = msg.key()
             cursor.key = raw_key
             ctx.message = msg
             if poison:
-                entry = poison.get((topic, part, last))
+                entry = poison.get((msg.topic(), part, msg.offset()))
                 if entry is not None:
                     self._dead_letter(msg, entry[0], entry[1])
                     self._commit_now = True  # keep the replay span short
@@ -446,10 +532,9 @@ class Runner(RebalanceMixin):
                 bad = self._state_write_error(kgs[part].caches, raw_key)
                 if bad is not None:
                     self._bad_input(msg, bad, "state", replay=True)
-        else:
-            now = clock()
-            if prev is not None and now - started > budget:
-                self._note_slow(prev, now - started)
+        now = clock()
+        if prev is not None and now - started > budget:
+            self._note_slow(prev, now - started)
         if current >= 0:
             nxt[(topic, current)] = last + 1
         self._uncommitted += count

@@ -264,6 +264,21 @@ class Settings(BaseSettings):
             "needs fsspec and the filesystem's package). Required to take or restore savepoints."
         ),
     )
+    from_savepoint: str | None = Field(
+        None,
+        description=(
+            "Start every key group from this savepoint id (state, offsets, alignment), once: "
+            "key groups already restored from it continue normally. `lockgate run "
+            "--from-savepoint ID` sets it."
+        ),
+    )
+    allow_non_restored_state: bool = Field(
+        False,
+        description=(
+            "With from_savepoint: accept saved stores the app no longer declares (their state "
+            "is dropped). `lockgate run --allow-non-restored-state` sets it."
+        ),
+    )
     on_error: OnError = Field(
         OnError.DLQ,
         description="dlq: bad records go to <app>.dlq with error headers; fail: stop the app.",

@@ -32,6 +32,7 @@ from processors._ops import (
 from processors._runtime import run_app
 from processors._settings import Settings, load_settings
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
+from state.savepoint import SavepointError, check_savepoint_id
 
 log = logging.getLogger("lockgate.cli")
 
@@ -97,10 +98,42 @@ def main() -> None:
 
 @main.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-def run(app_spec: str) -> None:
+@click.option(
+    "--from-savepoint",
+    "from_savepoint",
+    metavar="ID",
+    help=(
+        "Start every key group from this savepoint (state, offsets, alignment) once; key "
+        "groups already restored from it continue. Same as LOCKGATE_FROM_SAVEPOINT."
+    ),
+)
+@click.option(
+    "--allow-non-restored-state",
+    is_flag=True,
+    default=False,
+    help="Accept saved stores the app no longer declares (their state is dropped).",
+)
+def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: bool) -> None:
     """Run the app MODULE:APP until SIGTERM/SIGINT."""
     app = load_app(app_spec)
     settings = _settings(app)
+    if from_savepoint is not None or allow_non_restored_state:
+        updates: dict[str, Any] = {}
+        if from_savepoint is not None:
+            try:
+                updates["from_savepoint"] = check_savepoint_id(from_savepoint)
+            except SavepointError as exc:
+                click.echo(f"lockgate: --from-savepoint: {exc}", err=True)
+                sys.exit(2)
+        if allow_non_restored_state:
+            updates["allow_non_restored_state"] = True
+        settings = settings.model_copy(update=updates)
+    if settings.from_savepoint is not None and not settings.savepoint_dir:
+        click.echo(
+            "lockgate: --from-savepoint needs LOCKGATE_SAVEPOINT_DIR (where the savepoint is)",
+            err=True,
+        )
+        sys.exit(2)
     configure(settings.log_level, settings.log_format.value)
     try:
         code = run_app(app, settings)

@@ -1,9 +1,10 @@
-"""Barrier records on internal outputs and checkpoint records in ``lockgate.control``.
+"""Barrier records on internal outputs and checkpoint records in ``<app>.control``.
 
 At every epoch end, inside the transaction: a barrier (headers ``lockgate-type=barrier``,
-``lockgate-ckpt``, ``lockgate-writer=<app>/<g>``) on every partition of each output
-declared ``internal=True``, and one checkpoint record per key group (key
-``ckpt/<app>/<g>``) in ``lockgate.control`` whose offsets are the ones committed.
+``lockgate-ckpt``, ``lockgate-writer=<app>/<g>``, ``lockgate-writers=P``) on every
+partition of each output declared ``internal=True``, and one checkpoint record per key
+group (key ``ckpt/<g>``, partition ``g`` of the app's own control topic) whose offsets
+are the ones committed. Every data record on an internal output names its writer.
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs, unique
 from tests.support.procs import AppProcess
 
-CONTROL = "lockgate.control"
 P = 3
 
 
-def _read_control_since(bootstrap: str, since_ms: int, prefix: bytes) -> list[dict]:  # type: ignore[type-arg]
-    """Checkpoint records of ``lockgate.control`` written after ``since_ms`` with the key prefix."""
+def _read_control_since(bootstrap: str, app: str, since_ms: int, prefix: bytes) -> list[dict]:  # type: ignore[type-arg]
+    """Records of ``<app>.control`` written after ``since_ms`` with the key prefix."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -36,22 +36,28 @@ def _read_control_since(bootstrap: str, since_ms: int, prefix: bytes) -> list[di
         }
     )
     try:
-        start = c.offsets_for_times([TopicPartition(CONTROL, 0, since_ms)], timeout=30)[0]
-        if start.offset < 0:  # nothing after since_ms
+        control = f"{app}.control"
+        wanted = [TopicPartition(control, g, since_ms) for g in range(P)]
+        starts = [tp for tp in c.offsets_for_times(wanted, timeout=30) if tp.offset >= 0]
+        if not starts:  # nothing after since_ms
             return []
-        c.assign([start])
+        c.assign(starts)
         out = []
+        eof: set[int] = set()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and len(eof) < len(starts):
             m = c.poll(1.0)
             if m is None:
                 continue
             if m.error() is not None:
                 if m.error().code() == KafkaError._PARTITION_EOF:
-                    break
+                    eof.add(m.partition())
+                    continue
                 raise RuntimeError(m.error())
             if m.key() is not None and m.key().startswith(prefix):
-                out.append({"key": m.key().decode(), **orjson.loads(m.value())})
+                out.append(
+                    {"key": m.key().decode(), "partition": m.partition(), **orjson.loads(m.value())}
+                )
         return out
     finally:
         c.close()
@@ -93,7 +99,11 @@ def test_barriers_and_checkpoint_records(kafka_bootstrap: str, names, tmp_path: 
     for m in sorted(msgs, key=lambda m: (m.partition(), m.offset())):
         h = dict(m.headers() or [])
         if "lockgate-type" not in h:
+            # Data records name their writer (the key group that produced them).
+            g = int(h["lockgate-writer"].decode().rpartition("/")[2])
+            assert h["lockgate-writer"] == f"{app_name}/{g}".encode(), h
             continue
+        assert h["lockgate-writers"] == str(P).encode()
         assert h["lockgate-type"] == b"barrier"
         assert m.key() is None
         body = orjson.loads(m.value())
@@ -115,12 +125,12 @@ def test_barriers_and_checkpoint_records(kafka_bootstrap: str, names, tmp_path: 
     committed = {tp.partition: tp.offset for tp in offsets}
     ckpt_meta = {tp.partition: orjson.loads(tp.metadata)["ckpt"] for tp in offsets}
     assert sum(committed.values()) == 1200
-    records = _read_control_since(kafka_bootstrap, since, f"ckpt/{app_name}/".encode())
+    records = _read_control_since(kafka_bootstrap, app_name, since, b"ckpt/")
     last: dict[int, dict] = {}  # type: ignore[type-arg]
     seen: dict[int, list[int]] = {}
     for r in records:
         g = r["key_group"]
-        assert r["key"] == f"ckpt/{app_name}/{g}"
+        assert r["key"] == f"ckpt/{g}" and r["partition"] == g
         assert r["app"] == app_name and r["instance"] == "i1"
         seen.setdefault(g, []).append(r["checkpoint"])
         last[g] = r

@@ -1,0 +1,178 @@
+"""Barriers read downstream: alignment, checkpoint completion, forwarding.
+
+A key group whose input partition carries records of upstream lockgate writers
+(``lockgate-writer`` header) is *downstream*: its checkpoints are not its own clock's
+but those its writers' barriers complete (:mod:`processors._alignment`). On each
+completion the key group forwards the barrier to its own internal outputs (so a third
+stage aligns on the same ids), and when the checkpoint is a savepoint it exports its
+state at exactly that point. Its instance commits on its own timer as before: a commit
+in the middle of an alignment is exact too, because the alignment snapshot committed
+with the offsets says which records after the committed offset are already included.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from processors._alignment import Aligner, Completion, Mode, Snapshot
+from processors._rebalance import RebalanceMixin
+
+log = logging.getLogger("lockgate.runtime")
+
+
+def lockgate_headers(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
+    """Return the ``lockgate-*`` headers of a record as text.
+
+    The first of each name wins: the runtime puts its own first, user code may copy
+    upstream headers after them.
+    """
+    out: dict[str, str] = {}
+    for name, value in headers:
+        if name.startswith("lockgate-") and name not in out:
+            out[name] = value.decode(errors="replace") if value is not None else ""
+    return out
+
+
+class BarrierMixin(RebalanceMixin):
+    """Feeds barriers to the aligners and acts on completed checkpoints."""
+
+    _sp_stop: dict[str, bool]
+
+    def _start_alignment(self, topic: str, g: int) -> Aligner:
+        """Key group ``g`` met its first upstream lockgate record: it is downstream now.
+
+        The alignment starts at the partition's committed position with the key
+        group's completed checkpoint (checkpoint ids stay increasing).
+        """
+        start = self._committed.get((topic, g), self._next[(topic, g)])
+        done = self._kg_done.get(g, 0)
+        aligner = self._new_aligner(Snapshot(start, start, done, {}, False))
+        self._aligners[(topic, g)] = aligner
+        log.info(
+            "input partition has upstream lockgate writers: checkpoints now come from "
+            "their barriers",
+            extra={"partition": f"{topic}[{g}]", "mode": self._mode.value},
+        )
+        return aligner
+
+    def _on_barrier(self, topic: str, g: int, offset: int, headers: dict[str, str]) -> None:
+        """Feed a barrier record at ``offset`` of ``topic[g]`` to its aligner."""
+        try:
+            ckpt = int(headers["lockgate-ckpt"])
+            writer = headers["lockgate-writer"]
+            writers = int(headers.get("lockgate-writers") or 0)
+        except (KeyError, ValueError):
+            log.warning("ignoring a malformed barrier", extra={"headers": headers})
+            return
+        aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
+        now = time.monotonic()
+        if writers and not aligner.replaying:
+            self._update_writers(aligner, topic, g, writer, writers, now)
+        savepoint = headers.get("lockgate-savepoint")
+        if savepoint is not None:
+            self._sp_stop[savepoint] = headers.get("lockgate-stop") == "1"
+            if aligner.mode is Mode.UNALIGNED:
+                # Savepoints are always aligned: hold records of writers past this
+                # barrier until the savepoint's checkpoint completes.
+                self._released.extend(aligner.set_mode(Mode.ALIGNED))
+        before = aligner.snapshot(offset)
+        since = aligner.aligning_since
+        completion = aligner.on_barrier(offset, writer, ckpt, savepoint, now)
+        if completion is not None:
+            if since is not None:
+                self.metrics.observe_alignment(now - since)
+            self._complete(topic, g, aligner, completion, before)
+
+    def _update_writers(
+        self, aligner: Aligner, topic: str, g: int, writer: str, count: int, now: float
+    ) -> None:
+        """A barrier names how many key groups its app has: expect exactly those.
+
+        An upstream redeployed with another key-group count changes its writer set;
+        writers beyond the new count are dropped (their held records are released).
+        """
+        app = writer.rpartition("/")[0]
+        expected = {f"{app}/{k}" for k in range(count)}
+        known = {w for w in aligner.writers if w.rpartition("/")[0] == app}
+        if expected - known:
+            aligner.expect(sorted(expected - known))
+        gone = known - expected
+        if gone:
+            log.warning(
+                "upstream app changed its key-group count: dropping writers",
+                extra={"partition": f"{topic}[{g}]", "writers": sorted(gone)},
+            )
+            released, completion = aligner.drop_writers(sorted(gone), now)
+            self._released.extend(released)
+            if completion is not None:
+                self._complete(topic, g, aligner, completion, None)
+
+    def _complete(
+        self,
+        topic: str,
+        g: int,
+        aligner: Aligner,
+        completion: Completion,
+        before: Snapshot | None,
+    ) -> None:
+        """Checkpoint ``completion.checkpoint`` completed on ``topic[g]``."""
+        ckpt = completion.checkpoint
+        self._kg_done[g] = ckpt
+        self._kg_aligned[g] = completion.aligned
+        self._checkpoint = max(self._checkpoint, ckpt)
+        sp_id = completion.savepoint
+        if sp_id is not None and self._origin.get(g) == sp_id:
+            sp_id = None  # restored from it: the replay completes it again, already saved
+        request: dict[str, Any] | None = None
+        if sp_id is not None:
+            request = {"savepoint": sp_id, "stop": self._sp_stop.get(sp_id, False)}
+        if self._mode is Mode.UNALIGNED and aligner.mode is Mode.ALIGNED and sp_id is not None:
+            # The savepoint's alignment is over: back to unaligned, held records go first.
+            self._released.extend(aligner.set_mode(Mode.UNALIGNED))
+        self._write_barriers(g, ckpt, request)
+        if request is not None and before is not None:
+            error = None
+            if not completion.aligned:
+                error = (
+                    f"checkpoint {ckpt} of key group {g} completed unaligned (the alignment "
+                    "timed out after LOCKGATE_ALIGNMENT_TIMEOUT_MS or held "
+                    "LOCKGATE_ALIGNMENT_MAX_HELD records): a savepoint needs an aligned cut"
+                )
+            self._export(
+                g,
+                request,
+                ckpt,
+                {topic: before.low},
+                {topic: before.to_json()},
+                self._dirty_overlay(g),
+                error,
+            )
+            self._commit_now = True
+            if request["stop"] and error is None:
+                # Nothing after the cut is processed: the commit names the position and
+                # alignment from before the completing barrier.
+                self._frozen[(topic, g)] = before
+                self._halt(g, request["savepoint"])
+                return
+        self._released.extend(completion.released)
+
+    def _tick_alignments(self) -> None:
+        """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``."""
+        now = time.monotonic()
+        for (topic, g), aligner in self._aligners.items():
+            if aligner.mode is not Mode.ALIGNED or g in self._halted:
+                continue
+            was_forced = aligner.forced
+            released = aligner.tick(now)
+            if aligner.forced and not was_forced:
+                self._note_forced(topic, g, "LOCKGATE_ALIGNMENT_TIMEOUT_MS")
+            self._released.extend(released)
+
+    def _note_forced(self, topic: str, g: int, why: str) -> None:
+        self.metrics.alignments_forced += 1
+        log.warning(
+            "alignment switched to unaligned for this checkpoint",
+            extra={"partition": f"{topic}[{g}]", "reason": why},
+        )

@@ -1,0 +1,363 @@
+"""Savepoints in the runtime: requests, exports, stop-with-savepoint, restores.
+
+* **Request** — ``lockgate savepoint trigger`` writes ``savepoint-request/<id>`` with
+  a checkpoint id ``C`` ahead of every clock to partition 0 of each source app's
+  ``<app>.control``; every instance of that app reads it (:meth:`_poll_requests`).
+* **Source key groups** end their next epoch with id ``C`` (or their next id when
+  already past it): barriers carry the savepoint id, and right before the commit each
+  key group exports the committed state overlaid with the epoch's changes — the state
+  at the cut — and its manifest goes into the same transaction.
+* **Downstream key groups** take it when the barriers of ``C`` complete their
+  alignment: the export is the state at that moment (database + dirty caches), the
+  manifest's offsets and alignment snapshot are those *before* the completing barrier,
+  so a restore replays the held records and re-completes ``C``. An alignment that was
+  not aligned (timeout, held-record bound, or unaligned mode) fails the savepoint
+  with a reason in the manifest.
+* **Stop-with-savepoint** halts each key group at the savepoint (partition paused;
+  nothing after the cut is processed or committed; ``halted`` in its checkpoint
+  records, so a new owner keeps it halted) until it is started again with
+  ``--from-savepoint``.
+* **Restore** (``--from-savepoint ID``): a key group not yet restored from ``ID`` (its
+  checkpoint record's ``origin``) is seeded in one transaction: every saved entry and
+  a tombstone for every other key goes to the changelog, the offsets and alignment
+  snapshot come from the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+from processors._alignment import Aligner, Snapshot
+from processors._control import REQUEST_PARTITION, manifest_key
+from processors._core import RunnerCore
+from processors._kafka import restore_consumer_config
+from processors.exceptions import ConfigError
+from state.cache import DELETED, MISSING
+from state.savepoint import (
+    SavepointError,
+    SavepointStore,
+    StoreFile,
+    check_compatible,
+    merged_items,
+)
+
+log = logging.getLogger("lockgate.savepoint")
+
+#: How far back a starting instance looks for savepoint requests it may have missed.
+_REQUEST_LOOKBACK_MS = 60_000
+_POLL_INTERVAL_S = 0.25
+
+
+class SavepointMixin(RunnerCore):
+    """Savepoint requests, exports, halts and restores (see the module docs)."""
+
+    _sp_consumer: Any = None
+    _sp_next_poll = 0.0
+    _sp_seen: set[str]
+    _sp_location: SavepointStore | None = None
+
+    def _store_schemas(self) -> dict[str, dict[str, str]]:
+        """Store name -> kind and codec, as registered and saved."""
+        return {
+            name: {"kind": h.spec.kind, "codec": h.spec.codec.name}
+            for name, h in sorted(self._handles.items())
+        }
+
+    def _state_version(self) -> str:
+        """A short hash of the store schemas (changes when a store's definition does)."""
+        return hashlib.sha256(orjson.dumps(self._store_schemas())).hexdigest()[:16]
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _open_request_reader(self) -> None:
+        """Follow partition 0 of this app's control topic for savepoint requests."""
+        self._sp_seen = set()
+        conf = restore_consumer_config(self.settings, self.name)
+        conf["client.id"] = f"{self.name}-{self.settings.instance_id}-requests"
+        conf["isolation.level"] = "read_uncommitted"  # requests are plain records
+        consumer = Consumer(conf)
+        since = int(time.time() * 1000) - _REQUEST_LOOKBACK_MS
+        tp = TopicPartition(self._control_topic, REQUEST_PARTITION, since)
+        found = consumer.offsets_for_times([tp], timeout=30)[0]
+        start = found.offset if found.offset is not None and found.offset >= 0 else -1
+        # -1 (OFFSET_END): nothing written since the lookback.
+        consumer.assign([TopicPartition(self._control_topic, REQUEST_PARTITION, start)])
+        self._sp_consumer = consumer
+
+    def _poll_requests(self) -> None:
+        """Take a pending savepoint request (cheap; runs at most every 250 ms)."""
+        now = time.monotonic()
+        if self._sp_consumer is None or now < self._sp_next_poll:
+            return
+        self._sp_next_poll = now + _POLL_INTERVAL_S
+        for msg in self._sp_consumer.consume(100, 0):
+            if msg.error() is not None or msg.key() is None:
+                continue
+            if not msg.key().startswith(b"savepoint-request/"):
+                continue
+            try:
+                request = orjson.loads(msg.value())
+                sp_id = str(request["savepoint"])
+                int(request["checkpoint"])
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+                log.warning("ignoring a malformed savepoint request", extra={"key": msg.key()})
+                continue
+            if sp_id in self._sp_seen:
+                continue
+            self._sp_seen.add(sp_id)
+            if int(request.get("expires_ms", 0)) < time.time() * 1000:
+                log.info("savepoint request expired", extra={"savepoint": sp_id})
+                continue
+            log.info(
+                "savepoint requested",
+                extra={"savepoint": sp_id, "checkpoint": request["checkpoint"]},
+            )
+            self._sp_request = request
+            self._commit_now = True
+
+    # -- export ---------------------------------------------------------------------------
+
+    def _savepoints(self) -> SavepointStore:
+        if self._sp_location is None:
+            url = self.settings.savepoint_dir
+            if not url:
+                raise SavepointError(
+                    "LOCKGATE_SAVEPOINT_DIR is not set for this app's instances: they cannot "
+                    "write savepoint files"
+                )
+            self._sp_location = SavepointStore(url)
+        return self._sp_location
+
+    def _dirty_overlay(self, g: int) -> dict[str, dict[bytes, bytes | None]]:
+        """The open epoch's changes of key group ``g``, encoded, without draining them."""
+        overlay: dict[str, dict[bytes, bytes | None]] = {}
+        for name, cache in self._kgs[g].caches.items():
+            changes: dict[bytes, bytes | None] = {}
+            for key in cache.dirty:
+                value = cache.peek(key)
+                if value is MISSING:
+                    continue
+                changes[key] = None if value is DELETED else cache.codec.encode(value)
+            overlay[name] = changes
+        return overlay
+
+    def _export(
+        self,
+        g: int,
+        request: dict[str, Any],
+        ckpt: int,
+        offsets: dict[str, int],
+        align: dict[str, Any],
+        overlay: dict[str, dict[bytes, bytes | None]],
+        error: str | None = None,
+    ) -> dict[str, Any]:
+        """Export key group ``g`` and produce its manifest into the open transaction.
+
+        A failure (no savepoint dir, I/O error, an earlier error) is recorded in the
+        manifest instead of stopping the app: the savepoint fails, processing goes on.
+        """
+        sp_id = str(request["savepoint"])
+        error = error or request.get("error")
+        stores: dict[str, Any] = {}
+        started = time.monotonic()
+        if error is None:
+            try:
+                location = self._savepoints()
+                db = self._kgs[g].db
+                for name, handle in sorted(self._handles.items()):
+                    items = merged_items(db.items(name), overlay.get(name, {}))
+                    written = location.write_store(sp_id, self.name, g, name, items)
+                    stores[name] = {
+                        "kind": handle.spec.kind,
+                        "codec": handle.spec.codec.name,
+                        **written.to_dict(),
+                    }
+            except (SavepointError, OSError) as exc:
+                error = str(exc)
+        manifest: dict[str, Any] = {
+            "savepoint": sp_id,
+            "app": self.name,
+            "key_group": g,
+            "checkpoint": ckpt,
+            "offsets": offsets,
+            "align": align,
+            "stores": stores,
+            "state_version": self._state_version(),
+            "error": error,
+            "stop": bool(request.get("stop")),
+            "instance": self.settings.instance_id,
+            "ts": int(time.time() * 1000),
+        }
+        if error is None:
+            try:
+                self._savepoints().write_manifest(sp_id, self.name, g, manifest)
+            except SavepointError as exc:
+                manifest["error"] = error = str(exc)
+        if error is not None:
+            log.error(
+                "savepoint failed", extra={"savepoint": sp_id, "key_group": g, "error": error}
+            )
+        else:
+            log.info(
+                "savepoint exported",
+                extra={
+                    "savepoint": sp_id,
+                    "key_group": g,
+                    "checkpoint": ckpt,
+                    "seconds": round(time.monotonic() - started, 3),
+                },
+            )
+        self._produce(
+            self._control_topic, orjson.dumps(manifest), manifest_key(sp_id, g), partition=g
+        )
+        self.metrics.beat()
+        return manifest
+
+    # -- halting --------------------------------------------------------------------------
+
+    def _halt(self, g: int, sp_id: str) -> None:
+        """Stop processing key group ``g`` at savepoint ``sp_id`` (stop-with-savepoint)."""
+        self._halted[g] = sp_id
+        parts = [TopicPartition(t, g) for t in self._inputs]
+        try:
+            self._consumer.pause(parts)
+        except Exception as exc:  # noqa: BLE001 - not assigned yet: the assign pauses it
+            log.debug("pause failed: %s", exc)
+        log.warning(
+            "key group halted at a stop-with-savepoint; start the app with "
+            f"--from-savepoint {sp_id} to continue from it",
+            extra={"key_group": g, "savepoint": sp_id},
+        )
+
+    def _savepoint_committed(
+        self, request: dict[str, Any], manifests: dict[int, dict[str, Any]]
+    ) -> None:
+        """The source epoch carrying a savepoint committed: halt on a stop request."""
+        if self._sp_request is request:
+            self._sp_request = None
+        if not request.get("stop"):
+            return
+        for g, manifest in manifests.items():
+            if manifest.get("error") is None:
+                self._halt(g, str(request["savepoint"]))
+
+    # -- restore --------------------------------------------------------------------------
+
+    def _savepoint_manifest(self, sp_id: str, g: int) -> dict[str, Any]:
+        """Return the committed manifest of key group ``g`` in savepoint ``sp_id``.
+
+        Raises:
+            ConfigError: the savepoint, this app in it, or the key group is missing, it
+                was taken with another key-group count, or the key group failed.
+        """
+        location = self._savepoints()
+        try:
+            descriptor = location.read_descriptor(sp_id)
+        except SavepointError as exc:
+            raise ConfigError(f"--from-savepoint {sp_id}: {exc}") from exc
+        apps = descriptor.get("apps", {})
+        if self.name not in apps:
+            raise ConfigError(
+                f"--from-savepoint {sp_id}: the savepoint has no app {self.name!r} "
+                f"(it has {sorted(apps)}); set LOCKGATE_APP_NAME to the saved app's name"
+            )
+        saved_groups = int(apps[self.name].get("key_groups", -1))
+        if saved_groups != self._partitions:
+            raise ConfigError(
+                f"--from-savepoint {sp_id}: app {self.name!r} was saved with {saved_groups} "
+                f"key groups, its inputs now have {self._partitions} partitions (changing the "
+                "key-group count needs a savepoint rewrite)"
+            )
+        try:
+            manifest = location.read_manifest(sp_id, self.name, g)
+        except SavepointError as exc:
+            raise ConfigError(f"--from-savepoint {sp_id}: {exc}") from exc
+        if manifest.get("error"):
+            raise ConfigError(
+                f"--from-savepoint {sp_id}: key group {g} failed that savepoint: "
+                f"{manifest['error']}"
+            )
+        return manifest
+
+    def _seed_from_savepoint(self, g: int) -> bool:
+        """Put key group ``g``'s state, offsets and alignment at savepoint ``--from-savepoint``.
+
+        The entries go into the key group's caches as the open epoch's writes (a
+        tombstone for every current key not saved), so the caller's next commit writes
+        them to the changelog, the checkpoint record (``origin``) and the offsets in
+        one transaction. Returns False when the key group descends from that savepoint
+        already (a restart), True when seeded.
+
+        Raises:
+            ConfigError: the savepoint is missing, incomplete or incompatible with the
+                app's stores (the message names the store), or a file is corrupt.
+        """
+        sp_id = self.settings.from_savepoint
+        if sp_id is None or self._origin.get(g) == sp_id:
+            return False
+        manifest = self._savepoint_manifest(sp_id, g)
+        saved = {
+            name: {"kind": str(s.get("kind")), "codec": str(s.get("codec"))}
+            for name, s in manifest.get("stores", {}).items()
+        }
+        try:
+            restore = check_compatible(
+                saved, self._store_schemas(), self.settings.allow_non_restored_state
+            )
+            location = self._savepoints()
+            files: dict[str, StoreFile] = {}
+            for name in restore:
+                files[name] = StoreFile.from_dict(manifest["stores"][name])
+                location.verify_store(sp_id, self.name, g, name, files[name])
+        except SavepointError as exc:
+            raise ConfigError(f"--from-savepoint {sp_id}, key group {g}: {exc}") from exc
+        kg = self._kgs[g]
+        entries = 0
+        for name, cache in kg.caches.items():
+            saved_keys: set[bytes] = set()
+            if name in files:
+                decode = cache.codec.decode
+                for key, raw in location.read_store(sp_id, self.name, g, name, files[name]):
+                    cache.put(key, decode(raw))
+                    saved_keys.add(key)
+                    entries += 1
+            for key, _ in kg.db.items(name):
+                if key not in saved_keys:
+                    cache.put(key, DELETED)
+        for topic in self._inputs:
+            offset = manifest.get("offsets", {}).get(topic)
+            if offset is None:
+                raise ConfigError(
+                    f"--from-savepoint {sp_id}: key group {g} has no offset for input "
+                    f"{topic!r} (the savepoint was taken with other inputs)"
+                )
+            self._next[(topic, g)] = self._committed[(topic, g)] = int(offset)
+            align = manifest.get("align", {}).get(topic)
+            if align:
+                snap = Snapshot.from_json(align)
+                self._aligners[(topic, g)] = Aligner(
+                    self._mode,
+                    self.settings.alignment_timeout_ms / 1000,
+                    self.settings.alignment_max_held,
+                    snapshot=snap,
+                )
+                self._align_committed[(topic, g)] = snap
+            else:
+                self._aligners.pop((topic, g), None)
+                self._align_committed.pop((topic, g), None)
+        self._kg_done[g] = int(manifest.get("checkpoint", 0))
+        self._checkpoint = max(self._checkpoint, self._kg_done[g])
+        self._origin[g] = sp_id
+        self._halted.pop(g, None)
+        self._uncommitted += 1  # the seeding itself must commit
+        log.info(
+            "key group seeded from a savepoint",
+            extra={"key_group": g, "savepoint": sp_id, "entries": entries},
+        )
+        return True

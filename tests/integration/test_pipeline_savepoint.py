@@ -1,0 +1,208 @@
+"""Pipeline savepoints and alignment timeouts on examples/click_pipeline.py.
+
+* **Savepoint equivalence**: a stop-with-savepoint of the whole two-app pipeline is
+  triggered under load; every instance is stopped; both apps are restarted from the
+  savepoint (fresh state dirs) and run to the end. The committed outputs must equal an
+  uninterrupted run's: exactly one user-counts record per click with the per-user
+  running count, exactly one region total per record with totals 1..n per region.
+* **A stopped upstream**: with one of two upstream instances SIGSTOPped, the downstream
+  keeps committing (alignments switch to unaligned after LOCKGATE_ALIGNMENT_TIMEOUT_MS,
+  nothing waits for the stopped writer beyond it, no transaction times out), and a
+  savepoint then fails with a clear error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.chaos._pipeline import (
+    CLICK_SPEC,
+    REGION_SPEC,
+    ClickFeeder,
+    Model,
+    PipelineFleet,
+    Topics,
+    check_pipeline,
+    data_records,
+    pipeline_env,
+    read_clicks,
+    read_topic,
+)
+from tests.integration._util import http_get, metric
+from tests.support.kafka import create_topic
+from tests.support.procs import ROOT, wait_until
+
+LOCKGATE = Path(sys.executable).parent / "lockgate"
+PARTITIONS = 4
+
+
+def _lockgate(
+    env: dict[str, str], *args: str, timeout: float = 150
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LOCKGATE), *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _fleets(
+    bootstrap: str, topics: Topics, root: Path, **common: str
+) -> tuple[PipelineFleet, PipelineFleet]:
+    click = PipelineFleet(
+        CLICK_SPEC,
+        pipeline_env(bootstrap, topics, topics.click_app, **common),
+        root,
+        ["c1", "c2"],
+        ports=True,
+    )
+    region = PipelineFleet(
+        REGION_SPEC,
+        pipeline_env(bootstrap, topics, topics.region_app, **common),
+        root,
+        ["r1", "r2"],
+        ports=True,
+    )
+    return click, region
+
+
+def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topics = Topics.fresh("sp-pipe")
+    create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
+    create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
+    total = 12000
+    sp_dir = tmp_path / "savepoints"
+    common = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "300", "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, total, rate=1200, users=40, regions=5)
+    feeder.start()
+    first = _fleets(kafka_bootstrap, topics, tmp_path / "a", **common)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    second: tuple[PipelineFleet, ...] = ()
+    codes: dict[str, int] = {}
+    try:
+        for fleet in first:
+            fleet.start_all()
+        read_topic(kafka_bootstrap, topics.totals, expected=1500, timeout=90, idle=0)
+        env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+        trig = _lockgate(env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop")
+        logs = "\n".join(f.logs() for f in first)
+        assert trig.returncode == 0, trig.stderr[-3000:] + logs
+        sp_id = trig.stdout.strip().splitlines()[-1]
+        listed = _lockgate(env, "checkpoints", "list", "--pipeline", topics.region_app)
+        assert listed.returncode == 0, listed.stderr
+        for fleet in first:
+            codes.update(fleet.stop_all())
+        assert set(codes.values()) == {0}, (codes, logs)
+        halted_totals = len(
+            data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=30, idle=1))
+        )
+        assert 0 < halted_totals < total, halted_totals
+
+        restore = {**common, "LOCKGATE_FROM_SAVEPOINT": sp_id}
+        second = _fleets(kafka_bootstrap, topics, tmp_path / "b", **restore)
+        for fleet in second:
+            fleet.start_all()
+        feeder.join(120)
+        assert feeder.error is None
+        counts = read_topic(kafka_bootstrap, topics.counts, expected=total, timeout=180, idle=2)
+        totals = read_topic(kafka_bootstrap, topics.totals, expected=total, timeout=60, idle=2)
+    finally:
+        for fleet in (*first, *second):
+            for proc in fleet.procs.values():
+                if proc.alive:
+                    proc.terminate()
+    logs = "\n".join(f.logs() for f in (*first, *second))
+    stored = read_clicks(kafka_bootstrap, topics.clicks, total)
+    problems = check_pipeline(Model.of(stored), counts, totals)
+    assert problems == [], "\n".join(problems[:20]) + "\n" + logs
+    assert "seeded from a savepoint" in logs
+
+
+def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topics = Topics.fresh("stall")
+    create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
+    create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
+    common = {
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_TRANSACTION_TIMEOUT_MS": "6000",
+        "LOCKGATE_ALIGNMENT_TIMEOUT_MS": "1000",
+        "LOCKGATE_SAVEPOINT_DIR": str(tmp_path / "savepoints"),
+        # A stopped member must not be kicked out during the test: its key groups keep
+        # their owner (and their writers keep not delivering barriers).
+        "LOCKGATE_KAFKA__SESSION_TIMEOUT_MS": "120000",
+    }
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 20000, rate=800, users=40, regions=5)
+    feeder.start()
+    click, region = _fleets(kafka_bootstrap, topics, tmp_path, **common)
+    stopped = None
+    try:
+        click.start_all()
+        region.start_all()
+        read_topic(kafka_bootstrap, topics.totals, expected=800, timeout=90, idle=0)
+
+        def stable() -> bool:  # a stopped member in the middle of a rebalance stalls it all
+            owned = []
+            for fleet in (click, region):
+                for port in fleet.ports.values():
+                    owned.append(
+                        metric(http_get(port, "/metrics")[1], "lockgate_key_groups_assigned")
+                    )
+            return owned == [2.0, 2.0, 2.0, 2.0]
+
+        wait_until(stable, timeout=60, what="both groups with two key groups per instance")
+        time.sleep(1)
+        stopped = click.procs["c2"]
+        stopped.signal(signal.SIGSTOP)
+        port = region.ports["r1"]
+
+        def forced() -> bool:
+            _, text = http_get(port, "/metrics")
+            return (metric(text, "lockgate_alignments_forced_total") or 0) > 0
+
+        try:
+            wait_until(forced, timeout=30, what="an alignment forced to unaligned")
+        except TimeoutError as exc:
+            raise AssertionError(
+                f"{exc}\n{region.logs()}\n{http_get(port, '/metrics')[1]}"
+            ) from exc
+        before = len(
+            data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=20, idle=1))
+        )
+
+        def flowing() -> bool:
+            # c1's clicks keep flowing downstream once the broker aborted c2's open
+            # transaction (transaction timeout): nothing waits for c2's barriers.
+            got = read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=20, idle=0.5)
+            return len(data_records(got)) > before + 200
+
+        wait_until(flowing, timeout=45, interval=1, what="records flowing without c2")
+        _, text = http_get(port, "/metrics")
+        assert (metric(text, "lockgate_epochs_aborted_total") or 0) == 0, text
+        env = {
+            "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "LOCKGATE_SAVEPOINT_DIR": common["LOCKGATE_SAVEPOINT_DIR"],
+        }
+        trig = _lockgate(
+            env, "savepoint", "trigger", "--pipeline", topics.click_app, "--timeout", "15"
+        )
+        assert trig.returncode == 1, trig.stdout + trig.stderr
+        assert "key group" in trig.stderr, trig.stderr
+    finally:
+        if stopped is not None:
+            stopped.signal(signal.SIGCONT)
+        click.stop_all()
+        region.stop_all()
