@@ -32,6 +32,7 @@ Handler = Callable[[Any, Any, Context], None]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 #: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic``).
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_TERMINAL = ("process", "key_by")
 _ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
 
 
@@ -100,13 +101,15 @@ class Stream:
         self._ops: list[tuple[str, Any]] = []
 
     def _add(self, kind: str, arg: Any) -> Stream:
-        if kind != "to":
+        if kind not in ("to", "key_by"):
             _check_callable(arg, kind)
-        if self._ops and self._ops[-1][0] == "process":
+        if self._ops and self._ops[-1][0] in _TERMINAL:
+            last = self._ops[-1][0]
             raise ConfigError(
-                f"app {self._app.name!r}: .{kind}() after .process() would never run: process() "
-                "is terminal (its handler emits with ctx.emit); put map/filter/flat_map/to "
-                "before process(), or emit from the handler"
+                f"app {self._app.name!r}: .{kind}() after .{last}() would never run: {last}() "
+                "is terminal (process() emits with ctx.emit; key_by() hands the records to the "
+                "next app through its repartition topic); put map/filter/flat_map/to "
+                f"before {last}()"
             )
         self._ops.append((kind, arg))
         return self
@@ -126,6 +129,33 @@ class Stream:
     def process(self, fn: Handler) -> Stream:
         """Call ``fn(key, value, ctx)``; it emits with ``ctx.emit``. Terminal: see the class."""
         return self._add("process", fn)
+
+    def key_by(
+        self,
+        fn: Callable[[Any], Any],
+        topic: str,
+        *,
+        key: Codec = STR,
+        value: Codec = JSON,
+        partitions: int | None = None,
+    ) -> Stream:
+        """Re-key: send each value to the repartition topic ``topic`` keyed by ``fn(value)``.
+
+        ``topic`` is declared an internal output (barriers flow through it), placed with
+        the murmur2 partitioner, so the next stage — another :class:`App` reading
+        ``topic``, with its own consumer group and key groups — sees every key in one
+        key group, and its checkpoints align on this app's barriers. Terminal: the chain
+        of this app ends here.
+
+        Raises:
+            ConfigError: after a terminal operator, or ``topic`` is not a legal name.
+            TypeError: ``fn`` is not callable.
+        """
+        _check_callable(fn, "key_by")
+        _check_topic(topic, "repartition topic")
+        self._add("key_by", (fn, topic))
+        self._app.output(topic, key=key, value=value, partitions=partitions, internal=True)
+        return self
 
     def to(self, topic: str, *, key: Codec = STR, value: Codec = JSON, **kw: Any) -> Stream:
         """Send the values that reach this point to ``topic`` with the record's key.
@@ -149,9 +179,10 @@ class Stream:
         where = f"app {self._app.name!r}: the stream of {self._app.input_topics[0]!r}"
         if not self._ops:
             raise ConfigError(f"{where} has no operators: add .process(fn) or .to(topic)")
-        if not any(kind in ("to", "process") for kind, _ in self._ops):
+        if not any(kind in ("to", "process", "key_by") for kind, _ in self._ops):
             raise ConfigError(
-                f"{where} ends without .to() or .process(): its records would go nowhere"
+                f"{where} ends without .to(), .key_by() or .process(): its records would go "
+                "nowhere"
             )
         step: Callable[[Any, Any, Context], None] = lambda k, v, c: None  # noqa: E731
         for kind, arg in reversed(self._ops):
@@ -178,6 +209,13 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
         return flat
     if kind == "process":
         return arg  # type: ignore[no-any-return]
+    if kind == "key_by":
+        select, topic = arg
+
+        def rekey(k: Any, v: Any, c: Context) -> None:
+            c.emit(topic, select(v), v)
+
+        return rekey
     if kind == "to":
 
         def sink(k: Any, v: Any, c: Context) -> None:

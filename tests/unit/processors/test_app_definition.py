@@ -113,7 +113,7 @@ def test_stream_without_operators_has_no_handler() -> None:
 def test_chain_that_ends_nowhere_is_refused() -> None:
     app = App("a")
     app.stream("in").map(str).filter(bool)
-    with pytest.raises(ConfigError, match=r"ends without \.to\(\) or \.process\(\)"):
+    with pytest.raises(ConfigError, match=r"ends without \.to\(\), \.key_by\(\) or \.process\(\)"):
         app.handler()
 
 
