@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from processors._alignment import Aligner, Completion, Mode, Snapshot
+from processors._errors import AbortEpoch
 from processors._rebalance import RebalanceMixin
 
 log = logging.getLogger("lockgate.runtime")
@@ -68,16 +69,23 @@ class BarrierMixin(RebalanceMixin):
             return
         aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
         now = time.monotonic()
+        # The position and alignment before this barrier: a savepoint completed by it is
+        # restored from here (the replay re-reads the barrier and completes it again).
+        before = aligner.snapshot(offset)
         if writers and not aligner.replaying:
-            self._update_writers(aligner, topic, g, writer, writers, now)
+            self._update_writers(aligner, topic, g, writer, writers, now, before)
         savepoint = headers.get("lockgate-savepoint")
         if savepoint is not None:
-            self._sp_stop[savepoint] = headers.get("lockgate-stop") == "1"
-            if aligner.mode is Mode.UNALIGNED:
-                # Savepoints are always aligned: hold records of writers past this
-                # barrier until the savepoint's checkpoint completes.
-                self._released.extend(aligner.set_mode(Mode.ALIGNED))
-        before = aligner.snapshot(offset)
+            if savepoint in self._sp_cancelled or self._origin.get(g) == savepoint:
+                savepoint = None  # cancelled, or restored from it (taken already)
+            else:
+                self._sp_stop[savepoint] = headers.get("lockgate-stop") == "1"
+                if aligner.mode is Mode.UNALIGNED:
+                    # Savepoints are always aligned: hold records of writers past this
+                    # barrier until the savepoint's checkpoint completes (nothing is held
+                    # in unaligned mode, so nothing is released here).
+                    self._released.extend(aligner.set_mode(Mode.ALIGNED))
+                    self._aligned_until[(topic, g)] = ckpt
         since = aligner.aligning_since
         completion = aligner.on_barrier(offset, writer, ckpt, savepoint, now)
         if completion is not None:
@@ -86,7 +94,14 @@ class BarrierMixin(RebalanceMixin):
             self._complete(topic, g, aligner, completion, before)
 
     def _update_writers(
-        self, aligner: Aligner, topic: str, g: int, writer: str, count: int, now: float
+        self,
+        aligner: Aligner,
+        topic: str,
+        g: int,
+        writer: str,
+        count: int,
+        now: float,
+        before: Snapshot,
     ) -> None:
         """A barrier names how many key groups its app has: expect exactly those.
 
@@ -105,9 +120,11 @@ class BarrierMixin(RebalanceMixin):
                 extra={"partition": f"{topic}[{g}]", "writers": sorted(gone)},
             )
             released, completion = aligner.drop_writers(sorted(gone), now)
-            self._released.extend(released)
             if completion is not None:
-                self._complete(topic, g, aligner, completion, None)
+                # The dropped writers' records come after the completion's cut.
+                self._complete(topic, g, aligner, completion, before, later=released)
+            else:
+                self._released.extend(released)
 
     def _complete(
         self,
@@ -115,48 +132,72 @@ class BarrierMixin(RebalanceMixin):
         g: int,
         aligner: Aligner,
         completion: Completion,
-        before: Snapshot | None,
+        before: Snapshot,
+        later: tuple[Any, ...] = (),
     ) -> None:
-        """Checkpoint ``completion.checkpoint`` completed on ``topic[g]``."""
+        """Checkpoint ``completion.checkpoint`` completed on ``topic[g]``.
+
+        ``before`` is the alignment before the event that completed it (the savepoint's
+        restore point); ``later`` are records to process after the completion's own.
+        """
         ckpt = completion.checkpoint
         self._kg_done[g] = ckpt
         self._kg_aligned[g] = completion.aligned
         self._checkpoint = max(self._checkpoint, ckpt)
+        self._epoch_active = True
         sp_id = completion.savepoint
-        if sp_id is not None and self._origin.get(g) == sp_id:
-            sp_id = None  # restored from it: the replay completes it again, already saved
-        request: dict[str, Any] | None = None
-        if sp_id is not None:
-            request = {"savepoint": sp_id, "stop": self._sp_stop.get(sp_id, False)}
-        if self._mode is Mode.UNALIGNED and aligner.mode is Mode.ALIGNED and sp_id is not None:
-            # The savepoint's alignment is over: back to unaligned, held records go first.
-            self._released.extend(aligner.set_mode(Mode.UNALIGNED))
-        self._write_barriers(g, ckpt, request)
-        if request is not None and before is not None:
-            error = None
-            if not completion.aligned:
-                error = (
-                    f"checkpoint {ckpt} of key group {g} completed unaligned (the alignment "
-                    "timed out after LOCKGATE_ALIGNMENT_TIMEOUT_MS or held "
-                    "LOCKGATE_ALIGNMENT_MAX_HELD records): a savepoint needs an aligned cut"
-                )
-            self._export(
-                g,
-                request,
-                ckpt,
-                {topic: before.low},
-                {topic: before.to_json()},
-                self._dirty_overlay(g),
-                error,
+        if sp_id is not None and (self._origin.get(g) == sp_id or sp_id in self._sp_cancelled):
+            sp_id = None  # restored from it (the replay completes it again), or cancelled
+        released = completion.released + later
+        until = self._aligned_until.get((topic, g))
+        if until is not None and ckpt >= until:
+            # The savepoint's alignment is over: back to unaligned. The records still held
+            # (tags past the savepoint) come after the completion's own, writer by writer.
+            del self._aligned_until[(topic, g)]
+            released += aligner.set_mode(Mode.UNALIGNED)
+        if sp_id is None:
+            self._write_barriers(g, ckpt, None)
+            self._released.extend(released)
+            return
+        stop = self._sp_stop.get(sp_id, False)
+        error = None
+        if not completion.aligned:
+            error = (
+                f"checkpoint {ckpt} of key group {g} completed unaligned (the alignment "
+                "timed out after LOCKGATE_ALIGNMENT_TIMEOUT_MS or held "
+                "LOCKGATE_ALIGNMENT_MAX_HELD records): a savepoint needs an aligned cut"
             )
-            self._commit_now = True
-            if request["stop"] and error is None:
-                # Nothing after the cut is processed: the commit names the position and
-                # alignment from before the completing barrier.
-                self._frozen[(topic, g)] = before
-                self._halt(g, request["savepoint"])
-                return
-        self._released.extend(completion.released)
+        try:
+            overlay = self._dirty_overlay(g)
+        except Exception as exc:  # noqa: BLE001 - a store codec may raise anything
+            # Find the record whose state cannot be encoded: replay checking every write.
+            self._check_writes = True
+            raise AbortEpoch(
+                f"key group {g}: a state value cannot be encoded for the savepoint "
+                f"({type(exc).__name__}: {exc}); replaying to find the record"
+            ) from exc
+        manifest = self._export(
+            g,
+            {"savepoint": sp_id, "stop": stop},
+            ckpt,
+            {topic: before.low},
+            {topic: before.to_json()},
+            overlay,
+            error,
+        )
+        ok = manifest["error"] is None
+        # Downstream takes the savepoint (and stops) only where this key group did.
+        self._write_barriers(g, ckpt, {"savepoint": sp_id, "stop": stop} if ok else None)
+        self._commit_now = True
+        if stop and ok:
+            # Nothing after the cut is processed: the commit names the position and
+            # alignment from before the completing barrier; the records the completion
+            # released wait for a cancel of the savepoint (or are re-read on a restore).
+            self._frozen[(topic, g)] = before
+            self._after_halt[(topic, g)] = released
+            self._halt(g, sp_id)
+            return
+        self._released.extend(released)
 
     def _tick_alignments(self) -> None:
         """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``."""

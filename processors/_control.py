@@ -41,6 +41,7 @@ from processors.exceptions import FatalKafkaError
 __all__ = [
     "REGISTRY_TOPIC",
     "REQUEST_PARTITION",
+    "cancel_key",
     "checkpoint_key",
     "control_topic",
     "latest_records",
@@ -82,6 +83,14 @@ def manifest_key(savepoint: str, key_group: int) -> bytes:
 def request_key(savepoint: str) -> bytes:
     """Key of a savepoint request (partition :data:`REQUEST_PARTITION`)."""
     return f"savepoint-request/{savepoint}".encode()
+
+
+def cancel_key(savepoint: str) -> bytes:
+    """Key of a savepoint cancel (partition :data:`REQUEST_PARTITION`).
+
+    Key groups halted by that stop-with-savepoint resume, and none takes it any more.
+    """
+    return f"savepoint-cancel/{savepoint}".encode()
 
 
 def read_partition(
@@ -184,13 +193,19 @@ def latest_records(
 
 
 def read_registry(
-    consumer: Consumer, end_offsets: Callable[[list[TopicPartition]], dict[tuple[str, int], int]]
+    consumer: Consumer,
+    end_offsets: Callable[[list[TopicPartition]], dict[tuple[str, int], int]],
+    timeout_s: float = 60.0,
 ) -> dict[str, dict[str, Any]]:
-    """Return every app's registration (app name -> record) from the registry topic."""
+    """Return every app's registration (app name -> record) from the registry topic.
+
+    Raises:
+        FatalKafkaError: not read within ``timeout_s`` (see :func:`read_partition`).
+    """
     ends = end_offsets([TopicPartition(REGISTRY_TOPIC, 0)])
     high = ends.get((REGISTRY_TOPIC, 0), 0)
     apps: dict[str, dict[str, Any]] = {}
-    for key, value, _ in read_partition(consumer, REGISTRY_TOPIC, 0, 0, high):
+    for key, value, _ in read_partition(consumer, REGISTRY_TOPIC, 0, 0, high, timeout_s):
         if key is None or not key.startswith(b"app/"):
             continue
         name = key[4:].decode(errors="replace")

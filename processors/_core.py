@@ -141,6 +141,15 @@ class RunnerCore:
         self._released: deque[Any] = deque()
         self._reader: Any = None
         self._writer_headers: dict[int, list[tuple[str, bytes | str]]] = {}
+        #: Something besides fetched records happened in the open epoch (a completion,
+        #: released records processed, a halt lifted): it must commit even if idle.
+        self._epoch_active = False
+        #: Savepoints cancelled by ``lockgate savepoint cancel`` (or a failed --stop).
+        self._sp_cancelled: set[str] = set()
+        #: Records a stop-with-savepoint completion released but did not process.
+        self._after_halt: dict[tuple[str, int], tuple[Any, ...]] = {}
+        #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
+        self._aligned_until: dict[tuple[str, int], int] = {}
         self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
         self._dlq = f"{self.name}.dlq"
         self._stop = False

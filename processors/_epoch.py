@@ -126,6 +126,9 @@ class EpochMixin(SavepointMixin):
                 sweep_key_group(kg.caches, self._handles, now_ms, DEFAULT_SWEEP_BUDGET)
         if (
             self._uncommitted == 0
+            and not self._epoch_active
+            and self._epoch_out == 0
+            and self._epoch_dlq == 0
             and (self._sp_request is None or not self._kgs)
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
         ):
@@ -168,6 +171,7 @@ class EpochMixin(SavepointMixin):
             self._committed[(tp.topic, tp.partition)] = tp.offset
         self._align_committed.update(snaps)
         self._registered = True
+        self._epoch_active = False
         for g in self._kgs:
             if not self._is_downstream(g) and g not in self._halted:
                 self._kg_done[g] = ckpt
@@ -198,7 +202,9 @@ class EpochMixin(SavepointMixin):
         m.epochs_committed += 1
         m.last_checkpoint_id = ckpt
         m.observe_commit(took)
-        self._sample_lag(offsets)
+        self._sample_lag(
+            [TopicPartition(t, g, self._next[(t, g)]) for t, g in self._owned_partitions()]
+        )
 
     def _produce_changelogs(self) -> dict[int, dict[str, dict[bytes, bytes | None]]]:
         """Produce every dirty key's final value; return the writes per key group."""
@@ -341,8 +347,11 @@ class EpochMixin(SavepointMixin):
                 snaps[key] = snap
                 offset = snap.low
                 done = self._kg_done.get(g, snap.done)
-            meta = orjson.dumps({"ckpt": done}).decode()
-            offsets.append(TopicPartition(t, g, offset, metadata=meta))
+            # The origin travels with the offsets too: under at-least-once the control
+            # record is written before the offsets commit, so only this is atomic with them.
+            origin = self._origin.get(g)
+            meta = orjson.dumps({"ckpt": done, "origin": origin} if origin else {"ckpt": done})
+            offsets.append(TopicPartition(t, g, offset, metadata=meta.decode()))
         return offsets, snaps
 
     def _register(self) -> None:
@@ -421,11 +430,13 @@ class EpochMixin(SavepointMixin):
                 saving = savepoint
                 if saving is not None and self._kg_done.get(g, 0) >= int(saving["checkpoint"]):
                     saving = None  # a previous owner took this savepoint already
-                self._write_barriers(g, ckpt, saving)
                 if saving is not None:
                     manifests[g] = self._export(
                         g, saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})
                     )
+                    if manifests[g]["error"] is not None:
+                        saving = None  # downstream takes it (and stops) only where we did
+                self._write_barriers(g, ckpt, saving)
             align = {t: snap.to_json() for (t, kg), snap in snaps.items() if kg == g}
             live_source = source and g not in self._halted
             halted = self._halted.get(g)
@@ -561,6 +572,7 @@ class EpochMixin(SavepointMixin):
         made of them (a halt of the aborted epoch is undone: the replay halts again).
         """
         self._released.clear()
+        self._epoch_active = False
         for g in groups:
             done, aligned, origin, halted = self._kg_committed.get(g, (0, True, None, None))
             self._kg_done[g], self._kg_aligned[g], self._origin[g] = done, aligned, origin
@@ -575,8 +587,10 @@ class EpochMixin(SavepointMixin):
                         del self._aligners[key]
                     else:
                         self._aligners[key] = self._new_aligner(snap)
+                self._aligned_until.pop(key, None)
                 if halted is None:
                     self._frozen.pop(key, None)
+                    self._after_halt.pop(key, None)
             for topic in self._inputs:
                 offset = self._committed.get((topic, g))
                 if offset is None:

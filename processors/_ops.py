@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from processors._control import (
     REGISTRY_TOPIC,
     REQUEST_PARTITION,
+    cancel_key,
     checkpoint_key,
     control_topic,
     latest_records,
@@ -55,6 +56,7 @@ __all__ = [
     "Ops",
     "OpsError",
     "build_descriptor",
+    "cancel_savepoint",
     "checkpoint_summary",
     "choose_checkpoint",
     "complete_bound",
@@ -638,8 +640,12 @@ class Ops:
         tps = [TopicPartition(control_topic(a), g) for a, p in apps.items() for g in range(p)]
         return self.admin.end_offsets(tps)
 
-    def write_requests(self, apps: Iterable[str], request: Mapping[str, Any]) -> None:
+    def write_requests(
+        self, apps: Iterable[str], request: Mapping[str, Any], key: bytes | None = None
+    ) -> None:
         """Write ``request`` to partition 0 of each app's control topic (acks=all).
+
+        ``key`` defaults to the request key of ``request["savepoint"]``.
 
         Raises:
             OpsError: a record was not delivered (exit code 1).
@@ -654,7 +660,7 @@ class Ops:
                 failures.append(f"{msg.topic()}: {err}")
 
         value = orjson.dumps(dict(request))
-        key = request_key(str(request["savepoint"]))
+        key = key or request_key(str(request["savepoint"]))
         targets = list(apps)
         for app in targets:
             producer.produce(
@@ -853,7 +859,15 @@ def trigger_savepoint(
         f"{', '.join(involved)}{' (stop)' if stop else ''}"
     )
     ops.write_requests(sources, request)
-    manifests = ops.wait_for_manifests(savepoint_id, start, totals, timeout_s, progress)
+    try:
+        manifests = ops.wait_for_manifests(savepoint_id, start, totals, timeout_s, progress)
+    except OpsError as exc:
+        if not stop:
+            raise
+        # Key groups that halted at a savepoint that will never complete would stay
+        # halted: cancel it, they resume.
+        cancel_savepoint(ops, savepoint_id, involved)
+        raise OpsError(f"{exc} (the savepoint was cancelled: halted key groups resume)") from exc
     descriptor = build_descriptor(
         savepoint_id, checkpoint, stop, _now_ms(), now, registry, manifests, sources
     )
@@ -862,6 +876,17 @@ def trigger_savepoint(
     except (SavepointError, TypeError) as exc:
         raise OpsError(f"savepoint {savepoint_id}: cannot write its descriptor: {exc}") from exc
     return descriptor
+
+
+def cancel_savepoint(ops: Ops, savepoint_id: str, apps: Iterable[str]) -> None:
+    """Cancel ``savepoint_id`` in ``apps``: key groups halted by it resume, none takes it.
+
+    Raises:
+        OpsError: a cancel record was not delivered.
+    """
+    check_savepoint_id(savepoint_id)
+    record = {"savepoint": savepoint_id, "cancelled_ms": _now_ms()}
+    ops.write_requests(list(apps), record, key=cancel_key(savepoint_id))
 
 
 def open_store(settings: Settings) -> SavepointStore:

@@ -29,6 +29,16 @@ from state.base.store import checkpoint_of
 log = logging.getLogger("lockgate.runtime")
 
 
+def _origin_of_metadata(metadata: str | None) -> str | None:
+    if not metadata:
+        return None
+    try:
+        value = orjson.loads(metadata).get("origin")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
 def _ckpt_of_metadata(metadata: str | None) -> int:
     if not metadata:
         return 0
@@ -82,10 +92,14 @@ class RebalanceMixin(EpochMixin):
             what="committed offsets",
             timeout_s=self._txn_timeout_s + 30,
         )
+        origins: dict[int, str] = {}
         for tp in committed:
             if tp.error is not None:
                 raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
             self._checkpoint = max(self._checkpoint, _ckpt_of_metadata(tp.metadata))
+            origin = _origin_of_metadata(tp.metadata)
+            if origin is not None:
+                origins[tp.partition] = origin
         self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
         self.metrics.restoring = len(groups)
         assert self._restorer is not None
@@ -109,6 +123,11 @@ class RebalanceMixin(EpochMixin):
             self._committed[key] = offset
             self._next[key] = offset
         self._load_key_group_records(groups)
+        for g in groups:
+            # The offsets' metadata is committed atomically with them (also under
+            # at-least-once, where the control record is written first).
+            self._origin[g] = origins.get(g)
+            self._kg_committed[g] = self._kg_state(g)
         seeded = [g for g in groups if self._seed_from_savepoint(g)]
         if seeded:
             # The seeded state, offsets and checkpoint records commit before any record
@@ -126,6 +145,10 @@ class RebalanceMixin(EpochMixin):
             for tp in committed
         ]
         consumer.incremental_assign(start)
+        # A pause survives unassign/assign in librdkafka: only halted groups stay paused.
+        running = [tp for tp in start if tp.partition not in self._halted]
+        if running:
+            consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in running])
         halted = [TopicPartition(t, g) for g in groups if g in self._halted for t in self._inputs]
         if halted:
             consumer.pause(halted)
@@ -180,7 +203,16 @@ class RebalanceMixin(EpochMixin):
             self._checkpoint = max(self._checkpoint, done)
             self._origin[g] = record.get("origin")
             if record.get("halted"):
-                self._halted[g] = str(record["halted"])
+                halted_at = str(record["halted"])
+                if self._savepoint_cancelled(halted_at):
+                    self._sp_cancelled.add(halted_at)
+                    log.info(
+                        "savepoint was cancelled: key group not halted",
+                        extra={"key_group": g, "savepoint": halted_at},
+                    )
+                    self._epoch_active = True  # the next commit records it
+                else:
+                    self._halted[g] = halted_at
             for t in self._inputs:
                 snap_data = (record.get("align") or {}).get(t)
                 writers = self._upstream_writers
@@ -228,6 +260,12 @@ class RebalanceMixin(EpochMixin):
             consumer.incremental_unassign(partitions)
 
     def _release(self, groups: list[int]) -> None:
+        halted = [TopicPartition(t, g) for g in groups if g in self._halted for t in self._inputs]
+        if halted:
+            try:
+                self._consumer.resume(halted)  # a pause would outlive a re-assignment
+            except Exception as exc:  # noqa: BLE001 - not assigned any more
+                log.debug("resume on release failed: %s", exc)
         for g in groups:
             kg = self._kgs.pop(g, None)
             if kg is not None:
@@ -238,6 +276,8 @@ class RebalanceMixin(EpochMixin):
                 self._aligners.pop((topic, g), None)
                 self._align_committed.pop((topic, g), None)
                 self._frozen.pop((topic, g), None)
+                self._after_halt.pop((topic, g), None)
+                self._aligned_until.pop((topic, g), None)
             for per_group in (self._kg_done, self._kg_aligned, self._origin, self._halted):
                 per_group.pop(g, None)
             self._kg_committed.pop(g, None)

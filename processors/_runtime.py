@@ -155,12 +155,28 @@ class Runner(BarrierMixin):
             for t in self._outputs
             if "compact" in admin.topic_config(t).get("cleanup.policy", "").split(",")
         }
+        compacted_internal = sorted(self._compacted_outputs & self._internal_set)
+        if compacted_internal:
+            raise ConfigError(
+                f"internal outputs {compacted_internal} have cleanup.policy=compact: barriers "
+                "are keyless and a downstream replay needs every record, so internal topics "
+                "must use cleanup.policy=delete"
+            )
         self._writer_headers = {
             g: [("lockgate-writer", f"{self.name}/{g}".encode())] for g in range(p)
         }
-        self._upstream_writers = writers_of(
-            read_registry(self._control_reader(), admin.end_offsets), self._inputs
-        )
+        try:
+            registry = read_registry(
+                self._control_reader(), admin.end_offsets, timeout_s=self._txn_timeout_s + 30
+            )
+        except FatalKafkaError as exc:
+            # E.g. a transaction of a dead instance still open there: start without the
+            # registry; barriers name their writers' key-group counts anyway.
+            log.warning(
+                "registry not readable; learning writers from barriers", extra={"error": str(exc)}
+            )
+            registry = {}
+        self._upstream_writers = writers_of(registry, self._inputs)
         if self._upstream_writers:
             log.info(
                 "reading internal topics: checkpoints come from upstream barriers",
@@ -487,6 +503,13 @@ class Runner(BarrierMixin):
                     continue
             else:
                 part = msg.partition()
+                if part in halted or part not in kgs:
+                    # Released after its key group halted (or went away): kept for a
+                    # cancel of the savepoint; a restore re-reads it from Kafka.
+                    key_ = (msg.topic(), part)
+                    self._after_halt[key_] = (*self._after_halt.get(key_, ()), msg)
+                    continue
+                self._epoch_active = True
                 if bound != part:
                     kgs[part].bind()
                     bound = part

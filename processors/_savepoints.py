@@ -34,7 +34,7 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from processors._alignment import Aligner, Snapshot
-from processors._control import REQUEST_PARTITION, manifest_key
+from processors._control import REQUEST_PARTITION, cancel_key, latest_records, manifest_key
 from processors._core import RunnerCore
 from processors._kafka import restore_consumer_config
 from processors.exceptions import ConfigError
@@ -99,6 +99,9 @@ class SavepointMixin(RunnerCore):
         for msg in self._sp_consumer.consume(100, 0):
             if msg.error() is not None or msg.key() is None:
                 continue
+            if msg.key().startswith(b"savepoint-cancel/"):
+                self._cancel(msg.key()[len(b"savepoint-cancel/") :].decode(errors="replace"))
+                continue
             if not msg.key().startswith(b"savepoint-request/"):
                 continue
             try:
@@ -108,7 +111,7 @@ class SavepointMixin(RunnerCore):
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
                 log.warning("ignoring a malformed savepoint request", extra={"key": msg.key()})
                 continue
-            if sp_id in self._sp_seen:
+            if sp_id in self._sp_seen or sp_id in self._sp_cancelled:
                 continue
             self._sp_seen.add(sp_id)
             if int(request.get("expires_ms", 0)) < time.time() * 1000:
@@ -120,6 +123,47 @@ class SavepointMixin(RunnerCore):
             )
             self._sp_request = request
             self._commit_now = True
+
+    def _cancel(self, sp_id: str) -> None:
+        """Savepoint ``sp_id`` was cancelled: never take it, lift its halts."""
+        if sp_id in self._sp_cancelled:
+            return
+        self._sp_cancelled.add(sp_id)
+        if self._sp_request is not None and self._sp_request.get("savepoint") == sp_id:
+            self._sp_request = None
+        for g in [g for g, at in self._halted.items() if at == sp_id]:
+            del self._halted[g]
+            for t in self._inputs:
+                key = (t, g)
+                self._frozen.pop(key, None)
+                # What the completion released goes first, as it would have without the stop.
+                self._released.extend(self._after_halt.pop(key, ()))
+            self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
+            self._epoch_active = True
+            self._commit_now = True
+            log.warning(
+                "savepoint cancelled: key group resumes", extra={"key_group": g, "savepoint": sp_id}
+            )
+
+    def _savepoint_cancelled(self, sp_id: str) -> bool:
+        """Whether partition 0 of the control topic holds a cancel of ``sp_id``."""
+        if sp_id in self._sp_cancelled:
+            return True
+        assert self._admin is not None
+        tp = TopicPartition(self._control_topic, REQUEST_PARTITION)
+        high = self._admin.end_offsets([tp]).get((tp.topic, tp.partition), 0)
+        low = self._admin.start_offsets([tp]).get((tp.topic, tp.partition), 0)
+        found = latest_records(
+            self._control_reader(),
+            tp.topic,
+            REQUEST_PARTITION,
+            low,
+            high,
+            cancel_key(sp_id),
+            timeout_s=self._txn_timeout_s + 30,
+            should_stop=lambda: self._stop,
+        )
+        return bool(found)
 
     # -- export ---------------------------------------------------------------------------
 
@@ -274,10 +318,16 @@ class SavepointMixin(RunnerCore):
                 f"key groups, its inputs now have {self._partitions} partitions (changing the "
                 "key-group count needs a savepoint rewrite)"
             )
-        try:
-            manifest = location.read_manifest(sp_id, self.name, g)
-        except SavepointError as exc:
-            raise ConfigError(f"--from-savepoint {sp_id}: {exc}") from exc
+        # The descriptor holds the manifests as committed in the epoch transactions (a
+        # manifest file may have been rewritten by a fenced, aborted exporter since).
+        committed = [m for m in apps[self.name].get("manifests") or () if m.get("key_group") == g]
+        if committed:
+            manifest = dict(committed[0])
+        else:
+            try:
+                manifest = location.read_manifest(sp_id, self.name, g)
+            except SavepointError as exc:
+                raise ConfigError(f"--from-savepoint {sp_id}: {exc}") from exc
         if manifest.get("error"):
             raise ConfigError(
                 f"--from-savepoint {sp_id}: key group {g} failed that savepoint: "

@@ -23,10 +23,12 @@ from processors._logging import configure
 from processors._ops import (
     Ops,
     OpsError,
+    cancel_savepoint,
     describe_savepoint,
     list_checkpoints,
     list_savepoints,
     open_store,
+    resolve_apps,
     trigger_savepoint,
 )
 from processors._runtime import run_app
@@ -183,7 +185,13 @@ def _ops_settings() -> Settings:
 
 def _ops_fail(exc: Exception) -> NoReturn:
     """Print ``exc`` to stderr and exit with its code (1 unless it is a usage problem)."""
-    code = exc.exit_code if isinstance(exc, OpsError) else 2 if isinstance(exc, ConfigError) else 1
+    code = (
+        exc.exit_code
+        if isinstance(exc, OpsError)
+        else 2
+        if isinstance(exc, ConfigError | SavepointError)
+        else 1
+    )
     if isinstance(exc, KafkaException):
         click.echo(f"lockgate: Kafka client error: {exc}", err=True)
     else:
@@ -317,6 +325,28 @@ def savepoint_trigger(
         click.echo(orjson.dumps(descriptor).decode())
     else:
         click.echo(descriptor["savepoint"])
+
+
+@savepoint.command("cancel")
+@click.argument("savepoint_id", metavar="ID")
+@click.option("--app", "apps", multiple=True, metavar="NAME", help="An app (repeatable).")
+@click.option("--pipeline", metavar="NAME", help="The app and every app connected to it.")
+def savepoint_cancel(savepoint_id: str, apps: tuple[str, ...], pipeline: str | None) -> None:
+    """Cancel a savepoint: key groups halted by it (--stop) resume, none takes it any more.
+
+    `savepoint trigger --stop` cancels by itself when the savepoint fails or times out;
+    use this when the trigger command itself died.
+    """
+    settings = _ops_settings()
+    ops = Ops(settings)
+    try:
+        involved = resolve_apps(ops.registry(), apps, pipeline)
+        cancel_savepoint(ops, savepoint_id, involved)
+    except (LockgateError, KafkaException, SavepointError) as exc:
+        _ops_fail(exc)
+    finally:
+        ops.close()
+    click.echo(f"cancelled {savepoint_id} in {', '.join(involved)}", err=True)
 
 
 @savepoint.command("list")

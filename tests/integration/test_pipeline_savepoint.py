@@ -145,7 +145,7 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
         # their owner (and their writers keep not delivering barriers).
         "LOCKGATE_KAFKA__SESSION_TIMEOUT_MS": "120000",
     }
-    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 20000, rate=800, users=40, regions=5)
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 80000, rate=800, users=40, regions=5)
     feeder.start()
     click, region = _fleets(kafka_bootstrap, topics, tmp_path, **common)
     stopped = None
@@ -197,11 +197,20 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
             "LOCKGATE_SAVEPOINT_DIR": common["LOCKGATE_SAVEPOINT_DIR"],
         }
         trig = _lockgate(
-            env, "savepoint", "trigger", "--pipeline", topics.click_app, "--timeout", "15"
+            env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop", "--timeout", "15"
         )
         assert trig.returncode == 1, trig.stdout + trig.stderr
         assert "key group" in trig.stderr, trig.stderr
+        # c1's key groups halted at the savepoint; it failed, so it was cancelled and they
+        # resume: c1's clicks flow again.
+        assert "cancelled" in trig.stderr, trig.stderr
+        before = len(
+            data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=20, idle=1))
+        )
+        wait_until(flowing, timeout=45, interval=1, what="records flowing after the cancel")
+        assert "savepoint cancelled: key group resumes" in click.procs["c1"].log_text()
     finally:
+        feeder.rate = 1e-12  # its next pause never ends (a daemon thread): input stops
         if stopped is not None:
             stopped.signal(signal.SIGCONT)
         click.stop_all()
