@@ -58,7 +58,9 @@ class Config:
         default_factory=lambda: _list("BENCH_WORKLOADS", "passthrough,sum_alo,sum_eos,window")
     )
     steps: list[str] = field(
-        default_factory=lambda: _list("BENCH_STEPS", "matrix,sweep,recovery,latency,profile")
+        default_factory=lambda: _list(
+            "BENCH_STEPS", "matrix,sweep,recovery,latency,profile,pipeline"
+        )
     )
     sweep_intervals: list[int] = field(
         default_factory=lambda: [int(x) for x in _list("BENCH_SWEEP_INTERVALS", "100,1000,5000")]
@@ -76,6 +78,9 @@ class Config:
     run_timeout: int = field(default_factory=lambda: _int("BENCH_RUN_TIMEOUT", 240))
     kafka_port: int = field(default_factory=lambda: _int("BENCH_KAFKA_PORT", 49092))
     keep_broker: bool = field(default_factory=lambda: os.environ.get("BENCH_KEEP_BROKER") == "1")
+    #: host:port of a broker that already runs: the harness neither starts nor stops it
+    #: and deletes only topics with "bench" in their name.
+    external_broker: str = field(default_factory=lambda: os.environ.get("BENCH_BROKER", ""))
 
     def records_for(self, system: str) -> int:
         """Input size of ``system``: the peers are 10-200x slower, so they get less input.
@@ -96,8 +101,8 @@ class Config:
 
     @property
     def bootstrap(self) -> str:
-        """The bootstrap address of the harness's own broker."""
-        return f"127.0.0.1:{self.kafka_port}"
+        """The bootstrap address of the harness's own broker (or of BENCH_BROKER)."""
+        return self.external_broker or f"127.0.0.1:{self.kafka_port}"
 
     def env_line(self) -> str:
         """The BENCH_* settings as a shell prefix (for RESULTS.md)."""

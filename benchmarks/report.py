@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmarks import venvs
 from benchmarks.common import BENCH_DIR, ROOT, say
+from benchmarks.pipeline import render as pipeline_render
 from benchmarks.runner import WORKLOADS
 
 NAMES = {
@@ -313,8 +314,7 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
         a("")
         a(
             f"Input: {cfg['records']:,} records per run. Aligned vs unaligned checkpoints: "
-            "not measured, lockgate has only one checkpoint mode so far (barrier alignment "
-            "for chained apps is not implemented yet)."
+            "see the Pipelines section."
         )
         a("")
     rec = res.get("recovery", [])
@@ -369,6 +369,24 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
                 f"| {r['label']} | {r['p50_ms']} | {r['p90_ms']} | {r['p99_ms']} | "
                 f"{r['max_ms']} | {r['measured']:,} | {r['missing']} | {r['app_cpu_util']} |"
             )
+        a("")
+
+    # ---- pipelines (benchmarks/pipeline.py)
+    if res.get("pipeline", {}).get("runs") or res.get("pipeline", {}).get("savepoints"):
+        versions = res.get("versions", {}).get("lockgate", {})
+        meta = {
+            "command": "make bench",
+            "started": res.get("started"),
+            "total_minutes": res.get("step_seconds", {}).get("pipeline", 0) / 60,
+            "machine": res.get("machine", {}),
+            "broker": cfg.get("external_broker")
+            or f"Kafka {res.get('versions', {}).get('kafka', '?')} started by the harness",
+            "git": versions.get("git", "?"),
+            "git_after": res.get("git_after", ""),
+            "uptime_before": res.get("uptime_before", ""),
+            "uptime_after": res.get("uptime_after", ""),
+        }
+        L.extend(pipeline_render(res["pipeline"], meta))
         a("")
 
     # ---- profile
@@ -439,11 +457,18 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
     # ---- method
     a("## Method")
     a("")
-    a(
-        f"- One broker: Apache Kafka {res.get('versions', {}).get('kafka', '?')} (KRaft, "
-        f"single node, `docker/kafka/broker.sh`, heap 1 GiB) on 127.0.0.1:{cfg['kafka_port']}, "
-        "started fresh by the harness and stopped at the end."
-    )
+    if cfg.get("external_broker"):
+        a(
+            f"- One broker: an existing one at {cfg['external_broker']} (`BENCH_BROKER`), "
+            "neither started nor stopped by the harness."
+        )
+    else:
+        a(
+            f"- One broker: Apache Kafka {res.get('versions', {}).get('kafka', '?')} (KRaft, "
+            f"single node, `docker/kafka/broker.sh`, heap 1 GiB) on "
+            f"127.0.0.1:{cfg['kafka_port']}, started fresh by the harness and stopped at "
+            "the end."
+        )
     a(
         f"- Inputs are produced once per workload and size before anything is measured: "
         f"{cfg['partitions']} partitions, ~100-byte records (8-byte key, JSON value "

@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks import broker, data, report, runner, venvs
+from benchmarks import broker, data, pipeline, report, runner, venvs
 from benchmarks import proc as procs
 from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, MAIN_PY, ROOT, Config, elapsed, say
 
@@ -95,6 +95,7 @@ class Bench:
             "recovery": [],
             "latency": [],
             "profiles": {},
+            "pipeline": {},
             "step_seconds": {},
             "errors": [],
         }
@@ -474,6 +475,20 @@ class Bench:
         prof["raw_file"] = str(raw.relative_to(ROOT))
         return prof
 
+    # -- pipeline ---------------------------------------------------------------------
+
+    def step_pipeline(self) -> None:
+        """Two-app pipeline aligned vs unaligned, alignment time, savepoints (pipeline.py)."""
+        assert self.admin is not None
+        pb = pipeline.PipelineBench(
+            self.cfg, pipeline.PipelineConfig(), self.admin, self.out_dir, self.run_id
+        )
+        try:
+            self.results["pipeline"] = pb.run()
+        finally:
+            self.results["pipeline"] = pb.results
+            self.results["errors"].extend(f"pipeline: {e}" for e in pb.results["errors"])
+
 
 def analyze_profile(path: Path) -> dict[str, Any]:
     """Self and inclusive time per function from py-spy's raw (collapsed) output."""
@@ -675,7 +690,8 @@ def main() -> int:
     code = 0
     try:
         t = time.monotonic()
-        broker.up(cfg.kafka_port)
+        if not cfg.external_broker:
+            broker.up(cfg.kafka_port)
         bench.admin = broker.Admin(cfg.bootstrap)
         bench.results["step_seconds"]["broker"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
@@ -690,6 +706,7 @@ def main() -> int:
             "recovery": bench.step_recovery,
             "latency": bench.step_latency,
             "profile": bench.step_profile,
+            "pipeline": bench.step_pipeline,
         }
         for name in cfg.steps:
             t = time.monotonic()
@@ -707,7 +724,7 @@ def main() -> int:
     finally:
         bench.admin = None  # its connections would complain once the broker is gone
         gc.collect()
-        if not cfg.keep_broker:
+        if not cfg.keep_broker and not cfg.external_broker:
             broker.down(cfg.kafka_port)
         bench.results["uptime_after"] = uptime()
         bench.results["git_after"] = _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD")

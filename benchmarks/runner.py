@@ -12,6 +12,7 @@ RSS is the sum of VmHWM over the process tree just before it is stopped.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -280,7 +281,12 @@ def cleanup_topics(admin: Admin, keep: set[str]) -> None:
     doomed = [
         t
         for t in admin.topics()
-        if t not in keep and not t.startswith("__") and t != "lockgate.control"
+        if t not in keep
+        and not t.startswith("__")
+        and t != "lockgate.control"
+        # a shared broker (BENCH_BROKER): only the harness's own topics
+        and (not os.environ.get("BENCH_BROKER") or "bench" in t)
+        and t != "lockgate.registry"
     ]
     if not doomed:
         return
