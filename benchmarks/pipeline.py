@@ -7,6 +7,10 @@ such a results.json). ``BENCH_BROKER=host:port`` uses a broker
 that is already running (neither started nor stopped; only this run's topics are
 deleted); otherwise the harness starts its own on ``BENCH_KAFKA_PORT``.
 
+The apps of examples/click_pipeline.py declare the topic variables they read
+(``App(..., env=["LOCKGATE_CLICKS_TOPIC", "LOCKGATE_USER_COUNTS_TOPIC",
+"LOCKGATE_OUTPUT_TOPIC"])``); this harness sets them per run.
+
 1. ``throughput``: examples/click_pipeline.py. N clicks are produced once (key = user,
    ``{"region", "seq"}``); per run one ``click_app`` and one ``region_app`` process start
    on fresh topics and consumer groups; a ``read_committed`` reader in the harness

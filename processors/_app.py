@@ -181,8 +181,7 @@ class Stream:
             raise ConfigError(f"{where} has no operators: add .process(fn) or .to(topic)")
         if not any(kind in ("to", "process", "key_by") for kind, _ in self._ops):
             raise ConfigError(
-                f"{where} ends without .to(), .key_by() or .process(): its records would go "
-                "nowhere"
+                f"{where} ends without .to(), .key_by() or .process(): its records would go nowhere"
             )
         step: Callable[[Any, Any, Context], None] = lambda k, v, c: None  # noqa: E731
         for kind, arg in reversed(self._ops):

@@ -80,12 +80,14 @@ class BarrierMixin(RebalanceMixin):
                 savepoint = None  # cancelled, or restored from it (taken already)
             else:
                 self._sp_stop[savepoint] = headers.get("lockgate-stop") == "1"
-                if aligner.mode is Mode.UNALIGNED:
+                if self._mode is Mode.UNALIGNED:
                     # Savepoints are always aligned: hold records of writers past this
                     # barrier until the savepoint's checkpoint completes (nothing is held
                     # in unaligned mode, so nothing is released here).
-                    self._released.extend(aligner.set_mode(Mode.ALIGNED))
-                    self._aligned_until[(topic, g)] = ckpt
+                    if aligner.mode is Mode.UNALIGNED:
+                        self._released.extend(aligner.set_mode(Mode.ALIGNED))
+                    key = (topic, g)
+                    self._aligned_until[key] = max(self._aligned_until.get(key, 0), ckpt)
         since = aligner.aligning_since
         completion = aligner.on_barrier(offset, writer, ckpt, savepoint, now)
         if completion is not None:

@@ -48,6 +48,7 @@ __all__ = [
     "manifest_key",
     "read_partition",
     "read_registry",
+    "read_registry_and_cancels",
     "registry_key",
     "request_key",
     "writers_of",
@@ -202,18 +203,42 @@ def read_registry(
     Raises:
         FatalKafkaError: not read within ``timeout_s`` (see :func:`read_partition`).
     """
+    return read_registry_and_cancels(consumer, end_offsets, timeout_s)[0]
+
+
+def read_registry_and_cancels(
+    consumer: Consumer,
+    end_offsets: Callable[[list[TopicPartition]], dict[tuple[str, int], int]],
+    timeout_s: float = 60.0,
+) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Return the registrations and the ids of every cancelled savepoint.
+
+    Cancels (key ``savepoint-cancel/<id>``) are kept in the registry topic — small,
+    compacted, read whole at every start — so an instance started long after a
+    cancel still knows it; the copy in each app's control partition 0 tells running
+    instances at once.
+
+    Raises:
+        FatalKafkaError: not read within ``timeout_s`` (see :func:`read_partition`).
+    """
     ends = end_offsets([TopicPartition(REGISTRY_TOPIC, 0)])
     high = ends.get((REGISTRY_TOPIC, 0), 0)
     apps: dict[str, dict[str, Any]] = {}
+    cancelled: set[str] = set()
     for key, value, _ in read_partition(consumer, REGISTRY_TOPIC, 0, 0, high, timeout_s):
-        if key is None or not key.startswith(b"app/"):
+        if key is None:
+            continue
+        if key.startswith(b"savepoint-cancel/"):
+            cancelled.add(key[len(b"savepoint-cancel/") :].decode(errors="replace"))
+            continue
+        if not key.startswith(b"app/"):
             continue
         name = key[4:].decode(errors="replace")
         if value is None:
             apps.pop(name, None)
         elif isinstance(value, dict):
             apps[name] = value
-    return apps
+    return apps, cancelled
 
 
 def writers_of(registry: dict[str, dict[str, Any]], topics: Iterable[str]) -> list[str]:

@@ -148,6 +148,8 @@ class RunnerCore:
         self._sp_cancelled: set[str] = set()
         #: Records a stop-with-savepoint completion released but did not process.
         self._after_halt: dict[tuple[str, int], tuple[Any, ...]] = {}
+        #: Key groups being seeded from a savepoint (in their checkpoint records until done).
+        self._seeding: dict[int, str] = {}
         #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
         self._aligned_until: dict[tuple[str, int], int] = {}
         self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
@@ -431,10 +433,26 @@ class RunnerCore:
             self._halted.get(g),
         )
 
-    def _new_aligner(self, snapshot: Snapshot) -> Aligner:
-        """An aligner resuming from ``snapshot``, expecting the registered writers."""
+    def _new_aligner(self, snapshot: Snapshot, key: tuple[str, int] | None = None) -> Aligner:
+        """An aligner resuming from ``snapshot``, expecting the registered writers.
+
+        In unaligned mode, a snapshot taken while a savepoint was aligning (a savepoint
+        barrier seen, its checkpoint not complete) resumes aligned until it completes:
+        the writers past the savepoint barrier must keep being held.
+        """
+        pending = [
+            c
+            for c, sp in snapshot.savepoints.items()
+            if c > snapshot.done and sp not in self._sp_cancelled
+        ]
+        mode = self._mode
+        if key is not None:
+            self._aligned_until.pop(key, None)
+            if pending and mode is Mode.UNALIGNED:
+                mode = Mode.ALIGNED
+                self._aligned_until[key] = max(pending)
         aligner = Aligner(
-            self._mode,
+            mode,
             self.settings.alignment_timeout_ms / 1000,
             self.settings.alignment_max_held,
             snapshot=snapshot,

@@ -350,7 +350,7 @@ class EpochMixin(SavepointMixin):
             # The origin travels with the offsets too: under at-least-once the control
             # record is written before the offsets commit, so only this is atomic with them.
             origin = self._origin.get(g)
-            meta = orjson.dumps({"ckpt": done, "origin": origin} if origin else {"ckpt": done})
+            meta = orjson.dumps({"ckpt": done, "origin": origin})
             offsets.append(TopicPartition(t, g, offset, metadata=meta.decode()))
         return offsets, snaps
 
@@ -452,6 +452,7 @@ class EpochMixin(SavepointMixin):
                 "offsets": by_group.get(g, {}),
                 "align": align,
                 "origin": self._origin.get(g),
+                "seeding": self._seeding.get(g),
                 "halted": halted,
                 "ts": now_ms,
             }
@@ -586,8 +587,7 @@ class EpochMixin(SavepointMixin):
                     if snap is None:
                         del self._aligners[key]
                     else:
-                        self._aligners[key] = self._new_aligner(snap)
-                self._aligned_until.pop(key, None)
+                        self._aligners[key] = self._new_aligner(snap, key)
                 if halted is None:
                     self._frozen.pop(key, None)
                     self._after_halt.pop(key, None)

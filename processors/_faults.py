@@ -7,7 +7,9 @@ windows where exactly-once is hardest to get right:
 - ``before_send_offsets``: changelog, barriers and outputs produced, offsets not yet sent;
 - ``before_commit``: offsets added to the transaction, not yet committed;
 - ``after_commit``: the transaction committed, the local RocksDB not yet written;
-- ``mid_restore``: part of a changelog partition applied to the local DB.
+- ``mid_restore``: part of a changelog partition applied to the local DB;
+- ``mid_seed``: part of a savepoint restore committed (``LOCKGATE_TEST_SEED_CHUNK``
+  entries per chunk).
 
 Checked once per epoch or restore batch (never per record). Unset in production.
 """

@@ -640,6 +640,31 @@ class Ops:
         tps = [TopicPartition(control_topic(a), g) for a, p in apps.items() for g in range(p)]
         return self.admin.end_offsets(tps)
 
+    def write_records(
+        self, topic: str, partitions: Iterable[int], value: Mapping[str, Any], key: bytes
+    ) -> None:
+        """Write one record to each of ``partitions`` of ``topic`` (acks=all, checked).
+
+        Raises:
+            OpsError: a record was not delivered (exit code 1).
+        """
+        conf = producer_config(self.settings, _CLIENT, None)
+        conf["acks"] = "all"
+        producer = Producer(conf)
+        failures: list[str] = []
+
+        def report(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failures.append(f"{msg.topic()}: {err}")
+
+        for p in partitions:
+            producer.produce(topic, orjson.dumps(dict(value)), key, partition=p, on_delivery=report)
+        left = producer.flush(30)
+        if left:
+            failures.append(f"{left} record(s) not delivered within 30 s")
+        if failures:
+            raise OpsError(f"cannot write to {topic}: " + "; ".join(failures))
+
     def write_requests(
         self, apps: Iterable[str], request: Mapping[str, Any], key: bytes | None = None
     ) -> None:
@@ -861,20 +886,32 @@ def trigger_savepoint(
     ops.write_requests(sources, request)
     try:
         manifests = ops.wait_for_manifests(savepoint_id, start, totals, timeout_s, progress)
-    except OpsError as exc:
+        descriptor = build_descriptor(
+            savepoint_id, checkpoint, stop, _now_ms(), now, registry, manifests, sources
+        )
+        try:
+            store.write_descriptor(savepoint_id, descriptor)
+        except (SavepointError, TypeError) as exc:
+            raise OpsError(f"savepoint {savepoint_id}: cannot write its descriptor: {exc}") from exc
+    except BaseException as exc:
         if not stop:
             raise
         # Key groups that halted at a savepoint that will never complete would stay
-        # halted: cancel it, they resume.
-        cancel_savepoint(ops, savepoint_id, involved)
-        raise OpsError(f"{exc} (the savepoint was cancelled: halted key groups resume)") from exc
-    descriptor = build_descriptor(
-        savepoint_id, checkpoint, stop, _now_ms(), now, registry, manifests, sources
-    )
-    try:
-        store.write_descriptor(savepoint_id, descriptor)
-    except (SavepointError, TypeError) as exc:
-        raise OpsError(f"savepoint {savepoint_id}: cannot write its descriptor: {exc}") from exc
+        # halted (also on Ctrl-C or a Kafka error here): cancel it, they resume.
+        try:
+            cancel_savepoint(ops, savepoint_id, involved)
+        except Exception as cancel_exc:  # noqa: BLE001 - report both
+            progress(
+                f"savepoint {savepoint_id}: could not cancel it ({cancel_exc}); run "
+                f"`lockgate savepoint cancel {savepoint_id} --pipeline {involved[0]}`"
+            )
+            raise
+        if isinstance(exc, OpsError):
+            raise OpsError(
+                f"{exc} (the savepoint was cancelled: halted key groups resume)", exc.exit_code
+            ) from exc
+        progress(f"savepoint {savepoint_id}: cancelled (halted key groups resume)")
+        raise
     return descriptor
 
 
@@ -886,6 +923,9 @@ def cancel_savepoint(ops: Ops, savepoint_id: str, apps: Iterable[str]) -> None:
     """
     check_savepoint_id(savepoint_id)
     record = {"savepoint": savepoint_id, "cancelled_ms": _now_ms()}
+    # Durable in the registry (read whole by every starting instance), and in each app's
+    # control partition 0 (followed by running instances).
+    ops.write_records(REGISTRY_TOPIC, [0], record, cancel_key(savepoint_id))
     ops.write_requests(list(apps), record, key=cancel_key(savepoint_id))
 
 

@@ -29,14 +29,18 @@ from state.base.store import checkpoint_of
 log = logging.getLogger("lockgate.runtime")
 
 
-def _origin_of_metadata(metadata: str | None) -> str | None:
+def _origin_of_metadata(metadata: str | None) -> tuple[bool, str | None]:
+    """(whether the metadata names an origin at all, the origin)."""
     if not metadata:
-        return None
+        return False, None
     try:
-        value = orjson.loads(metadata).get("origin")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return value if isinstance(value, str) else None
+        data = orjson.loads(metadata)
+    except orjson.JSONDecodeError:
+        return False, None
+    if not isinstance(data, dict) or "origin" not in data:
+        return False, None
+    value = data["origin"]
+    return True, value if isinstance(value, str) else None
 
 
 def _ckpt_of_metadata(metadata: str | None) -> int:
@@ -92,13 +96,13 @@ class RebalanceMixin(EpochMixin):
             what="committed offsets",
             timeout_s=self._txn_timeout_s + 30,
         )
-        origins: dict[int, str] = {}
+        origins: dict[int, str | None] = {}
         for tp in committed:
             if tp.error is not None:
                 raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
             self._checkpoint = max(self._checkpoint, _ckpt_of_metadata(tp.metadata))
-            origin = _origin_of_metadata(tp.metadata)
-            if origin is not None:
+            named, origin = _origin_of_metadata(tp.metadata)
+            if named:  # offsets of older versions (or reset by hand) do not say
                 origins[tp.partition] = origin
         self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
         self.metrics.restoring = len(groups)
@@ -126,9 +130,16 @@ class RebalanceMixin(EpochMixin):
         for g in groups:
             # The offsets' metadata is committed atomically with them (also under
             # at-least-once, where the control record is written first).
-            self._origin[g] = origins.get(g)
-            self._kg_committed[g] = self._kg_state(g)
-        seeded = [g for g in groups if self._seed_from_savepoint(g)]
+            if g in origins:
+                self._origin[g] = origins[g]
+                self._kg_committed[g] = self._kg_state(g)
+        try:
+            seeded = [g for g in groups if self._seed_from_savepoint(g)]
+        except AbortEpoch as exc:
+            raise FatalKafkaError(
+                f"restoring key groups {groups} from a savepoint: {exc} (the restart seeds "
+                "them again)"
+            ) from exc
         if seeded:
             # The seeded state, offsets and checkpoint records commit before any record
             # of these key groups is processed (an abort would otherwise rewind them to
@@ -202,9 +213,11 @@ class RebalanceMixin(EpochMixin):
             self._kg_aligned[g] = bool(record.get("aligned", True))
             self._checkpoint = max(self._checkpoint, done)
             self._origin[g] = record.get("origin")
+            if record.get("seeding"):
+                self._seeding[g] = str(record["seeding"])  # a restore cut short: redo it
             if record.get("halted"):
                 halted_at = str(record["halted"])
-                if self._savepoint_cancelled(halted_at):
+                if halted_at in self._sp_cancelled:
                     self._sp_cancelled.add(halted_at)
                     log.info(
                         "savepoint was cancelled: key group not halted",
@@ -229,7 +242,7 @@ class RebalanceMixin(EpochMixin):
                     snap = None
                 if snap is None:
                     snap = Snapshot(committed, committed, done, {}, False)
-                self._aligners[(t, g)] = self._new_aligner(snap)
+                self._aligners[(t, g)] = self._new_aligner(snap, (t, g))
                 self._align_committed[(t, g)] = snap
             self._kg_committed[g] = self._kg_state(g)
 
@@ -278,7 +291,13 @@ class RebalanceMixin(EpochMixin):
                 self._frozen.pop((topic, g), None)
                 self._after_halt.pop((topic, g), None)
                 self._aligned_until.pop((topic, g), None)
-            for per_group in (self._kg_done, self._kg_aligned, self._origin, self._halted):
+            for per_group in (
+                self._kg_done,
+                self._kg_aligned,
+                self._origin,
+                self._halted,
+                self._seeding,
+            ):
                 per_group.pop(g, None)
             self._kg_committed.pop(g, None)
         gone = set(groups)

@@ -37,7 +37,12 @@ from processors._app import App
 from processors._barriers import BarrierMixin
 from processors._barriers import lockgate_headers as _lockgate_headers
 from processors._context import Context
-from processors._control import CONTROL_CONFIG, REGISTRY_TOPIC, read_registry, writers_of
+from processors._control import (
+    CONTROL_CONFIG,
+    REGISTRY_TOPIC,
+    read_registry_and_cancels,
+    writers_of,
+)
 from processors._core import where
 from processors._errors import AbortEpoch, Stopping
 from processors._health import HealthServer
@@ -166,9 +171,10 @@ class Runner(BarrierMixin):
             g: [("lockgate-writer", f"{self.name}/{g}".encode())] for g in range(p)
         }
         try:
-            registry = read_registry(
+            registry, cancelled = read_registry_and_cancels(
                 self._control_reader(), admin.end_offsets, timeout_s=self._txn_timeout_s + 30
             )
+            self._sp_cancelled |= cancelled
         except FatalKafkaError as exc:
             # E.g. a transaction of a dead instance still open there: start without the
             # registry; barriers name their writers' key-group counts anyway.

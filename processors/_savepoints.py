@@ -27,15 +27,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
-from processors._alignment import Aligner, Snapshot
-from processors._control import REQUEST_PARTITION, cancel_key, latest_records, manifest_key
+from processors._alignment import Snapshot
+from processors._control import REQUEST_PARTITION, manifest_key
 from processors._core import RunnerCore
+from processors._errors import AbortEpoch
+from processors._faults import crash_point
 from processors._kafka import restore_consumer_config
 from processors.exceptions import ConfigError
 from state.cache import DELETED, MISSING
@@ -49,6 +52,9 @@ from state.savepoint import (
 
 log = logging.getLogger("lockgate.savepoint")
 
+#: Entries (or tombstones) of a savepoint restore committed per transaction (the test
+#: suite lowers it to drive many chunks).
+_SEED_CHUNK = int(os.environ.get("LOCKGATE_TEST_SEED_CHUNK", "50000"))
 #: How far back a starting instance looks for savepoint requests it may have missed.
 _REQUEST_LOOKBACK_MS = 60_000
 _POLL_INTERVAL_S = 0.25
@@ -125,45 +131,40 @@ class SavepointMixin(RunnerCore):
             self._commit_now = True
 
     def _cancel(self, sp_id: str) -> None:
-        """Savepoint ``sp_id`` was cancelled: never take it, lift its halts."""
+        """Savepoint ``sp_id`` was cancelled: never take it, lift its halts.
+
+        Key groups halted at it resume by a rewind of the open epoch (every key group
+        back to its last commit, as after a restart): a halted key group replays from
+        its committed position and alignment, completes the savepoint's checkpoint
+        again — now without taking the savepoint — and goes on. Records a halt left
+        unprocessed (skipped in the batch, released by the completion) come back that
+        way, exactly once.
+
+        Raises:
+            AbortEpoch: some key group was halted at ``sp_id`` (the loop rewinds).
+        """
         if sp_id in self._sp_cancelled:
             return
         self._sp_cancelled.add(sp_id)
         if self._sp_request is not None and self._sp_request.get("savepoint") == sp_id:
             self._sp_request = None
-        for g in [g for g, at in self._halted.items() if at == sp_id]:
+        lifted = [g for g, at in self._halted.items() if at == sp_id]
+        if not lifted:
+            return
+        for g in lifted:
             del self._halted[g]
+            done, aligned, origin, _ = self._kg_committed.get(g, (0, True, None, None))
+            self._kg_committed[g] = (done, aligned, origin, None)  # the rewind keeps it running
             for t in self._inputs:
-                key = (t, g)
-                self._frozen.pop(key, None)
-                # What the completion released goes first, as it would have without the stop.
-                self._released.extend(self._after_halt.pop(key, ()))
+                self._frozen.pop((t, g), None)
+                self._after_halt.pop((t, g), None)
             self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
-            self._epoch_active = True
-            self._commit_now = True
-            log.warning(
-                "savepoint cancelled: key group resumes", extra={"key_group": g, "savepoint": sp_id}
-            )
-
-    def _savepoint_cancelled(self, sp_id: str) -> bool:
-        """Whether partition 0 of the control topic holds a cancel of ``sp_id``."""
-        if sp_id in self._sp_cancelled:
-            return True
-        assert self._admin is not None
-        tp = TopicPartition(self._control_topic, REQUEST_PARTITION)
-        high = self._admin.end_offsets([tp]).get((tp.topic, tp.partition), 0)
-        low = self._admin.start_offsets([tp]).get((tp.topic, tp.partition), 0)
-        found = latest_records(
-            self._control_reader(),
-            tp.topic,
-            REQUEST_PARTITION,
-            low,
-            high,
-            cancel_key(sp_id),
-            timeout_s=self._txn_timeout_s + 30,
-            should_stop=lambda: self._stop,
+        self._epoch_active = True  # the next commit records that they are not halted
+        log.warning(
+            "savepoint cancelled: key groups resume",
+            extra={"key_groups": lifted, "savepoint": sp_id},
         )
-        return bool(found)
+        raise AbortEpoch(f"savepoint {sp_id} cancelled: resuming halted key groups {lifted}")
 
     # -- export ---------------------------------------------------------------------------
 
@@ -335,22 +336,36 @@ class SavepointMixin(RunnerCore):
             )
         return manifest
 
+    def _end_epoch(self) -> None:  # pragma: no cover - defined by EpochMixin
+        raise NotImplementedError
+
     def _seed_from_savepoint(self, g: int) -> bool:
         """Put key group ``g``'s state, offsets and alignment at savepoint ``--from-savepoint``.
 
-        The entries go into the key group's caches as the open epoch's writes (a
-        tombstone for every current key not saved), so the caller's next commit writes
-        them to the changelog, the checkpoint record (``origin``) and the offsets in
-        one transaction. Returns False when the key group descends from that savepoint
-        already (a restart), True when seeded.
+        The entries go into the key group's caches as epoch writes (a tombstone for
+        every current key not saved) and are committed in chunks of
+        :data:`_SEED_CHUNK` (one transaction per chunk, so a large state never outlives
+        the transaction timeout); each chunk's checkpoint record says ``seeding``. The
+        last commit also moves the offsets and alignment to the manifest's and records
+        ``origin``. Seeding is idempotent: a restore cut short is redone from the start
+        by the next owner — also without ``--from-savepoint``, because the checkpoint
+        record names the savepoint being seeded. Returns False when the key group
+        descends from that savepoint already (a restart), True when seeded.
 
         Raises:
             ConfigError: the savepoint is missing, incomplete or incompatible with the
                 app's stores (the message names the store), or a file is corrupt.
+            AbortEpoch: a chunk's commit failed (the caller stops; a restart redoes it).
         """
-        sp_id = self.settings.from_savepoint
+        sp_id = self._seeding.get(g) or self.settings.from_savepoint
         if sp_id is None or self._origin.get(g) == sp_id:
+            self._seeding.pop(g, None)
             return False
+        if sp_id != self.settings.from_savepoint:
+            log.warning(
+                "finishing an interrupted restore of this key group from a savepoint",
+                extra={"key_group": g, "savepoint": sp_id},
+            )
         manifest = self._savepoint_manifest(sp_id, g)
         saved = {
             name: {"kind": str(s.get("kind")), "codec": str(s.get("codec"))}
@@ -367,8 +382,19 @@ class SavepointMixin(RunnerCore):
                 location.verify_store(sp_id, self.name, g, name, files[name])
         except SavepointError as exc:
             raise ConfigError(f"--from-savepoint {sp_id}, key group {g}: {exc}") from exc
+        offsets: dict[str, int] = {}
+        for topic in self._inputs:
+            offset = manifest.get("offsets", {}).get(topic)
+            if offset is None:
+                raise ConfigError(
+                    f"--from-savepoint {sp_id}: key group {g} has no offset for input "
+                    f"{topic!r} (the savepoint was taken with other inputs)"
+                )
+            offsets[topic] = int(offset)
+        self._seeding[g] = sp_id
         kg = self._kgs[g]
         entries = 0
+        pending = 0
         for name, cache in kg.caches.items():
             saved_keys: set[bytes] = set()
             if name in files:
@@ -377,26 +403,23 @@ class SavepointMixin(RunnerCore):
                     cache.put(key, decode(raw))
                     saved_keys.add(key)
                     entries += 1
-            for key, _ in kg.db.items(name):
+                    pending += 1
+                    if pending >= _SEED_CHUNK:
+                        self._commit_seed_chunk()
+                        pending = 0
+            for key, _ in kg.db.items(name):  # an iterator over the DB as it was
                 if key not in saved_keys:
                     cache.put(key, DELETED)
-        for topic in self._inputs:
-            offset = manifest.get("offsets", {}).get(topic)
-            if offset is None:
-                raise ConfigError(
-                    f"--from-savepoint {sp_id}: key group {g} has no offset for input "
-                    f"{topic!r} (the savepoint was taken with other inputs)"
-                )
-            self._next[(topic, g)] = self._committed[(topic, g)] = int(offset)
+                    pending += 1
+                    if pending >= _SEED_CHUNK:
+                        self._commit_seed_chunk()
+                        pending = 0
+        for topic, offset in offsets.items():
+            self._next[(topic, g)] = self._committed[(topic, g)] = offset
             align = manifest.get("align", {}).get(topic)
             if align:
                 snap = Snapshot.from_json(align)
-                self._aligners[(topic, g)] = Aligner(
-                    self._mode,
-                    self.settings.alignment_timeout_ms / 1000,
-                    self.settings.alignment_max_held,
-                    snapshot=snap,
-                )
+                self._aligners[(topic, g)] = self._new_aligner(snap, (topic, g))
                 self._align_committed[(topic, g)] = snap
             else:
                 self._aligners.pop((topic, g), None)
@@ -405,9 +428,17 @@ class SavepointMixin(RunnerCore):
         self._checkpoint = max(self._checkpoint, self._kg_done[g])
         self._origin[g] = sp_id
         self._halted.pop(g, None)
-        self._uncommitted += 1  # the seeding itself must commit
+        self._seeding.pop(g, None)
+        self._uncommitted += 1  # the last part of the seeding commits with the caller's epoch
         log.info(
             "key group seeded from a savepoint",
             extra={"key_group": g, "savepoint": sp_id, "entries": entries},
         )
         return True
+
+    def _commit_seed_chunk(self) -> None:
+        """Commit the seeding written so far (the offsets stay where they were)."""
+        self._uncommitted += 1
+        self._end_epoch()
+        self.metrics.beat()
+        crash_point("mid_seed")

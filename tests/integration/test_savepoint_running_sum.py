@@ -10,6 +10,7 @@ prefix sums of every key, in order (no loss, no duplicate across the hand-over).
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from tests.chaos._harness import InputFeeder
 from tests.support.checker import check, model
-from tests.support.kafka import create_topic, read_all, read_inputs
+from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
 from tests.support.procs import ROOT, AppProcess
 
 LOCKGATE = Path(sys.executable).parent / "lockgate"
@@ -104,3 +105,63 @@ def test_stop_with_savepoint_then_restore_into_three_instances(  # type: ignore[
     # The savepoint files are where the descriptor says, one manifest per key group.
     assert sorted(p.name for p in (sp_dir / sp_id / app).iterdir()) == [str(g) for g in range(P)]
     time.sleep(0)
+
+
+def test_restore_cut_short_by_kill9_is_finished_without_the_flag(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """A restore is committed in chunks; killed in the middle, the next start finishes it.
+
+    The restored instance commits the savepoint's entries 3 at a time and SIGKILLs
+    itself after some chunk; it is restarted *without* ``--from-savepoint``: the key
+    groups' checkpoint records say which savepoint is being seeded, so the restore is
+    redone and the sums continue exactly.
+    """
+    app, inp, out = names("sp-seed"), names("sp-seed-in"), names("sp-seed-out")
+    create_topic(kafka_bootstrap, inp, P)
+    sp_dir = tmp_path / "savepoints"
+    base = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_SAVEPOINT_DIR": str(sp_dir),
+        "LOCKGATE_INSTANCE_ID": "i1",
+    }
+    rng = random.Random(9)
+    batch = [(f"key-{rng.randrange(40)}", rng.randrange(50), i) for i in range(1200)]
+    produce_numbers(kafka_bootstrap, inp, batch[:600])
+    total = len(batch)
+
+    def start(state: str, **extra: str) -> AppProcess:
+        env = {**base, "LOCKGATE_STATE_DIR": str(tmp_path / state), **extra}
+        return AppProcess("examples.running_sum:app", env, tmp_path / f"{state}.log").start()
+
+    first = start("a")
+    try:
+        read_all(kafka_bootstrap, out, expected=600, timeout=60, idle=0)
+        trigger = _lockgate(base, "savepoint", "trigger", "--app", app, "--stop", "--timeout", "60")
+        assert trigger.returncode == 0, trigger.stderr[-3000:] + first.log_text()[-3000:]
+        sp_id = trigger.stdout.strip().splitlines()[-1]
+    finally:
+        assert first.terminate() == 0, first.log_text()[-3000:]
+    produce_numbers(kafka_bootstrap, inp, batch[600:])  # after the savepoint
+    crashing = start(
+        "b",
+        LOCKGATE_FROM_SAVEPOINT=sp_id,
+        LOCKGATE_TEST_SEED_CHUNK="3",
+        LOCKGATE_TEST_CRASH_POINTS="mid_seed:0.3",
+    )
+    code = crashing.wait(120)
+    assert code == -9, crashing.log_text()[-3000:]  # killed itself in the middle of the restore
+    assert "crash point mid_seed" in crashing.log_text()
+    resumed = start("c")  # no --from-savepoint: the checkpoint records say what to finish
+    try:
+        msgs = read_all(kafka_bootstrap, out, expected=total, timeout=120, idle=2)
+    finally:
+        assert resumed.terminate() == 0, resumed.log_text()[-3000:]
+    assert "finishing an interrupted restore" in resumed.log_text(), resumed.log_text()[-3000:]
+    stored = read_inputs(kafka_bootstrap, inp, total)
+    assert len(msgs) == total
+    assert check(model(stored), msgs) == [], resumed.log_text()[-3000:]
