@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import orjson
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer, TopicPartition
 
 from processors._alignment import Snapshot
 from processors._control import REGISTRY_TOPIC, checkpoint_key, registry_key
@@ -43,6 +43,8 @@ from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
 log = logging.getLogger("lockgate.runtime")
 
 _MAX_CONSECUTIVE_ABORTS = 10
+#: Offset commit refusals that mean "this member's generation is over" (at-least-once).
+_STALE_MEMBER = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID})
 
 
 class EpochMixin(SavepointMixin):
@@ -265,7 +267,14 @@ class EpochMixin(SavepointMixin):
         if remaining:
             raise AbortEpoch(f"{remaining} records not delivered within the transaction timeout")
         if offsets:
-            self._call(self._consumer.commit, None, offsets, False, what="commit offsets")
+            try:
+                self._call(self._consumer.commit, None, offsets, False, what="commit offsets")
+            except FatalKafkaError as exc:
+                if cause_code(exc) not in _STALE_MEMBER:
+                    raise
+                # The group moved on (a rebalance while this epoch ran): the offsets are
+                # not committed, so the epoch's records are processed again (at-least-once).
+                raise AbortEpoch(f"offsets not committed: {exc}") from exc
 
     def _apply_locally(
         self, ckpt: int, writes: dict[int, dict[str, dict[bytes, bytes | None]]]

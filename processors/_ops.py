@@ -641,9 +641,9 @@ class Ops:
         return self.admin.end_offsets(tps)
 
     def write_records(
-        self, topic: str, partitions: Iterable[int], value: Mapping[str, Any], key: bytes
+        self, targets: Iterable[tuple[str, int]], value: Mapping[str, Any], key: bytes
     ) -> None:
-        """Write one record to each of ``partitions`` of ``topic`` (acks=all, checked).
+        """Write one record to each (topic, partition) of ``targets`` (acks=all, checked).
 
         Raises:
             OpsError: a record was not delivered (exit code 1).
@@ -657,13 +657,14 @@ class Ops:
             if err is not None:
                 failures.append(f"{msg.topic()}: {err}")
 
-        for p in partitions:
-            producer.produce(topic, orjson.dumps(dict(value)), key, partition=p, on_delivery=report)
+        data = orjson.dumps(dict(value))
+        for topic, partition in targets:
+            producer.produce(topic, data, key, partition=partition, on_delivery=report)
         left = producer.flush(30)
         if left:
             failures.append(f"{left} record(s) not delivered within 30 s")
         if failures:
-            raise OpsError(f"cannot write to {topic}: " + "; ".join(failures))
+            raise OpsError(f"cannot write {key.decode(errors='replace')}: " + "; ".join(failures))
 
     def write_requests(
         self, apps: Iterable[str], request: Mapping[str, Any], key: bytes | None = None
@@ -675,27 +676,11 @@ class Ops:
         Raises:
             OpsError: a record was not delivered (exit code 1).
         """
-        conf = producer_config(self.settings, _CLIENT, None)
-        conf["acks"] = "all"
-        producer = Producer(conf)
-        failures: list[str] = []
-
-        def report(err: KafkaError | None, msg: Any) -> None:
-            if err is not None:
-                failures.append(f"{msg.topic()}: {err}")
-
-        value = orjson.dumps(dict(request))
-        key = key or request_key(str(request["savepoint"]))
-        targets = list(apps)
-        for app in targets:
-            producer.produce(
-                control_topic(app), value, key, partition=REQUEST_PARTITION, on_delivery=report
-            )
-        left = producer.flush(30)
-        if left:
-            failures.append(f"{left} request(s) not delivered within 30 s")
-        if failures:
-            raise OpsError("cannot write the savepoint request: " + "; ".join(failures))
+        self.write_records(
+            [(control_topic(app), REQUEST_PARTITION) for app in apps],
+            request,
+            key or request_key(str(request["savepoint"])),
+        )
 
     def wait_for_manifests(
         self,
@@ -925,7 +910,7 @@ def cancel_savepoint(ops: Ops, savepoint_id: str, apps: Iterable[str]) -> None:
     record = {"savepoint": savepoint_id, "cancelled_ms": _now_ms()}
     # Durable in the registry (read whole by every starting instance), and in each app's
     # control partition 0 (followed by running instances).
-    ops.write_records(REGISTRY_TOPIC, [0], record, cancel_key(savepoint_id))
+    ops.write_records([(REGISTRY_TOPIC, 0)], record, cancel_key(savepoint_id))
     ops.write_requests(list(apps), record, key=cancel_key(savepoint_id))
 
 

@@ -90,7 +90,10 @@ class SavepointMixin(RunnerCore):
         consumer = Consumer(conf)
         since = int(time.time() * 1000) - _REQUEST_LOOKBACK_MS
         tp = TopicPartition(self._control_topic, REQUEST_PARTITION, since)
-        found = consumer.offsets_for_times([tp], timeout=30)[0]
+        # A control topic created a moment ago has no leader yet: retried, bounded.
+        found = self._call(
+            consumer.offsets_for_times, [tp], 10, what="savepoint request offsets", timeout_s=60
+        )[0]
         start = found.offset if found.offset is not None and found.offset >= 0 else -1
         # -1 (OFFSET_END): nothing written since the lookback.
         consumer.assign([TopicPartition(self._control_topic, REQUEST_PARTITION, start)])

@@ -13,10 +13,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -37,24 +34,9 @@ from tests.chaos._pipeline import (
 )
 from tests.integration._util import http_get, metric
 from tests.support.kafka import create_topic
-from tests.support.procs import ROOT, wait_until
+from tests.support.procs import lockgate_cli, wait_until
 
-LOCKGATE = Path(sys.executable).parent / "lockgate"
 PARTITIONS = 4
-
-
-def _lockgate(
-    env: dict[str, str], *args: str, timeout: float = 150
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LOCKGATE), *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _fleets(
@@ -104,11 +86,11 @@ def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
             fleet.start_all()
         read_topic(kafka_bootstrap, topics.totals, expected=1500, timeout=90, idle=0)
         env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
-        trig = _lockgate(env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop")
+        trig = lockgate_cli(env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop")
         logs = "\n".join(f.logs() for f in first)
         assert trig.returncode == 0, trig.stderr[-3000:] + logs
         sp_id = trig.stdout.strip().splitlines()[-1]
-        listed = _lockgate(env, "checkpoints", "list", "--pipeline", topics.region_app)
+        listed = lockgate_cli(env, "checkpoints", "list", "--pipeline", topics.region_app)
         assert listed.returncode == 0, listed.stderr
         for fleet in first:
             codes.update(fleet.stop_all())
@@ -204,7 +186,7 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
             "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
             "LOCKGATE_SAVEPOINT_DIR": common["LOCKGATE_SAVEPOINT_DIR"],
         }
-        trig = _lockgate(
+        trig = lockgate_cli(
             env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop", "--timeout", "15"
         )
         assert trig.returncode == 1, trig.stdout + trig.stderr

@@ -9,17 +9,13 @@ A stop-with-savepoint of ``versioned:v1`` (stores ``totals`` and ``seen``), then
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
-from tests.support.procs import ROOT, AppProcess
+from tests.support.procs import AppProcess, lockgate_cli
 
-LOCKGATE = Path(sys.executable).parent / "lockgate"
 P = 3
 
 
@@ -51,14 +47,8 @@ def test_restore_after_a_code_change_keeps_state_by_store_name(  # type: ignore[
     try:
         read_all(kafka_bootstrap, out, expected=800, timeout=60, idle=0.5)
         cli_env = {k: base[k] for k in ("LOCKGATE_BOOTSTRAP_SERVERS", "LOCKGATE_SAVEPOINT_DIR")}
-        trig = subprocess.run(
-            [str(LOCKGATE), "savepoint", "trigger", "--app", app, "--stop", "--timeout", "60"],
-            cwd=ROOT,
-            env={**os.environ, **cli_env},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        trig = lockgate_cli(
+            cli_env, "savepoint", "trigger", "--app", app, "--stop", "--timeout", "60"
         )
         assert trig.returncode == 0, trig.stderr + v1.log_text()[-3000:]
         sp_id = trig.stdout.strip().splitlines()[-1]

@@ -79,3 +79,22 @@ def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "co
             return
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def lockgate_cli(
+    env: dict[str, str], *args: str, timeout: float = 150
+) -> subprocess.CompletedProcess[str]:
+    """Run ``lockgate ARGS`` (e.g. ``savepoint trigger ...``) to completion; capture its output.
+
+    ``env`` is added to this process's environment (app-specific ``LOCKGATE_*`` variables
+    must not be in it: the CLI refuses unknown ones).
+    """
+    return subprocess.run(
+        [str(LOCKGATE), *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
