@@ -205,3 +205,59 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
             stopped.signal(signal.SIGCONT)
         click.stop_all()
         region.stop_all()
+
+
+def test_cancelled_stop_with_savepoint_resumes_both_apps_exactly(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Halted source *and* downstream key groups resume on a cancel, exactly once.
+
+    A stop-with-savepoint of the pipeline completes (every key group halted, the
+    downstream ones mid-alignment with records released but not processed), then
+    `lockgate savepoint cancel` lifts it: both apps go on where they stopped, and
+    the outputs of the whole run are checked against the independent model.
+    """
+    topics = Topics.fresh("sp-cancel")
+    create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
+    create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
+    total = 9000
+    sp_dir = tmp_path / "savepoints"
+    common = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "300", "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, total, rate=1000, users=40, regions=5)
+    feeder.start()
+    fleets = _fleets(kafka_bootstrap, topics, tmp_path, **common)
+    cli_env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    codes: dict[str, int] = {}
+    try:
+        for fleet in fleets:
+            fleet.start_all()
+        read_topic(kafka_bootstrap, topics.totals, expected=1500, timeout=90, idle=0)
+        trig = lockgate_cli(
+            cli_env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop"
+        )
+        assert trig.returncode == 0, trig.stderr[-3000:]
+        sp_id = trig.stdout.strip().splitlines()[-1]
+        halted = len(data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, idle=1)))
+        time.sleep(2)  # halted: nothing more is committed
+        assert (
+            len(data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, idle=1)))
+            == halted
+        )
+        cancel = lockgate_cli(cli_env, "savepoint", "cancel", sp_id, "--pipeline", topics.click_app)
+        assert cancel.returncode == 0, cancel.stderr
+        feeder.join(60)
+        counts = read_topic(kafka_bootstrap, topics.counts, expected=total, timeout=120, idle=2)
+        totals = read_topic(kafka_bootstrap, topics.totals, expected=total, timeout=60, idle=2)
+    finally:
+        for fleet in fleets:
+            codes.update(fleet.stop_all())
+    logs = "\n".join(f.logs() for f in fleets)
+    assert halted < total
+    for fleet in fleets:  # source and downstream key groups both halted and resumed
+        text = "".join(p.log_text() for p in fleet.procs.values())
+        assert "key group halted at a stop-with-savepoint" in text, text[-3000:]
+        assert "savepoint cancelled: key groups resume" in text, text[-3000:]
+    stored = read_clicks(kafka_bootstrap, topics.clicks, total)
+    problems = check_pipeline(Model.of(stored), counts, totals)
+    assert problems == [], "\n".join(problems[:20]) + "\n" + logs
+    assert set(codes.values()) == {0}, (codes, logs)
