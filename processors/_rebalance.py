@@ -115,7 +115,8 @@ class RebalanceMixin(EpochMixin):
                 self._kgs[g] = kg
                 self._checkpoint = max(self._checkpoint, checkpoint_of(kg.db))
                 self.metrics.observe_restore(time.monotonic() - started)
-            self.metrics.restoring -= 1
+            # Not ready until the end of the assignment (alignment records, seeding).
+            self.metrics.restoring = max(1, self.metrics.restoring - 1)
         unknown = [tp for tp in committed if tp.offset < 0]
         assert self._admin is not None
         log_start = self._admin.start_offsets(unknown) if unknown else {}
