@@ -193,10 +193,9 @@ class BarrierMixin(RebalanceMixin):
         self._commit_now = True
         if stop and ok:
             # Nothing after the cut is processed: the commit names the position and
-            # alignment from before the completing barrier; the records the completion
-            # released wait for a cancel of the savepoint (or are re-read on a restore).
+            # alignment from before the completing barrier, so the records the completion
+            # released are read again from Kafka by a cancel's rewind or a restore.
             self._frozen[(topic, g)] = before
-            self._after_halt[(topic, g)] = released
             self._halt(g, sp_id)
             return
         self._released.extend(released)

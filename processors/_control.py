@@ -39,6 +39,8 @@ from processors._kafka import PARTITION_EOF
 from processors.exceptions import FatalKafkaError
 
 __all__ = [
+    "CANCEL_PREFIX",
+    "REQUEST_PREFIX",
     "REGISTRY_TOPIC",
     "REQUEST_PARTITION",
     "cancel_key",
@@ -57,6 +59,9 @@ __all__ = [
 REGISTRY_TOPIC = "lockgate.registry"
 #: Savepoint requests go to partition 0 of ``<app>.control``.
 REQUEST_PARTITION = 0
+#: Key prefixes of savepoint requests and cancels (followed by the savepoint id).
+REQUEST_PREFIX = b"savepoint-request/"
+CANCEL_PREFIX = b"savepoint-cancel/"
 #: Configuration of the control topics.
 CONTROL_CONFIG = {"cleanup.policy": "compact"}
 
@@ -83,7 +88,7 @@ def manifest_key(savepoint: str, key_group: int) -> bytes:
 
 def request_key(savepoint: str) -> bytes:
     """Key of a savepoint request (partition :data:`REQUEST_PARTITION`)."""
-    return f"savepoint-request/{savepoint}".encode()
+    return REQUEST_PREFIX + savepoint.encode()
 
 
 def cancel_key(savepoint: str) -> bytes:
@@ -91,7 +96,7 @@ def cancel_key(savepoint: str) -> bytes:
 
     Key groups halted by that stop-with-savepoint resume, and none takes it any more.
     """
-    return f"savepoint-cancel/{savepoint}".encode()
+    return CANCEL_PREFIX + savepoint.encode()
 
 
 def read_partition(
@@ -228,8 +233,8 @@ def read_registry_and_cancels(
     for key, value, _ in read_partition(consumer, REGISTRY_TOPIC, 0, 0, high, timeout_s):
         if key is None:
             continue
-        if key.startswith(b"savepoint-cancel/"):
-            cancelled.add(key[len(b"savepoint-cancel/") :].decode(errors="replace"))
+        if key.startswith(CANCEL_PREFIX):
+            cancelled.add(key[len(CANCEL_PREFIX) :].decode(errors="replace"))
             continue
         if not key.startswith(b"app/"):
             continue

@@ -146,8 +146,6 @@ class RunnerCore:
         self._epoch_active = False
         #: Savepoints cancelled by ``lockgate savepoint cancel`` (or a failed --stop).
         self._sp_cancelled: set[str] = set()
-        #: Records a stop-with-savepoint completion released but did not process.
-        self._after_halt: dict[tuple[str, int], tuple[Any, ...]] = {}
         #: Key groups being seeded from a savepoint (in their checkpoint records until done).
         self._seeding: dict[int, str] = {}
         #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.

@@ -175,7 +175,7 @@ class EpochMixin(SavepointMixin):
         self._registered = True
         self._epoch_active = False
         for g in self._kgs:
-            if not self._is_downstream(g) and g not in self._halted:
+            if self._live_source(g):
                 self._kg_done[g] = ckpt
         if savepoint is not None:
             self._savepoint_committed(savepoint, manifests)
@@ -311,14 +311,19 @@ class EpochMixin(SavepointMixin):
         """
         return any((t, g) in self._aligners for t in self._inputs)
 
+    def _live_source(self, g: int) -> bool:
+        """Whether key group ``g`` is a source that is not halted (it ends epochs itself)."""
+        return g not in self._halted and not self._is_downstream(g)
+
     def _source_checkpoint_id(self) -> tuple[int, dict[str, Any] | None]:
         """Return the id a source key group's epoch ends with, and the savepoint it takes.
 
         Ids are milliseconds rounded down to the interval and strictly increasing
         (``max(last + 1, now)``), so independent sources agree without a coordinator
         and apps with different intervals still compare. A savepoint request names the
-        id to jump to (ahead of every clock); an instance already past it cannot take
-        that savepoint (its key groups write failed manifests).
+        id to jump to (ahead of every clock); an instance already past it ends the
+        epoch at its next id instead (the savepoint's barriers then carry that id: a
+        downstream completes on barriers >= the savepoint's, see ``_alignment``).
         """
         interval = self.settings.checkpoint_interval_ms
         now_ms = int(time.time() * 1000)
@@ -327,8 +332,7 @@ class EpochMixin(SavepointMixin):
         if request is not None and int(request.get("expires_ms", 0)) < now_ms:
             log.warning("savepoint request expired", extra={"savepoint": request["savepoint"]})
             request = self._sp_request = None
-        sources = [g for g in self._kgs if not self._is_downstream(g) and g not in self._halted]
-        if request is None or not sources:
+        if request is None or not any(self._live_source(g) for g in self._kgs):
             return ckpt, None
         # A key group already past the savepoint (a previous owner took it) is skipped
         # by _write_barriers_and_checkpoints; the others end this epoch at its id.
@@ -435,7 +439,8 @@ class EpochMixin(SavepointMixin):
         now_ms = int(time.time() * 1000)
         for g in self._kgs:
             source = not self._is_downstream(g)
-            if source and g not in self._halted:
+            live_source = source and g not in self._halted
+            if live_source:
                 saving = savepoint
                 if saving is not None and self._kg_done.get(g, 0) >= int(saving["checkpoint"]):
                     saving = None  # a previous owner took this savepoint already
@@ -447,7 +452,6 @@ class EpochMixin(SavepointMixin):
                         saving = None  # downstream takes it (and stops) only where we did
                 self._write_barriers(g, ckpt, saving)
             align = {t: snap.to_json() for (t, kg), snap in snaps.items() if kg == g}
-            live_source = source and g not in self._halted
             halted = self._halted.get(g)
             made = manifests.get(g)
             if made is not None and made["error"] is None and made["stop"]:
@@ -599,7 +603,6 @@ class EpochMixin(SavepointMixin):
                         self._aligners[key] = self._new_aligner(snap, key)
                 if halted is None:
                     self._frozen.pop(key, None)
-                    self._after_halt.pop(key, None)
             for topic in self._inputs:
                 offset = self._committed.get((topic, g))
                 if offset is None:

@@ -127,13 +127,7 @@ class RebalanceMixin(EpochMixin):
             offset = tp.offset if tp.offset >= 0 else log_start[key]
             self._committed[key] = offset
             self._next[key] = offset
-        self._load_key_group_records(groups)
-        for g in groups:
-            # The offsets' metadata is committed atomically with them (also under
-            # at-least-once, where the control record is written first).
-            if g in origins:
-                self._origin[g] = origins[g]
-                self._kg_committed[g] = self._kg_state(g)
+        self._load_key_group_records(groups, origins)
         try:
             seeded = [g for g in groups if self._seed_from_savepoint(g)]
         except AbortEpoch as exc:
@@ -178,11 +172,14 @@ class RebalanceMixin(EpochMixin):
         self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
         self._txn_began = time.monotonic()
 
-    def _load_key_group_records(self, groups: list[int]) -> None:
+    def _load_key_group_records(self, groups: list[int], origins: dict[int, str | None]) -> None:
         """Read each key group's last committed checkpoint record.
 
         It gives the completed checkpoint, savepoint origin, halt, and the alignment
-        snapshot of each input.
+        snapshot of each input. ``origins`` are the origins named by the committed
+        offsets' metadata: committed atomically with the offsets (also under
+        at-least-once, where the control record is written first), they win over the
+        record's.
 
         The record was committed with the offsets just read (same transaction), so
         the snapshot's ``low`` is the committed offset; if not (offsets changed by
@@ -213,13 +210,12 @@ class RebalanceMixin(EpochMixin):
             self._kg_done[g] = done
             self._kg_aligned[g] = bool(record.get("aligned", True))
             self._checkpoint = max(self._checkpoint, done)
-            self._origin[g] = record.get("origin")
+            self._origin[g] = origins[g] if g in origins else record.get("origin")
             if record.get("seeding"):
                 self._seeding[g] = str(record["seeding"])  # a restore cut short: redo it
             if record.get("halted"):
                 halted_at = str(record["halted"])
                 if halted_at in self._sp_cancelled:
-                    self._sp_cancelled.add(halted_at)
                     log.info(
                         "savepoint was cancelled: key group not halted",
                         extra={"key_group": g, "savepoint": halted_at},
@@ -290,7 +286,6 @@ class RebalanceMixin(EpochMixin):
                 self._aligners.pop((topic, g), None)
                 self._align_committed.pop((topic, g), None)
                 self._frozen.pop((topic, g), None)
-                self._after_halt.pop((topic, g), None)
                 self._aligned_until.pop((topic, g), None)
             for per_group in (
                 self._kg_done,

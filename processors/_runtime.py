@@ -477,43 +477,34 @@ class Runner(BarrierMixin):
                 last = msg.offset()
                 count += 1
                 headers = msg.headers()
+                writer = None  # records of non-lockgate producers have none
                 if headers is not None:
                     lg = _lockgate_headers(headers)
-                    if lg:
-                        if lg.get("lockgate-type") == "barrier":
+                    if "lockgate-type" in lg:
+                        if lg["lockgate-type"] == "barrier":
                             self._on_barrier(topic, part, last, lg)
                             aligner = aligners.get((topic, part))
                             if part in halted:  # a stop-with-savepoint completed here
                                 nxt[(topic, part)] = last + 1
                                 current = -1
                                 topic = ""
-                            continue
-                        if "lockgate-type" in lg:
-                            continue  # other control records (never user data)
-                        if aligner is None and "lockgate-writer" in lg:
-                            aligner = self._start_alignment(topic, part)
-                        if aligner is not None:
-                            decision = aligner.on_record(last, lg.get("lockgate-writer"), msg)
-                            if decision is not Decision.PROCESS:
-                                if isinstance(decision, Forced):
-                                    self._note_forced(topic, part, "the held-record bound")
-                                    released.extend(decision.released)
-                                continue
-                    elif aligner is not None and aligner.on_record(last, None, msg) is not (
-                        Decision.PROCESS
-                    ):
+                        continue  # control records never reach user code
+                    writer = lg.get("lockgate-writer")
+                    if aligner is None and writer is not None:
+                        aligner = self._start_alignment(topic, part)
+                if aligner is not None:
+                    decision = aligner.on_record(last, writer, msg)
+                    if decision is not Decision.PROCESS:
+                        if isinstance(decision, Forced):  # this record is the last released
+                            self._note_forced(topic, part, "the held-record bound")
+                            released.extend(decision.released)
                         continue
-                elif aligner is not None and aligner.on_record(last, None, msg) is not (
-                    Decision.PROCESS
-                ):
-                    continue
             else:
                 part = msg.partition()
                 if part in halted or part not in kgs:
-                    # Released after its key group halted (or went away): kept for a
-                    # cancel of the savepoint; a restore re-reads it from Kafka.
-                    key_ = (msg.topic(), part)
-                    self._after_halt[key_] = (*self._after_halt.get(key_, ()), msg)
+                    # Released after its key group halted (or went away): the committed
+                    # alignment counts it as not processed, so a cancel's rewind or a
+                    # restore reads it again from Kafka.
                     continue
                 self._epoch_active = True
                 if bound != part:

@@ -35,7 +35,7 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from processors._alignment import Snapshot
-from processors._control import REQUEST_PARTITION, manifest_key
+from processors._control import CANCEL_PREFIX, REQUEST_PARTITION, REQUEST_PREFIX, manifest_key
 from processors._core import RunnerCore
 from processors._errors import AbortEpoch
 from processors._faults import crash_point
@@ -108,10 +108,10 @@ class SavepointMixin(RunnerCore):
         for msg in self._sp_consumer.consume(100, 0):
             if msg.error() is not None or msg.key() is None:
                 continue
-            if msg.key().startswith(b"savepoint-cancel/"):
-                self._cancel(msg.key()[len(b"savepoint-cancel/") :].decode(errors="replace"))
+            if msg.key().startswith(CANCEL_PREFIX):
+                self._cancel(msg.key()[len(CANCEL_PREFIX) :].decode(errors="replace"))
                 continue
-            if not msg.key().startswith(b"savepoint-request/"):
+            if not msg.key().startswith(REQUEST_PREFIX):
                 continue
             try:
                 request = orjson.loads(msg.value())
@@ -160,7 +160,6 @@ class SavepointMixin(RunnerCore):
             self._kg_committed[g] = (done, aligned, origin, None)  # the rewind keeps it running
             for t in self._inputs:
                 self._frozen.pop((t, g), None)
-                self._after_halt.pop((t, g), None)
             self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
         self._epoch_active = True  # the next commit records that they are not halted
         log.warning(
