@@ -22,6 +22,7 @@ commit.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -114,6 +115,10 @@ class Runner(BarrierMixin):
         """
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        if hasattr(signal, "SIGUSR2"):
+            # `kill -USR2 <pid>` prints every thread's stack to stderr: what a stuck
+            # instance is waiting in, without stopping it.
+            faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
         s = self.settings
         if s.http_port:
             self._http = HealthServer(self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms)

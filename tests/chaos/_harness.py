@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -98,6 +99,35 @@ class Fleet:
         return "\n".join(
             f"===== {iid} =====\n{p.log_text()[-4000:]}" for iid, p in self.procs.items()
         )
+
+    def dump_stacks(self) -> None:
+        """Make every live instance print its threads' stacks to its log (SIGUSR2)."""
+        for proc in self.procs.values():
+            proc.signal(signal.SIGUSR2)
+
+    def tails(self, lines: int = 25) -> str:
+        """The last ``lines`` log lines of every instance (compact, for failure reports)."""
+        return "\n".join(
+            f"===== {iid} (tail) =====\n" + "\n".join(p.log_text().splitlines()[-lines:])
+            for iid, p in self.procs.items()
+        )
+
+
+def describe_group(bootstrap: str, group: str) -> str:
+    """One line on a consumer group's state and members (for failure reports)."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        members = [
+            f"{m.group_instance_id or m.member_id}:"
+            + ",".join(f"{tp.topic[-6:]}[{tp.partition}]" for tp in m.assignment.topic_partitions)
+            for m in desc.members
+        ]
+        return f"group {group}: state={desc.state} members={members}"
+    except Exception as exc:  # noqa: BLE001 - a report must not hide the failure
+        return f"group {group}: describe failed: {exc}"
 
 
 def chaos_env(bootstrap: str, app: str, inp: str, out: str) -> dict[str, str]:

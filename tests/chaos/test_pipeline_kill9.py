@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos._harness import chaos_env
+from tests.chaos._harness import chaos_env, describe_group
 from tests.chaos._pipeline import (
     CLICK_SPEC,
     REGION_SPEC,
@@ -93,6 +93,14 @@ def test_pipeline_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, align
     def logs() -> str:
         return "\n".join(fleet.logs() for fleet in fleets.values())
 
+    def diagnose() -> str:
+        """Groups, then stacks and log tails of live instances (compact: CI cuts long output)."""
+        for fleet in fleets.values():
+            fleet.dump_stacks()
+        time.sleep(1.0)
+        groups = [describe_group(kafka_bootstrap, a) for a in (topics.click_app, topics.region_app)]
+        return "\n".join(groups + [fleet.tails(40) for fleet in fleets.values()])
+
     def about() -> str:
         return f"seed {seed} ({alignment}); kills: {', '.join(history)}"
 
@@ -127,12 +135,14 @@ def test_pipeline_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, align
         counts = read_topic(kafka_bootstrap, topics.counts, expected=n, timeout=180, idle=3)
         totals = read_topic(kafka_bootstrap, topics.totals, expected=n, timeout=120, idle=3)
         problems = check_pipeline(Model.of(stored), counts, totals)
+        report = diagnose() if problems else ""
         codes: dict[str, int] = {}
         for fleet in fleets.values():
             codes.update(fleet.stop_all())
     except BaseException:
         print(about())
         print(logs())
+        print(diagnose())
         raise
     starts = sum(fleet.starts for fleet in fleets.values())
     print(
@@ -140,5 +150,5 @@ def test_pipeline_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, align
         f"{len(data_records(totals))} region-totals, {starts} starts, "
         f"{time.monotonic() - started:.0f}s"
     )
-    assert problems == [], about() + "\n" + "\n".join(problems[:20]) + "\n" + logs()
+    assert problems == [], about() + "\n" + "\n".join(problems[:20]) + "\n" + report
     assert codes == {"c1": 0, "c2": 0, "r1": 0, "r2": 0}, about() + "\n" + logs()
