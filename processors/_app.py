@@ -1,4 +1,4 @@
-"""The user API: an :class:`App` with one input stream, an operator chain and keyed state."""
+"""The user API: an :class:`App` with co-partitioned inputs, operator chains and keyed state."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from processors._context import Context
 from processors.exceptions import ConfigError
+from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
 from state.cache import KeyCursor
 from state.codecs import JSON, STR, Codec
 from state.primitives import (
@@ -32,7 +33,7 @@ Handler = Callable[[Any, Any, Context], None]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 #: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic``).
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_TERMINAL = ("process", "key_by")
+_TERMINAL = ("process", "key_by", "interval_left", "interval_right")
 _ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
 
 
@@ -77,10 +78,14 @@ class OutputSpec:
 
 
 @dataclass
-class _Source:
-    topics: tuple[str, ...]
+class _Input:
+    """A co-partitioned input topic: its records run a chain or update a table."""
+
+    topic: str
     key: Codec
     value: Codec
+    stream: Stream | None = None
+    table: Table | None = None
 
 
 class Stream:
@@ -96,12 +101,15 @@ class Stream:
     Operators that are not given a callable raise :class:`TypeError`.
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, topics: tuple[str, ...] = (), what: str = "") -> None:
         self._app = app
+        self._topics = topics
+        self._what = what or f"the stream of {', '.join(repr(t) for t in topics)}"
         self._ops: list[tuple[str, Any]] = []
+        self._compiled: Handler | None = None
 
     def _add(self, kind: str, arg: Any) -> Stream:
-        if kind not in ("to", "key_by"):
+        if kind not in ("to", "key_by", "join_asof", "interval_left", "interval_right"):
             _check_callable(arg, kind)
         if self._ops and self._ops[-1][0] in _TERMINAL:
             last = self._ops[-1][0]
@@ -157,6 +165,76 @@ class Stream:
         self._app.output(topic, key=key, value=value, partitions=partitions, internal=True)
         return self
 
+    def join_asof(
+        self,
+        table: Table,
+        *,
+        how: str = "left",
+        combine: Callable[[Any, Any], Any] | None = None,
+    ) -> Stream:
+        """Join each value with ``table``'s value of the same key as of the record's timestamp.
+
+        The table's version with the greatest timestamp at or before the record's
+        (``None``: no version then, or deleted). ``how="left"`` passes every record on,
+        ``how="inner"`` only those with a value. The value passed on is
+        ``combine(value, table_value)``, or the pair ``(value, table_value)``.
+
+        Raises:
+            ConfigError: ``table`` is not a table of this app, or ``how`` is unknown.
+        """
+        if not isinstance(table, Table) or table not in self._app._tables():  # noqa: SLF001 - same module
+            raise ConfigError(
+                f"app {self._app.name!r}: join_asof() needs a table of this app "
+                "(declare it with app.table(topic))"
+            )
+        if how not in ("left", "inner"):
+            raise ConfigError(f"join_asof(how={how!r}): use 'left' or 'inner'")
+        if combine is not None:
+            _check_callable(combine, "join_asof")
+        return self._add("join_asof", (table, how == "inner", combine))
+
+    def interval_join(
+        self,
+        other: Stream,
+        *,
+        lower_ms: int,
+        upper_ms: int,
+        combine: Callable[[Any, Any], Any] | None = None,
+        grace_ms: int = 0,
+        max_per_key: int = 1000,
+    ) -> Stream:
+        """Join this stream with ``other`` on the key, within a time interval.
+
+        A record of this stream at ``t`` matches every record of ``other`` with the same
+        key and a timestamp in ``[t + lower_ms, t + upper_ms]``, whichever comes first;
+        each match passes ``combine(left, right)`` (or the pair) to the returned stream.
+        Both sides are kept per key (in keyed state, at most ``max_per_key`` records per
+        side) until no record within ``grace_ms`` of the key's newest timestamp can match
+        them. Terminal for both streams: continue with the returned one.
+
+        Raises:
+            ConfigError: ``other`` is not another input stream of this app, or the
+                interval is empty (``lower_ms > upper_ms``).
+        """
+        if not isinstance(other, Stream) or other._app is not self._app or other is self:
+            raise ConfigError("interval_join() needs another input stream of the same app")
+        if not self._topics or not other._topics:
+            raise ConfigError("interval_join() joins two input streams (app.stream(topic))")
+        if lower_ms > upper_ms:
+            raise ConfigError(f"interval_join: lower_ms {lower_ms} > upper_ms {upper_ms}")
+        if max_per_key < 1 or grace_ms < 0:
+            raise ConfigError("interval_join: max_per_key must be >= 1 and grace_ms >= 0")
+        if combine is not None:
+            _check_callable(combine, "interval_join")
+        name = f"interval-join-{self._app._next_join()}"  # noqa: SLF001 - same module
+        left: ValueState[list[list[Any]]] = self._app.value_state(f"{name}.left")
+        right: ValueState[list[list[Any]]] = self._app.value_state(f"{name}.right")
+        join = IntervalJoin(left, right, lower_ms, upper_ms, grace_ms, max_per_key)
+        joined = Stream(self._app, (), f"the interval join of {self._what} and {other._what}")
+        self._add("interval_left", (join, joined, combine))
+        other._add("interval_right", (join, joined, combine))
+        return joined
+
     def to(self, topic: str, *, key: Codec = STR, value: Codec = JSON, **kw: Any) -> Stream:
         """Send the values that reach this point to ``topic`` with the record's key.
 
@@ -176,16 +254,20 @@ class Stream:
             ConfigError: the chain is empty, or ends without ``to()`` or ``process()``
                 (its records would go nowhere).
         """
-        where = f"app {self._app.name!r}: the stream of {self._app.input_topics[0]!r}"
+        if self._compiled is not None:
+            return self._compiled
+        where = f"app {self._app.name!r}: {self._what}"
         if not self._ops:
             raise ConfigError(f"{where} has no operators: add .process(fn) or .to(topic)")
-        if not any(kind in ("to", "process", "key_by") for kind, _ in self._ops):
+        if not any(kind in ("to", *_TERMINAL) for kind, _ in self._ops):
             raise ConfigError(
-                f"{where} ends without .to(), .key_by() or .process(): its records would go nowhere"
+                f"{where} ends without .to(), .key_by(), .process() or a join: its records "
+                "would go nowhere"
             )
         step: Callable[[Any, Any, Context], None] = lambda k, v, c: None  # noqa: E731
         for kind, arg in reversed(self._ops):
             step = _compose(kind, arg, step)
+        self._compiled = step
         return step
 
 
@@ -215,6 +297,26 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
             c.emit(topic, select(v), v)
 
         return rekey
+    if kind == "join_asof":
+        table, inner, combine = arg
+
+        def asof(k: Any, v: Any, c: Context) -> None:
+            found = table.as_of(c.timestamp)
+            if found is None and inner:
+                return
+            nxt(k, combine(v, found) if combine is not None else (v, found), c)
+
+        return asof
+    if kind in ("interval_left", "interval_right"):
+        join, joined, combine = arg
+        side = join.on_left if kind == "interval_left" else join.on_right
+
+        def interval(k: Any, v: Any, c: Context) -> None:
+            step = joined.compile()
+            for lv, rv in side(v, c.timestamp):
+                step(k, combine(lv, rv) if combine is not None else (lv, rv), c)
+
+        return interval
     if kind == "to":
 
         def sink(k: Any, v: Any, c: Context) -> None:
@@ -227,14 +329,15 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
 
 @dataclass
 class _Definition:
-    source: _Source | None = None
-    stream: Stream | None = None
+    inputs: dict[str, _Input] = field(default_factory=dict)  # in declaration order
+    globals: dict[str, GlobalTable] = field(default_factory=dict)
     outputs: dict[str, OutputSpec] = field(default_factory=dict)
     stores: dict[str, StateHandle] = field(default_factory=dict)
+    joins: int = 0
 
 
 class App:
-    """A lockgate app: one consumer group, one input stream, keyed state, outputs.
+    """A lockgate app: one consumer group, co-partitioned inputs, keyed state, outputs.
 
     Example:
         >>> app = App("running-sum")
@@ -248,9 +351,13 @@ class App:
     The name is the consumer group id and prefixes internal topics
     (``<app>.<store>.changelog``, ``<app>.dlq``); ``LOCKGATE_APP_NAME`` overrides it.
 
-    An app has exactly one input topic and one operator chain, defined once with
-    :meth:`stream` or :meth:`process`; definition mistakes raise :class:`ConfigError`
-    (or :class:`TypeError` for arguments of the wrong type) where they are written.
+    Inputs are declared with :meth:`stream` / :meth:`process` (records run a chain),
+    :meth:`table` (records update a versioned table the chains join) and
+    :meth:`global_table` (read whole by every instance). All inputs but global tables
+    are co-partitioned: key group ``g`` owns partition ``g`` of each, and processes
+    their records in timestamp order (docs/joins.md). Each topic is declared once;
+    definition mistakes raise :class:`ConfigError` (or :class:`TypeError` for
+    arguments of the wrong type) where they are written.
 
     ``env`` lists the ``LOCKGATE_*`` variables the app's own code reads (e.g.
     ``LOCKGATE_WINDOW_MS``): ``lockgate run`` and ``lockgate config MODULE:APP`` accept
@@ -276,41 +383,88 @@ class App:
 
     # -- definition -------------------------------------------------------------------------
 
-    def _check_input(self, topics: tuple[object, ...]) -> str:
-        """Return the one input topic, or raise before anything is declared."""
+    def _check_input(self, topics: tuple[object, ...]) -> tuple[str, ...]:
+        """Return the new input topics, or raise before anything is declared."""
         if topics and callable(topics[0]):
             raise TypeError(
                 "the input topic is missing: write @app.process('topic', outputs=[...])"
             )
-        if self._def.source is not None:
-            raise ConfigError(
-                f"app {self.name!r} already has an input stream (topic "
-                f"{self._def.source.topics[0]!r}): an app has one input and one chain, "
-                "defined once with app.stream() or @app.process; use another App for "
-                "another pipeline"
-            )
         if not topics:
             raise ConfigError("stream() needs an input topic")
-        if len(topics) > 1:
-            raise ConfigError(
-                f"app {self.name!r}: {len(topics)} input topics {list(topics)!r}: multi-input "
-                "apps are not supported yet (co-partitioned assignment is not implemented); "
-                "use one input topic per app and chain apps through a topic"
-            )
-        return _check_topic(topics[0], "input topic")
+        checked = tuple(_check_topic(t, "input topic") for t in topics)
+        for topic in checked:
+            if topic in self._def.inputs or topic in self._def.globals:
+                raise ConfigError(
+                    f"app {self.name!r}: topic {topic!r} is already an input of this app: "
+                    "each input topic has one chain, table or global table (use "
+                    "app.stream(a, b) for one chain over several topics)"
+                )
+        if len(set(checked)) != len(checked):
+            raise ConfigError(f"app {self.name!r}: input topics {list(checked)!r} repeat a topic")
+        return checked
 
     def stream(self, *topics: str, key: Codec = STR, value: Codec = JSON) -> Stream:
-        """Declare the input topic and return its operator chain.
+        """Declare input topics and return the operator chain their records run.
+
+        Every input of an app (streams and tables) is co-partitioned: the same
+        partition count, keyed alike; key group ``g`` is partition ``g`` of each, so
+        their records share keyed state. Within a key group the runtime processes the
+        inputs' records in timestamp order (docs/joins.md). ``app.stream(a, b)`` runs
+        one chain over both topics (``ctx.topic`` says which); call it once per topic
+        for one chain each.
 
         Raises:
-            ConfigError: the app already has an input, more than one topic is given
-                (multi-input apps are not supported yet), or the name is illegal.
+            ConfigError: a topic is already an input, or the name is illegal.
             TypeError: a topic is not a string.
         """
-        topic = self._check_input(topics)
-        self._def.source = _Source((topic,), key, value)
-        self._def.stream = Stream(self)
-        return self._def.stream
+        checked = self._check_input(topics)
+        stream = Stream(self, checked)
+        for topic in checked:
+            self._def.inputs[topic] = _Input(topic, key, value, stream=stream)
+        return stream
+
+    def table(
+        self,
+        topic: str,
+        *,
+        key: Codec = STR,
+        value: Codec = JSON,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+    ) -> Table:
+        """Declare a co-partitioned input topic kept as a versioned table (keyed state).
+
+        Each record is a version of its key at the record's timestamp; a ``None``
+        value (tombstone) deletes the key from then on. Join a stream with it as of
+        each record's time with :meth:`Stream.join_asof`, or read it in a handler
+        (``table.as_of(ctx.timestamp)``, ``table.latest()``) for the current key.
+        Versions more than ``retention_ms`` older than a key's newest are dropped
+        (the newest of those is kept).
+
+        Raises:
+            ConfigError: the topic is already an input, or ``retention_ms`` < 0.
+        """
+        (checked,) = self._check_input((topic,))
+        if retention_ms < 0:
+            raise ConfigError(f"table {topic!r}: retention_ms must be >= 0")
+        store: ValueState[list[list[Any]]] = self.value_state(f"{checked}.table")
+        table = Table(checked, store, retention_ms)
+        self._def.inputs[checked] = _Input(checked, key, value, table=table)
+        return table
+
+    def global_table(self, topic: str, *, key: Codec = STR, value: Codec = JSON) -> GlobalTable:
+        """Declare a topic every instance reads whole: read-only reference data.
+
+        Not co-partitioned: any partition count. Every key group reads the latest value
+        of any key with ``table.get(key)``. The instance is ready only once it has read
+        the topic to its end; new records are applied between batches. Kept in memory.
+
+        Raises:
+            ConfigError: the topic is already an input of this app.
+        """
+        (checked,) = self._check_input((topic,))
+        table = GlobalTable(checked, key, value)
+        self._def.globals[checked] = table
+        return table
 
     def process(
         self,
@@ -440,18 +594,37 @@ class App:
 
     @property
     def input_topics(self) -> tuple[str, ...]:
-        """The input topics."""
-        return self._source().topics
+        """The co-partitioned input topics, in declaration order (the tie-break order)."""
+        if not self._def.inputs:
+            raise ConfigError(f"app {self.name!r} has no input: call app.stream() or @app.process")
+        return tuple(self._def.inputs)
 
     @property
     def key_codec(self) -> Codec:
-        """Codec of input keys."""
-        return self._source().key
+        """Codec of the first input's keys."""
+        return self.input_codecs(self.input_topics[0])[0]
 
     @property
     def value_codec(self) -> Codec:
-        """Codec of input values."""
-        return self._source().value
+        """Codec of the first input's values."""
+        return self.input_codecs(self.input_topics[0])[1]
+
+    def input_codecs(self, topic: str) -> tuple[Codec, Codec]:
+        """(key codec, value codec) of an input topic."""
+        spec = self._def.inputs[topic]
+        return spec.key, spec.value
+
+    @property
+    def global_tables(self) -> dict[str, GlobalTable]:
+        """Declared global tables by topic."""
+        return dict(self._def.globals)
+
+    def _tables(self) -> list[Table]:
+        return [i.table for i in self._def.inputs.values() if i.table is not None]
+
+    def _next_join(self) -> int:
+        self._def.joins += 1
+        return self._def.joins
 
     @property
     def outputs(self) -> dict[str, OutputSpec]:
@@ -464,12 +637,28 @@ class App:
         return dict(self._def.stores)
 
     def handler(self) -> Handler:
-        """Return the compiled operator chain."""
-        if self._def.stream is None:
-            raise ConfigError(f"app {self.name!r} has no input: call app.stream() or @app.process")
-        return self._def.stream.compile()
+        """Return the compiled operator chain of the first input (single-input apps)."""
+        return self.handlers()[self.input_topics[0]]
 
-    def _source(self) -> _Source:
-        if self._def.source is None:
-            raise ConfigError(f"app {self.name!r} has no input: call app.stream() or @app.process")
-        return self._def.source
+    def handlers(self) -> dict[str, Handler]:
+        """Return the handler of every input topic: its compiled chain, or its table update.
+
+        Raises:
+            ConfigError: no input, only tables (nothing would run), or a chain that
+                ends nowhere.
+        """
+        topics = self.input_topics
+        if all(self._def.inputs[t].stream is None for t in topics):
+            raise ConfigError(
+                f"app {self.name!r} has only tables ({', '.join(topics)}): add a stream "
+                "that uses them (app.stream(topic)...join_asof(table))"
+            )
+        out: dict[str, Handler] = {}
+        for topic in topics:
+            spec = self._def.inputs[topic]
+            if spec.stream is not None:
+                out[topic] = spec.stream.compile()
+            else:
+                assert spec.table is not None
+                out[topic] = spec.table.update
+        return out

@@ -36,7 +36,9 @@ from processors._errors import (
     describe,
     kafka_call,
 )
+from processors._globals import GlobalTables
 from processors._health import Metrics
+from processors._interleave import Interleaver
 from processors._kafka import Admin, restore_consumer_config
 from processors._keygroups import KeyGroup, Restorer
 from processors._settings import Alignment, Guarantee, Settings, StateBackendKind
@@ -150,6 +152,9 @@ class RunnerCore:
         self._seeding: dict[int, str] = {}
         #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
         self._aligned_until: dict[tuple[str, int], int] = {}
+        #: Orders the records of several co-partitioned inputs (``None``: one input).
+        self._interleaver: Interleaver | None = None
+        self._globals: GlobalTables = GlobalTables({}, settings, self.name, self.metrics)
         self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
         self._dlq = f"{self.name}.dlq"
         self._stop = False

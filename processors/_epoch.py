@@ -469,6 +469,8 @@ class EpochMixin(SavepointMixin):
                 "halted": halted,
                 "ts": now_ms,
             }
+            if self._globals:
+                record["globals"] = self._globals.snapshot()
             self._produce(self._control_topic, orjson.dumps(record), checkpoint_key(g), partition=g)
         return manifests
 
@@ -603,6 +605,8 @@ class EpochMixin(SavepointMixin):
                         self._aligners[key] = self._new_aligner(snap, key)
                 if halted is None:
                     self._frozen.pop(key, None)
+            if self._interleaver is not None:
+                self._interleaver.drop([g])  # fetched again from the committed offsets
             for topic in self._inputs:
                 offset = self._committed.get((topic, g))
                 if offset is None:

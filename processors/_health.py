@@ -156,6 +156,7 @@ class Metrics:
         self.started = False
         self.joined = False
         self.restoring = 0  # key groups being restored
+        self.globals_loading = False  # global tables being read at start-up
         self.assigned = 0  # key groups owned
         self.heartbeat = time.monotonic()
         self.blocked_in: str | None = None
@@ -304,10 +305,13 @@ def livez(m: Metrics, now: float, liveness_timeout_s: float) -> Probe:
 def readyz(m: Metrics) -> Probe:
     """Is the instance processing every key group it owns? (``/readyz``).
 
-    Not ready before the group was joined and the first assignment processed (``joined``,
-    or any key group assigned, which implies it), nor while any key group restores.
+    Not ready while global tables load, before the group was joined and the first
+    assignment processed (``joined``, or any key group assigned, which implies it), nor
+    while any key group restores (or catches its global tables up).
     """
     restoring = m.restoring
+    if m.globals_loading:
+        return Probe(False, {"status": "loading global tables"})
     if not (m.joined or m.assigned > 0):
         return Probe(False, {"status": "joining"})
     if restoring > 0:

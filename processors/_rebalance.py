@@ -66,12 +66,32 @@ class RebalanceMixin(EpochMixin):
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop after consume()
             self._fatal = exc
 
+    def _co_partitions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The group assigns the first input: key group ``g`` is partition ``g`` of each.
+
+        Only the first input is subscribed, so the group's assignor (cooperative-sticky,
+        or the broker's under KIP-848) moves key groups whole, with every input; the other
+        inputs' partitions are assigned and unassigned here, in the same callbacks.
+        """
+        groups = sorted({tp.partition for tp in partitions})
+        return [TopicPartition(t, g) for g in groups for t in self._inputs]
+
     def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         if not partitions:
             consumer.incremental_assign(partitions)
             self.metrics.joined = True
             return
         groups = sorted({tp.partition for tp in partitions})
+        if len(self._inputs) > 1:
+            partitions = self._co_partitions(partitions)
+            assert self._admin is not None
+            counts = self._admin.partitions_of(self._inputs)
+            if set(counts.values()) != {self._partitions}:
+                raise ConfigError(
+                    f"input topics are no longer co-partitioned: {counts} (the app started "
+                    f"with {self._partitions} partitions each): key group g must be partition "
+                    "g of every input; stop the app and repartition the inputs alike"
+                )
         log.info("assigned", extra={"key_groups": groups})
         beyond = [g for g in groups if g >= self._partitions]
         if beyond:
@@ -211,6 +231,8 @@ class RebalanceMixin(EpochMixin):
             self._kg_aligned[g] = bool(record.get("aligned", True))
             self._checkpoint = max(self._checkpoint, done)
             self._origin[g] = origins[g] if g in origins else record.get("origin")
+            if self._globals:
+                self._globals.catch_up(record.get("globals"), self._txn_timeout_s + 30)
             if record.get("seeding"):
                 self._seeding[g] = str(record["seeding"])  # a restore cut short: redo it
             if record.get("halted"):
@@ -255,7 +277,7 @@ class RebalanceMixin(EpochMixin):
             self._fatal = self._fatal or exc
         finally:
             self._release(groups)
-            consumer.incremental_unassign(partitions)
+            consumer.incremental_unassign(self._co_partitions(partitions))
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})
@@ -267,7 +289,7 @@ class RebalanceMixin(EpochMixin):
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
             self._fatal = self._fatal or exc
         finally:
-            consumer.incremental_unassign(partitions)
+            consumer.incremental_unassign(self._co_partitions(partitions))
 
     def _release(self, groups: list[int]) -> None:
         halted = [TopicPartition(t, g) for g in groups if g in self._halted for t in self._inputs]
@@ -296,6 +318,8 @@ class RebalanceMixin(EpochMixin):
             ):
                 per_group.pop(g, None)
             self._kg_committed.pop(g, None)
+        if self._interleaver is not None:
+            self._interleaver.drop(groups)
         gone = set(groups)
         self._poison = {k: v for k, v in self._poison.items() if k[1] not in gone}
         self.metrics.assigned = len(self._kgs)

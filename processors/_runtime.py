@@ -46,7 +46,9 @@ from processors._control import (
 )
 from processors._core import where
 from processors._errors import AbortEpoch, Stopping
+from processors._globals import GlobalTables
 from processors._health import HealthServer
+from processors._interleave import Interleaver
 from processors._kafka import (
     CHANGELOG_CONFIG,
     PARTITION_EOF,
@@ -89,12 +91,21 @@ class Runner(BarrierMixin):
 
     def __init__(self, app: App, settings: Settings) -> None:
         super().__init__(app, settings)
-        if len(self._inputs) > 1:
-            raise ConfigError(
-                "this version supports one input topic per app (co-partitioned multi-input "
-                "assignment is not implemented yet); chain apps through a topic instead"
+        self._handlers = app.handlers()
+        self._decoders = {
+            t: (codecs[0].decode, codecs[1].decode)
+            for t in self._inputs
+            for codecs in [app.input_codecs(t)]
+        }
+        #: Several co-partitioned inputs: their records go through the interleaver.
+        self._interleaver = (
+            Interleaver(
+                self._inputs, settings.max_idle_ms / 1000, settings.max_fetch_wait_ms / 1000
             )
-        self._handler = app.handler()
+            if len(self._inputs) > 1
+            else None
+        )
+        self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
         self._ctx = Context(self._emit)
         self._http: HealthServer | None = None
@@ -188,6 +199,14 @@ class Runner(BarrierMixin):
             )
             registry = {}
         self._upstream_writers = writers_of(registry, self._inputs)
+        if self._upstream_writers and self._interleaver is not None:
+            log.warning(
+                "an input is another lockgate app's internal topic: a multi-input app does not "
+                "align on upstream barriers; it checkpoints on its own clock (exactly-once "
+                "holds, but it is not part of the upstream's savepoints: take its own)",
+                extra={"writers": len(self._upstream_writers)},
+            )
+            self._upstream_writers = []
         if self._upstream_writers:
             log.info(
                 "reading internal topics: checkpoints come from upstream barriers",
@@ -207,6 +226,7 @@ class Runner(BarrierMixin):
             stall_timeout_s=self._txn_timeout_s + 30,
             tombstone_retention_ms=self._changelog_retention_ms,
         )
+        self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
         self.metrics.started = True
         log.info(
@@ -222,9 +242,14 @@ class Runner(BarrierMixin):
         )
 
     def _subscribe(self) -> None:
-        self._consumer = Consumer(consumer_config(self.settings, self.name))
+        conf = consumer_config(self.settings, self.name)
+        if self._interleaver is not None:
+            conf["enable.partition.eof"] = True  # the interleaver needs "caught up"
+        self._consumer = Consumer(conf)
+        # Only the first input is subscribed: the group assigns its partitions, and
+        # key group g takes partition g of every other input with it (_rebalance).
         self._consumer.subscribe(
-            list(self._inputs),
+            [self._inputs[0]],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
@@ -290,8 +315,16 @@ class Runner(BarrierMixin):
                         raise fatal
                     if self._rewound and msgs:
                         msgs = self._drop_stale(msgs)
+                    if self._interleaver is not None:
+                        now = time.monotonic()
+                        if msgs:
+                            msgs = self._interleaver.push(msgs, now)  # errors pass through
+                        if self._interleaver:
+                            msgs += self._interleaver.pop(now)
                     if msgs:
                         self._process(msgs)
+                    if self._globals:
+                        self._globals.poll()
                     if self._aligners:
                         self._tick_alignments()
                         if self._released:
@@ -396,6 +429,7 @@ class Runner(BarrierMixin):
                 self._producer.flush(10)
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
                 log.warning("producer flush on close failed: %s", exc)
+        self._globals.close()
         for side in (self._reader, self._sp_consumer):
             if side is not None:
                 try:
@@ -413,11 +447,13 @@ class Runner(BarrierMixin):
         in the committed state, after a restore). Barriers complete checkpoints; the
         records a completion releases are processed before the next fetched record.
         """
-        handler = self._handler
+        handlers = self._handlers
+        decoders = self._decoders
+        multi = self._interleaver is not None
+        handler = handlers[self._inputs[0]]
+        kdec, vdec = decoders[self._inputs[0]]
         ctx = self._ctx
         cursor = self._cursor
-        kdec = self.app.key_codec.decode
-        vdec = self.app.value_codec.decode
         kgs = self._kgs
         poison = self._poison
         nxt = self._next
@@ -474,6 +510,9 @@ class Runner(BarrierMixin):
                         continue
                     topic = msg.topic()
                     current = part
+                    if multi:
+                        handler = handlers[topic]
+                        kdec, vdec = decoders[topic]
                     aligner = aligners.get((topic, part))
                     if bound != part:
                         kg.bind()
@@ -486,7 +525,7 @@ class Runner(BarrierMixin):
                 if headers is not None:
                     lg = _lockgate_headers(headers)
                     if "lockgate-type" in lg:
-                        if lg["lockgate-type"] == "barrier":
+                        if lg["lockgate-type"] == "barrier" and not multi:
                             self._on_barrier(topic, part, last, lg)
                             aligner = aligners.get((topic, part))
                             if part in halted:  # a stop-with-savepoint completed here
@@ -495,7 +534,7 @@ class Runner(BarrierMixin):
                                 topic = ""
                         continue  # control records never reach user code
                     writer = lg.get("lockgate-writer")
-                    if aligner is None and writer is not None:
+                    if aligner is None and writer is not None and not multi:
                         aligner = self._start_alignment(topic, part)
                 if aligner is not None:
                     decision = aligner.on_record(last, writer, msg)
@@ -516,6 +555,9 @@ class Runner(BarrierMixin):
                     kgs[part].bind()
                     bound = part
                     self._writer_header = self._writer_headers[part]
+                if multi:
+                    handler = handlers[msg.topic()]
+                    kdec, vdec = decoders[msg.topic()]
             raw_key = msg.key()
             cursor.key = raw_key
             ctx.message = msg
@@ -603,6 +645,15 @@ class Runner(BarrierMixin):
         The tracked next offsets already point there (every handled record advanced
         them), so the commit that follows names them whatever ``position()`` says.
         """
+        self._commit_now = True
+        if self._interleaver is not None:
+            # Not sought: the interleaver still buffers later records of these partitions.
+            self._interleaver.unread(msgs, time.monotonic())
+            log.warning(
+                "epoch cut short: the batch took too long (slow user code?)",
+                extra={"records_put_back": len(msgs)},
+            )
+            return
         first: dict[tuple[str, int], int] = {}
         for msg in msgs:
             if msg.error() is None:

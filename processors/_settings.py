@@ -257,6 +257,26 @@ class Settings(BaseSettings):
             "checkpoint continues unaligned (a savepoint then fails)."
         ),
     )
+    max_idle_ms: int = Field(
+        100,
+        ge=0,
+        le=600_000,
+        description=(
+            "Multi-input apps: how long a key group waits for an input that has nothing "
+            "buffered and is caught up before processing the other inputs' records without it "
+            "(covers a record produced just before, still being fetched; 0: no wait)."
+        ),
+    )
+    max_fetch_wait_ms: int = Field(
+        5_000,
+        ge=0,
+        le=600_000,
+        description=(
+            "Multi-input apps: how long a key group waits for an input that has nothing "
+            "buffered but unread records in Kafka (replays and catch-ups interleave the inputs "
+            "by timestamp as the live run did)."
+        ),
+    )
     savepoint_dir: str | None = Field(
         None,
         description=(

@@ -82,7 +82,7 @@ def _settings(app: App | None = None) -> Settings:
 def _check_app(app: App) -> None:
     """Everything the runtime checks about the app before it touches Kafka; exit 2 if bad."""
     try:
-        app.handler()
+        app.handlers()
     except ConfigError as exc:
         click.echo(f"lockgate: {exc}", err=True)
         sys.exit(2)

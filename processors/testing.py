@@ -140,7 +140,7 @@ class TestDriver:
     in key groups with the murmur2 partitioner, and change state in the epoch cache.
 
     Args:
-        app: the app (one input topic, as the runtime requires).
+        app: the app (any number of co-partitioned inputs, tables and global tables).
         partitions: the number of key groups (input partitions).
         clock: processing time in ms (the TTL clock, like the runtime's wall clock);
             default: a clock starting at 0 that only :meth:`advance` moves.
@@ -151,9 +151,15 @@ class TestDriver:
         cache_entries: read-cache entries kept per store and key group across commits
             (``LOCKGATE_STATE_CACHE_ENTRIES``).
 
+    Several inputs: name the topic of each record (``send(key, value, topic="orders")``).
+    The driver processes records in the order they are sent; the runtime processes a key
+    group's inputs in timestamp order, so send them in timestamp order to see what it
+    does. Records sent to a global table's topic update it at once (every key group
+    sees them).
+
     Raises:
-        processors.exceptions.ConfigError: the app has more than one input topic (the
-            runtime refuses those too) or no input.
+        processors.exceptions.ConfigError: the app has no input, or a chain that ends
+            nowhere.
     """
 
     __test__ = False  # not a pytest test class
@@ -168,27 +174,22 @@ class TestDriver:
         sweep_budget: int = DEFAULT_SWEEP_BUDGET,
         cache_entries: int = 200_000,
     ) -> None:
-        if len(app.input_topics) > 1:
-            raise ConfigError(
-                f"app {app.name!r} reads {', '.join(app.input_topics)}: this version supports "
-                "one input topic per app (co-partitioned multi-input assignment is not "
-                "implemented yet; the runtime refuses it too); chain apps through a topic"
-            )
         self.app = app
         self.partitions = partitions
         self.on_error = OnError(on_error)
         self.sweep_budget = sweep_budget
         self.cache_entries = cache_entries
-        self._topic = app.input_topics[0]
-        self._handler = app.handler()
+        self._inputs = app.input_topics
+        self._handlers = app.handlers()
+        self._globals = app.global_tables
         self._outputs = app.outputs
         self._backend = MemoryBackend()
         self._handles = app.stores
         self._kgs: dict[int, KeyGroup] = {}
         self._clock = clock
         self._advanced = 0
-        self._offsets = [0] * partitions
-        self._committed_offsets = [0] * partitions
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._committed_offsets: dict[tuple[str, int], int] = {}
         self._epoch: list[_Record] = []  # records consumed since the last commit
         self._emitted: list[Emitted] = []
         self._committed_emits = 0
@@ -232,7 +233,13 @@ class TestDriver:
         self._emitted.append(Emitted(topic, k, v, headers))
 
     def send(
-        self, key: Any, value: Any, *, timestamp: int | None = None, headers: Any = None
+        self,
+        key: Any,
+        value: Any,
+        *,
+        topic: str | None = None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> list[Emitted]:
         """Process one input record; return what it emitted.
 
@@ -241,25 +248,36 @@ class TestDriver:
         runtime does.
 
         Args:
-            key: the record key (encoded with the input key codec).
-            value: the record value (encoded with the input value codec).
+            key: the record key (encoded with the input's key codec).
+            value: the record value (encoded with the input's value codec; ``None`` is a
+                tombstone: for a table, the key is deleted from ``timestamp`` on).
+            topic: the input topic (stream, table or global table); required when the
+                app has more than one input.
             timestamp: the record timestamp (``ctx.timestamp``) in ms; default: now.
-                It is event time and has no effect on TTL.
+                It is event time (joins use it) and has no effect on TTL.
             headers: the record headers.
 
         Raises:
             processors.exceptions.UserCodeError: user code raised and ``on_error`` is
                 ``fail`` (the open epoch is lost, as after a crash).
-            processors.exceptions.ConfigError: user code made a programming error the
-                runtime stops on (e.g. an emit to an undeclared output).
+            processors.exceptions.ConfigError: ``topic`` is not an input of the app (or
+                is missing with several inputs), or user code made a programming error
+                the runtime stops on (e.g. an emit to an undeclared output).
         """
-        kcodec, vcodec = self.app.key_codec, self.app.value_codec
+        topic = self._topic_of(topic)
+        glob = self._globals.get(topic)
+        if glob is not None:
+            raw_key = None if key is None else glob.key_codec.encode(key)
+            glob.apply(raw_key, None if value is None else glob.value_codec.encode(value))
+            return []
+        kcodec, vcodec = self.app.input_codecs(topic)
         raw_key = None if key is None else kcodec.encode(key)
         raw_value = None if value is None else vcodec.encode(value)
         index = key_group(raw_key, self.partitions) if raw_key is not None else 0
         ts = self.now_ms if timestamp is None else timestamp
-        record = _Record(self._topic, index, self._offsets[index], raw_key, raw_value, ts, headers)
-        self._offsets[index] += 1
+        offset = self._offsets.get((topic, index), 0)
+        record = _Record(topic, index, offset, raw_key, raw_value, ts, headers)
+        self._offsets[(topic, index)] = offset + 1
         self._epoch.append(record)
         start = len(self._emitted)
         try:
@@ -268,6 +286,21 @@ class TestDriver:
             self._abort_and_replay(failed)
             return []
         return self._emitted[start:]
+
+    def _topic_of(self, topic: str | None) -> str:
+        if topic is None:
+            if len(self._inputs) > 1:
+                raise ConfigError(
+                    f"app {self.app.name!r} reads {', '.join(self._inputs)}: name the topic, "
+                    "send(key, value, topic=...)"
+                )
+            return self._inputs[0]
+        if topic not in self._handlers and topic not in self._globals:
+            raise ConfigError(
+                f"{topic!r} is not an input of app {self.app.name!r} (inputs: "
+                f"{', '.join([*self._inputs, *self._globals])})"
+            )
+        return topic
 
     def _process(self, record: _Record) -> None:
         """Run one record through the chain; raise :class:`_Failed` when it fails."""
@@ -278,9 +311,10 @@ class TestDriver:
         cursor.key = raw_key
         cursor.now_ms = self.now_ms
         self._ctx.message = record
+        kcodec, vcodec = self.app.input_codecs(record.topic())
         try:
-            key = None if raw_key is None else self.app.key_codec.decode(raw_key)
-            value = None if raw_value is None else self.app.value_codec.decode(raw_value)
+            key = None if raw_key is None else kcodec.decode(raw_key)
+            value = None if raw_value is None else vcodec.decode(raw_value)
         except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
             if self.on_error is OnError.FAIL:
                 self._lose_open_epoch()
@@ -288,7 +322,7 @@ class TestDriver:
             self._dead_letter(record, exc, "deserialize")  # no abort: user code did not run
             return
         try:
-            self._handler(key, value, self._ctx)
+            self._handlers[record.topic()](key, value, self._ctx)
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
@@ -316,7 +350,7 @@ class TestDriver:
         self.commit()
 
     def _dead_letter(self, record: _Record, error: Exception, stage: str) -> None:
-        kcodec, vcodec = self.app.key_codec, self.app.value_codec
+        kcodec, vcodec = self.app.input_codecs(record.topic())
         raw_key, raw_value = record.key(), record.value()
         try:
             key = None if raw_key is None else kcodec.decode(raw_key)
@@ -363,7 +397,7 @@ class TestDriver:
             for cache in kg.caches.values():
                 cache.trim(self.cache_entries)
         self._epoch.clear()
-        self._committed_offsets = list(self._offsets)
+        self._committed_offsets = dict(self._offsets)
         self._committed_emits = len(self._emitted)
         self._committed_dead = len(self._dead)
 
@@ -376,7 +410,7 @@ class TestDriver:
 
     def _lose_open_epoch(self) -> None:
         self._drop_uncommitted()
-        self._offsets = list(self._committed_offsets)
+        self._offsets = dict(self._committed_offsets)
         self._epoch.clear()
         self._kgs.clear()  # a restarted process: fresh caches, sweep cursors from the start
 

@@ -53,5 +53,5 @@ def test_duplicate_store_and_missing_input() -> None:
     with pytest.raises(ConfigError, match="no input"):
         app.handler()
     app.stream("x")
-    with pytest.raises(ConfigError, match="already has an input"):
-        app.stream("y")
+    with pytest.raises(ConfigError, match="already an input"):
+        app.stream("x")

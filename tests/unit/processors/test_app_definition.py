@@ -37,35 +37,39 @@ def test_refused_to_after_process_declares_no_output() -> None:
 
 
 @pytest.mark.parametrize("define", ["stream", "process"])
-def test_several_input_topics_are_refused_at_definition(define: str) -> None:
+def test_several_input_topics_share_one_chain(define: str) -> None:
     app = App("a")
-    with pytest.raises(ConfigError, match="multi-input apps are not supported yet"):
-        if define == "stream":
-            app.stream("a", "b")
-        else:
-            app.process("a", "b", outputs=["out"])(handle)
-    assert app.outputs == {}
+    if define == "stream":
+        app.stream("a", "b").process(handle)
+    else:
+        app.process("a", "b", outputs=["out"])(handle)
+    assert app.input_topics == ("a", "b")
+    handlers = app.handlers()
+    assert handlers["a"] is handlers["b"]
 
 
-def test_two_streams_are_refused() -> None:
-    app = App("a")
-    app.stream("in").to("out")
-    with pytest.raises(ConfigError, match="already has an input stream \\(topic 'in'\\)"):
-        app.stream("other")
-
-
-def test_stream_then_process_decorator_is_refused_before_declaring_outputs() -> None:
+def test_one_chain_per_input_topic() -> None:
     app = App("a")
     app.stream("in").to("out")
-    with pytest.raises(ConfigError, match="already has an input stream"):
+    app.stream("other").to("out2")
+    assert app.input_topics == ("in", "other")
+    assert set(app.handlers()) == {"in", "other"}
+
+
+def test_a_topic_declared_twice_is_refused_before_declaring_outputs() -> None:
+    app = App("a")
+    app.stream("in").to("out")
+    with pytest.raises(ConfigError, match="topic 'in' is already an input of this app"):
         app.process("in", outputs=["sums"])
     assert set(app.outputs) == {"out"}
+    with pytest.raises(ConfigError, match="repeat a topic"):
+        app.stream("x", "x")
 
 
 def test_process_decorator_twice_is_refused() -> None:
     app = App("a")
     app.process("in", outputs=["out"])(handle)
-    with pytest.raises(ConfigError, match="already has an input stream"):
+    with pytest.raises(ConfigError, match="already an input of this app"):
         app.process("in")(handle)
 
 
@@ -113,7 +117,7 @@ def test_stream_without_operators_has_no_handler() -> None:
 def test_chain_that_ends_nowhere_is_refused() -> None:
     app = App("a")
     app.stream("in").map(str).filter(bool)
-    with pytest.raises(ConfigError, match=r"ends without \.to\(\), \.key_by\(\) or \.process\(\)"):
+    with pytest.raises(ConfigError, match=r"ends without \.to\(\), \.key_by\(\), \.process\(\) or a join"):
         app.handler()
 
 

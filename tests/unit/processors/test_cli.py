@@ -49,7 +49,7 @@ def test_several_apps_are_all_listed() -> None:
 
 
 def test_definition_errors_are_usage_errors() -> None:
-    with pytest.raises(click.UsageError, match="multi-input apps are not supported yet"):
+    with pytest.raises(click.UsageError, match="topic 'a' is already an input of this app"):
         load_app("cli_app_bad:app")
 
 

@@ -176,31 +176,20 @@ def test_commit_sweeps_expired_state_never_read_again() -> None:
     assert list(db.iter_from("counts", None, 10)) == []
 
 
-def test_multi_topic_apps_are_refused() -> None:
-    with pytest.raises(ConfigError, match="one input topic per app"):
-        app = App("two-inputs")
+def test_multi_topic_apps_need_the_topic_named() -> None:
+    app = App("two-inputs")
 
-        @app.process("in1", "in2")
-        def handle(key: Any, value: Any, ctx: Context) -> None:  # pragma: no cover
-            pass
+    @app.process("in1", "in2", outputs=["out"])
+    def handle(key: Any, value: Any, ctx: Context) -> None:
+        ctx.emit("out", key, {"topic": ctx.topic, "v": value})
 
-        TestDriver(app)  # refused here unless App refused it already
-
-
-def test_the_driver_itself_refuses_multi_topic_apps() -> None:
-    class TwoInputs(App):
-        @property
-        def input_topics(self) -> tuple[str, ...]:
-            return ("in1", "in2")
-
-    app = TwoInputs("two-inputs")
-
-    @app.process("in1")
-    def handle(key: Any, value: Any, ctx: Context) -> None:  # pragma: no cover
-        pass
-
-    with pytest.raises(ConfigError, match=r"reads in1, in2: .*one input topic per app"):
-        TestDriver(app)
+    driver = TestDriver(app)
+    with pytest.raises(ConfigError, match=r"reads in1, in2: name the topic"):
+        driver.send("k", 1)
+    with pytest.raises(ConfigError, match=r"'in3' is not an input of app 'two-inputs'"):
+        driver.send("k", 1, topic="in3")
+    assert driver.send("k", 1, topic="in2")[0].value == {"topic": "in2", "v": 1}
+    assert driver.send("k", 2, topic="in1")[0].value == {"topic": "in1", "v": 2}
 
 
 def test_emit_to_an_undeclared_topic_stops_like_production() -> None:

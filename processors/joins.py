@@ -1,0 +1,212 @@
+"""Joins between co-partitioned inputs, and global (broadcast) tables.
+
+* :class:`Table` — a co-partitioned input kept as a *versioned* table in keyed state: every
+  record is a version ``(timestamp, value)`` of its key (``None`` = deleted). A stream
+  joins it *as of* each record's timestamp (:meth:`processors.Stream.join_asof`): the
+  version with the greatest timestamp at or before the record's, so the result does not
+  depend on which input the runtime happened to read first. Versions older than
+  ``retention_ms`` behind the newest one of the key are dropped, keeping the newest of
+  them (it still answers lookups at later times).
+* :class:`IntervalJoin` — stream–stream join on record timestamps
+  (:meth:`processors.Stream.interval_join`): a left record at ``t`` matches every right
+  record of the same key with a timestamp in ``[t + lower_ms, t + upper_ms]``, whichever
+  arrives first. Both sides are buffered per key in keyed state and purged once they can
+  no longer match.
+* :class:`GlobalTable` — a topic every instance reads whole (reference data, rules,
+  feature flags): read-only from every key group, in memory.
+
+All state lives in ordinary keyed stores, so it is checkpointed, restored and savepointed
+like any other store, exactly once.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from state.codecs import JSON, STR, Codec
+from state.primitives import ValueState
+
+__all__ = ["GlobalTable", "IntervalJoin", "Table", "insert_version", "version_at"]
+
+#: Default retention of table versions behind the newest version of a key: one day.
+DEFAULT_RETENTION_MS = 86_400_000
+
+
+def insert_version(
+    versions: list[list[Any]], ts: int, value: Any, retention_ms: int
+) -> list[list[Any]]:
+    """Return ``versions`` with ``[ts, value]`` added, older versions pruned.
+
+    ``versions`` is sorted by timestamp; a version with the same timestamp is replaced
+    (the later record wins). Versions more than ``retention_ms`` older than the newest
+    are dropped, except the newest of them (it is the answer for lookups up to the
+    next version). A remaining history of only a deletion is dropped entirely.
+
+    Contract: the result is sorted, has unique timestamps, and
+    ``version_at(result, t) == version_at(all versions ever inserted, t)`` for every
+    ``t >= newest - retention_ms``.
+    """
+    stamps = [v[0] for v in versions]
+    i = bisect.bisect_left(stamps, ts)
+    if i < len(versions) and versions[i][0] == ts:
+        versions[i] = [ts, value]
+    else:
+        versions.insert(i, [ts, value])
+    cutoff = versions[-1][0] - retention_ms
+    # Keep the newest version at or before the cutoff, and everything after it.
+    first = bisect.bisect_right([v[0] for v in versions], cutoff) - 1
+    if first > 0:
+        del versions[:first]
+    if len(versions) == 1 and versions[0][1] is None:
+        return []  # only a deletion left: the key has no value at any time
+    return versions
+
+
+def version_at(versions: list[list[Any]], ts: int) -> Any:
+    """The value of the newest version at or before ``ts`` (``None``: none, or deleted)."""
+    i = bisect.bisect_right([v[0] for v in versions], ts)
+    return versions[i - 1][1] if i else None
+
+
+class Table:
+    """A co-partitioned input topic kept as a versioned table (see the module docs).
+
+    Created by :meth:`processors.App.table`. Lookups see the current record's key.
+    """
+
+    def __init__(self, topic: str, store: ValueState[list[list[Any]]], retention_ms: int) -> None:
+        self.topic = topic
+        self.retention_ms = retention_ms
+        self._store = store
+
+    def update(self, key: Any, value: Any, ctx: Any) -> None:
+        """Record ``value`` (``None``: deleted) as the key's version at the record's timestamp.
+
+        The handler of the table's input topic.
+        """
+        versions = self._store.value() or []
+        versions = insert_version(versions, ctx.timestamp, value, self.retention_ms)
+        if versions:
+            self._store.update(versions)
+        else:
+            self._store.clear()
+
+    def as_of(self, ts: int) -> Any:
+        """The current key's value as of ``ts`` (``None``: no version then, or deleted)."""
+        versions = self._store.value()
+        return version_at(versions, ts) if versions else None
+
+    def latest(self) -> Any:
+        """The current key's newest value (``None``: none, or deleted)."""
+        versions = self._store.value()
+        return versions[-1][1] if versions else None
+
+
+class IntervalJoin:
+    """Buffers both sides of a stream–stream interval join per key (see the module docs).
+
+    A record at ``t`` advances the key's time to ``max(time, t)``; a buffered left record
+    at ``l`` is dropped once ``l + upper_ms < time - grace_ms`` and a right record at
+    ``r`` once ``r - lower_ms < time - grace_ms``: no record within ``grace_ms`` of the
+    key's newest can match them any more. At most ``max_per_key`` records per side and
+    key are kept (the oldest go first).
+    """
+
+    def __init__(
+        self,
+        left: ValueState[list[list[Any]]],
+        right: ValueState[list[list[Any]]],
+        lower_ms: int,
+        upper_ms: int,
+        grace_ms: int,
+        max_per_key: int,
+    ) -> None:
+        if lower_ms > upper_ms:
+            raise ValueError(f"interval join: lower_ms {lower_ms} > upper_ms {upper_ms}")
+        self._left = left
+        self._right = right
+        self.lower_ms = lower_ms
+        self.upper_ms = upper_ms
+        self.grace_ms = grace_ms
+        self.max_per_key = max_per_key
+
+    def _side(
+        self, mine: ValueState[list[list[Any]]], other: ValueState[list[list[Any]]]
+    ) -> tuple[list[list[Any]], list[list[Any]]]:
+        return mine.value() or [], other.value() or []
+
+    def on_left(self, value: Any, ts: int) -> list[tuple[Any, Any]]:
+        """Buffer a left record; return ``(left, right)`` for every match buffered."""
+        lefts, rights = self._side(self._left, self._right)
+        lo, hi = ts + self.lower_ms, ts + self.upper_ms
+        matches = [(value, r[1]) for r in rights if lo <= r[0] <= hi]
+        lefts.append([ts, value])
+        self._store(lefts, rights, ts)
+        return matches
+
+    def on_right(self, value: Any, ts: int) -> list[tuple[Any, Any]]:
+        """Buffer a right record; return ``(left, right)`` for every match buffered."""
+        lefts, rights = self._side(self._left, self._right)
+        lo, hi = ts - self.upper_ms, ts - self.lower_ms
+        matches = [(lv[1], value) for lv in lefts if lo <= lv[0] <= hi]
+        rights.append([ts, value])
+        self._store(lefts, rights, ts)
+        return matches
+
+    def _store(self, lefts: list[list[Any]], rights: list[list[Any]], ts: int) -> None:
+        newest = max([ts] + [e[0] for e in lefts[-1:]] + [e[0] for e in rights[-1:]])
+        horizon = newest - self.grace_ms
+        lefts = [e for e in lefts if e[0] + self.upper_ms >= horizon][-self.max_per_key :]
+        rights = [e for e in rights if e[0] - self.lower_ms >= horizon][-self.max_per_key :]
+        for store, entries in ((self._left, lefts), (self._right, rights)):
+            if entries:
+                store.update(entries)
+            else:
+                store.clear()
+
+
+class GlobalTable:
+    """A topic every instance reads whole: the latest value per key, read-only.
+
+    Created by :meth:`processors.App.global_table`. The runtime loads it to the end
+    before the instance reports ready and keeps applying its new records between
+    batches, on the loop's thread (handlers never see a half-applied record). Kept in
+    memory: meant for reference data that fits in it.
+    """
+
+    def __init__(self, topic: str, key: Codec = STR, value: Codec = JSON) -> None:
+        self.topic = topic
+        self.key_codec = key
+        self.value_codec = value
+        self._data: dict[Any, Any] = {}
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The latest value of ``key`` (``default`` when absent or deleted)."""
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """A snapshot of every (key, value)."""
+        return list(self._data.items())
+
+    def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> None:
+        """Apply one record of the topic (a ``None`` value deletes the key).
+
+        Raises:
+            Exception: whatever the codecs raise on an undecodable record.
+        """
+        key = None if raw_key is None else self.key_codec.decode(raw_key)
+        if raw_value is None:
+            self._data.pop(key, None)
+        else:
+            self._data[key] = self.value_codec.decode(raw_value)
+
+    def clear(self) -> None:
+        """Forget everything (before a reload)."""
+        self._data.clear()
