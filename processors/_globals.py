@@ -23,7 +23,7 @@ from processors._errors import Stopping
 from processors._health import Metrics
 from processors._kafka import Admin, restore_consumer_config
 from processors._settings import Settings
-from processors.exceptions import FatalKafkaError
+from processors.exceptions import FatalKafkaError, TopicError
 from processors.joins import GlobalTable
 
 log = logging.getLogger("lockgate.globals")
@@ -54,6 +54,7 @@ class GlobalTables:
         """Read every global table to its current end.
 
         Raises:
+            TopicError: a global table's topic does not exist.
             FatalKafkaError: a table could not be read to its end within ``timeout_s``
                 after the last progress (e.g. an open transaction that never ends).
             Stopping: a stop was requested.
@@ -63,8 +64,9 @@ class GlobalTables:
         parts = admin.partitions_of(list(self.tables))
         missing = [t for t in self.tables if t not in parts]
         if missing:
-            raise FatalKafkaError(
-                f"global table topic(s) {', '.join(missing)} do not exist: create them first"
+            raise TopicError(
+                f"global table topic(s) {', '.join(missing)} do not exist: create them first "
+                "(lockgate never creates input topics)"
             )
         tps = [TopicPartition(t, p) for t in self.tables for p in range(parts[t])]
         ends = admin.end_offsets(tps)
