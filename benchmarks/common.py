@@ -59,7 +59,7 @@ class Config:
     )
     steps: list[str] = field(
         default_factory=lambda: _list(
-            "BENCH_STEPS", "matrix,sweep,recovery,latency,profile,pipeline"
+            "BENCH_STEPS", "matrix,sweep,recovery,latency,profile,pipeline,enrich"
         )
     )
     sweep_intervals: list[int] = field(

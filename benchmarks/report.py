@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmarks import venvs
 from benchmarks.common import BENCH_DIR, ROOT, say
+from benchmarks.enrich import render as enrich_render
 from benchmarks.pipeline import render as pipeline_render
 from benchmarks.runner import WORKLOADS
 
@@ -387,6 +388,24 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
             "uptime_after": res.get("uptime_after", ""),
         }
         L.extend(pipeline_render(res["pipeline"], meta))
+        a("")
+
+    # ---- multi-input enrichment (benchmarks/enrich.py)
+    if res.get("enrich", {}).get("runs"):
+        versions = res.get("versions", {}).get("lockgate", {})
+        meta = {
+            "command": "make bench",
+            "started": res.get("started"),
+            "total_minutes": res.get("step_seconds", {}).get("enrich", 0) / 60,
+            "machine": res.get("machine", {}),
+            "broker": cfg.get("external_broker")
+            or f"Kafka {res.get('versions', {}).get('kafka', '?')} started by the harness",
+            "git": versions.get("git", "?"),
+            "git_after": res.get("git_after", ""),
+            "uptime_before": res.get("uptime_before", ""),
+            "uptime_after": res.get("uptime_after", ""),
+        }
+        L.extend(enrich_render(res["enrich"], meta))
         a("")
 
     # ---- profile

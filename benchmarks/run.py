@@ -2,7 +2,9 @@
 
 Steps (``BENCH_STEPS``, default all): matrix (4 workloads x raw / lockgate / Quix
 Streams / Faust), sweep (lockgate checkpoint intervals), recovery (kill -9 vs state
-size), latency (fixed offered load), profile (py-spy on lockgate's exactly-once sum).
+size), latency (fixed offered load), profile (py-spy on lockgate's exactly-once sum),
+pipeline (two-app pipelines, savepoints: pipeline.py), enrich (two-input as-of join vs
+the running sum: enrich.py).
 Every knob is a ``BENCH_*`` variable, see benchmarks/common.py and docs/benchmarks.md.
 """
 
@@ -23,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks import broker, data, pipeline, report, runner, venvs
+from benchmarks import broker, data, enrich, pipeline, report, runner, venvs
 from benchmarks import proc as procs
 from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, MAIN_PY, ROOT, Config, elapsed, say
 
@@ -96,6 +98,7 @@ class Bench:
             "latency": [],
             "profiles": {},
             "pipeline": {},
+            "enrich": {},
             "step_seconds": {},
             "errors": [],
         }
@@ -489,6 +492,30 @@ class Bench:
             self.results["pipeline"] = pb.results
             self.results["errors"].extend(f"pipeline: {e}" for e in pb.results["errors"])
 
+    # -- enrich -----------------------------------------------------------------------
+
+    def step_enrich(self) -> None:
+        """Two-input enrichment (as-of join) vs the running sum, same inputs size (enrich.py)."""
+        assert self.admin is not None
+        eb = enrich.EnrichBench(
+            self.cfg, enrich.EnrichConfig(), self.admin, self.out_dir, self.run_id
+        )
+        try:
+            self.results["enrich"] = eb.run()
+        finally:
+            self.results["enrich"] = eb.results
+            self.results["errors"].extend(f"enrich: {e}" for e in eb.results["errors"])
+            say("\n".join(enrich.table(eb.results)))
+            meta = {
+                "started": self.results["started"],
+                "command": "make bench",
+                "machine": self.results["machine"],
+                "uptime_before": self.results["uptime_before"],
+                "broker": self.cfg.bootstrap,
+            }
+            doc = json.dumps({"meta": meta, "enrich": eb.results}, indent=1)
+            enrich.OUT_JSON.write_text(doc)
+
 
 def analyze_profile(path: Path) -> dict[str, Any]:
     """Self and inclusive time per function from py-spy's raw (collapsed) output."""
@@ -707,6 +734,7 @@ def main() -> int:
             "latency": bench.step_latency,
             "profile": bench.step_profile,
             "pipeline": bench.step_pipeline,
+            "enrich": bench.step_enrich,
         }
         for name in cfg.steps:
             t = time.monotonic()
