@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -111,16 +112,21 @@ class Stream:
     def _add(self, kind: str, arg: Any) -> Stream:
         if kind not in ("to", "key_by", "join_asof", "interval_left", "interval_right"):
             _check_callable(arg, kind)
+        self._check_open(kind)
+        self._ops.append((kind, arg))
+        return self
+
+    def _check_open(self, kind: str) -> None:
+        """Raise if the chain already ended (a terminal operator was added)."""
         if self._ops and self._ops[-1][0] in _TERMINAL:
             last = self._ops[-1][0]
+            last = "interval_join" if last.startswith("interval_") else last
             raise ConfigError(
                 f"app {self._app.name!r}: .{kind}() after .{last}() would never run: {last}() "
                 "is terminal (process() emits with ctx.emit; key_by() hands the records to the "
                 "next app through its repartition topic); put map/filter/flat_map/to "
                 f"before {last}()"
             )
-        self._ops.append((kind, arg))
-        return self
 
     def map(self, fn: Callable[[Any], Any]) -> Stream:
         """Replace each value with ``fn(value)``."""
@@ -226,8 +232,10 @@ class Stream:
             raise ConfigError("interval_join: max_per_key must be >= 1 and grace_ms >= 0")
         if combine is not None:
             _check_callable(combine, "interval_join")
+        self._check_open("interval_join")  # both, before anything is declared
+        other._check_open("interval_join")
         name = f"interval-join-{self._app._next_join()}"  # noqa: SLF001 - same module
-        left: ValueState[list[list[Any]]] = self._app.value_state(f"{name}.left")
+        left: ValueState[list[Any]] = self._app.value_state(f"{name}.left")
         right: ValueState[list[list[Any]]] = self._app.value_state(f"{name}.right")
         join = IntervalJoin(left, right, lower_ms, upper_ms, grace_ms, max_per_key)
         joined = Stream(self._app, (), f"the interval join of {self._what} and {other._what}")
@@ -310,9 +318,9 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
     if kind in ("interval_left", "interval_right"):
         join, joined, combine = arg
         side = join.on_left if kind == "interval_left" else join.on_right
+        step = joined.compile()  # raises now if the joined stream goes nowhere
 
         def interval(k: Any, v: Any, c: Context) -> None:
-            step = joined.compile()
             for lv, rv in side(v, c.timestamp):
                 step(k, combine(lv, rv) if combine is not None else (lv, rv), c)
 
@@ -430,6 +438,7 @@ class App:
         key: Codec = STR,
         value: Codec = JSON,
         retention_ms: int = DEFAULT_RETENTION_MS,
+        ttl_ms: int | None = None,
     ) -> Table:
         """Declare a co-partitioned input topic kept as a versioned table (keyed state).
 
@@ -438,7 +447,11 @@ class App:
         each record's time with :meth:`Stream.join_asof`, or read it in a handler
         (``table.as_of(ctx.timestamp)``, ``table.latest()``) for the current key.
         Versions more than ``retention_ms`` older than a key's newest are dropped
-        (the newest of those is kept).
+        (the newest of those is kept; a deleted key keeps its deletion). ``ttl_ms``
+        (processing time, see docs/state.md) forgets a key not updated for that long,
+        deletions included.
+
+        The table's store is named ``table.<topic>`` (a digest for very long names).
 
         Raises:
             ConfigError: the topic is already an input, or ``retention_ms`` < 0.
@@ -446,7 +459,10 @@ class App:
         (checked,) = self._check_input((topic,))
         if retention_ms < 0:
             raise ConfigError(f"table {topic!r}: retention_ms must be >= 0")
-        store: ValueState[list[list[Any]]] = self.value_state(f"{checked}.table")
+        store_name = f"table.{checked}"
+        if len(store_name) > 150 or not _NAME.match(store_name):
+            store_name = f"table.{hashlib.sha256(checked.encode()).hexdigest()[:20]}"
+        store: ValueState[list[list[Any]]] = self.value_state(store_name, ttl_ms=ttl_ms)
         table = Table(checked, store, retention_ms)
         self._def.inputs[checked] = _Input(checked, key, value, table=table)
         return table

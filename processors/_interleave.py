@@ -11,12 +11,14 @@ input of the group has a buffered head. When one has none, the group waits:
   if that input is *caught up* (the consumer reported the partition's end since its
   last record): covers a record produced just before, whose fetch is still on its way;
 * up to ``fetch_wait_s`` (``LOCKGATE_MAX_FETCH_WAIT_MS``) if the input is known to have
-  unfetched records (no end reported since its last record): a replay or a catch-up
-  reads both inputs' backlogs in the same order as the live run did.
+  unfetched records (no end reported since its last record), counted from when the group
+  first waited on it and reset whenever it delivers: a replay or a catch-up reads both
+  inputs' backlogs in the same order as the live run did, however long it takes, as long
+  as each input keeps delivering.
 
-Past the bound the group goes on without that input (its later records are processed
-as they come). Control records (barriers) are released when they reach the head of
-their partition, whatever their timestamp. Buffered records are not processed: they
+Past the bound the group goes on without that input until it delivers again. Control
+records (barriers) are released when they reach the head of their partition, whatever
+their timestamp. Buffered records are not processed: they
 are neither counted in offsets nor committed, so after a crash they are fetched again.
 """
 
@@ -42,6 +44,9 @@ class Interleaver:
         self._queues: dict[int, list[deque[tuple[float, Any]]]] = {}
         #: Partitions whose end the consumer reported after their last fetched record.
         self._at_end: set[tuple[str, int]] = set()
+        #: (key group, input index) -> when the group began waiting on that input, empty
+        #: and not at its end (cleared when it delivers).
+        self._empty_since: dict[tuple[int, int], float] = {}
         self._buffered = 0
 
     def __len__(self) -> int:
@@ -71,8 +76,10 @@ class Interleaver:
                     errors.append(msg)
                 continue
             g = msg.partition()
-            self._group(g)[rank[topic]].append((now, msg))
+            i = rank[topic]
+            self._group(g)[i].append((now, msg))
             self._at_end.discard((topic, g))
+            self._empty_since.pop((g, i), None)
             self._buffered += 1
         return errors
 
@@ -89,8 +96,18 @@ class Interleaver:
             queues = self._queues.pop(g, None)
             if queues is not None:
                 self._buffered -= sum(len(q) for q in queues)
-            for topic in self.inputs:
+            for i, topic in enumerate(self.inputs):
                 self._at_end.discard((topic, g))
+                self._empty_since.pop((g, i), None)
+
+    def backlog(self) -> dict[tuple[str, int], int]:
+        """Buffered records per input partition (non-empty ones only)."""
+        return {
+            (self.inputs[i], g): len(q)
+            for g, queues in self._queues.items()
+            for i, q in enumerate(queues)
+            if q
+        }
 
     def drop_partition(self, topic: str, g: int) -> None:
         """Forget the buffered records of one input partition (it is sought elsewhere)."""
@@ -100,6 +117,7 @@ class Interleaver:
             self._buffered -= len(q)
             q.clear()
         self._at_end.discard((topic, g))
+        self._empty_since.pop((g, self._rank[topic]), None)
 
     def pop(self, now: float) -> list[Any]:
         """Release every record that may go now, in processing order."""
@@ -129,10 +147,12 @@ class Interleaver:
                     for i, q in enumerate(queues):
                         if q:
                             continue
-                        bound = self.idle_s if (inputs[i], g) in at_end else self.fetch_wait_s
-                        if now - oldest < bound:
-                            blocked = True
-                            break
+                        if (inputs[i], g) in at_end:
+                            # Caught up: wait for a record produced just before the head.
+                            blocked = blocked or now - oldest < self.idle_s
+                        else:  # records in Kafka not fetched yet
+                            since = self._empty_since.setdefault((g, i), now)
+                            blocked = blocked or now - since < self.fetch_wait_s
                 if blocked:
                     break
                 out.append(queues[best].popleft()[1])

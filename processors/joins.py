@@ -6,7 +6,8 @@
   version with the greatest timestamp at or before the record's, so the result does not
   depend on which input the runtime happened to read first. Versions older than
   ``retention_ms`` behind the newest one of the key are dropped, keeping the newest of
-  them (it still answers lookups at later times).
+  them (it still answers lookups at later times); a deleted key keeps one deletion
+  (so a late, older record does not bring it back) until the table's ``ttl_ms``.
 * :class:`IntervalJoin` — stream–stream join on record timestamps
   (:meth:`processors.Stream.interval_join`): a left record at ``t`` matches every right
   record of the same key with a timestamp in ``[t + lower_ms, t + upper_ms]``, whichever
@@ -41,32 +42,34 @@ def insert_version(
     ``versions`` is sorted by timestamp; a version with the same timestamp is replaced
     (the later record wins). Versions more than ``retention_ms`` older than the newest
     are dropped, except the newest of them (it is the answer for lookups up to the
-    next version). A remaining history of only a deletion is dropped entirely.
+    next version). Deletions are versions like any other and are never dropped on their
+    own: a late record with an older timestamp must not bring a deleted key back.
 
     Contract: the result is sorted, has unique timestamps, and
     ``version_at(result, t) == version_at(all versions ever inserted, t)`` for every
     ``t >= newest - retention_ms``.
     """
-    stamps = [v[0] for v in versions]
-    i = bisect.bisect_left(stamps, ts)
+    i = bisect.bisect_left(versions, ts, key=_stamp)
     if i < len(versions) and versions[i][0] == ts:
         versions[i] = [ts, value]
     else:
         versions.insert(i, [ts, value])
     cutoff = versions[-1][0] - retention_ms
     # Keep the newest version at or before the cutoff, and everything after it.
-    first = bisect.bisect_right([v[0] for v in versions], cutoff) - 1
+    first = bisect.bisect_right(versions, cutoff, key=_stamp) - 1
     if first > 0:
         del versions[:first]
-    if len(versions) == 1 and versions[0][1] is None:
-        return []  # only a deletion left: the key has no value at any time
     return versions
 
 
 def version_at(versions: list[list[Any]], ts: int) -> Any:
     """The value of the newest version at or before ``ts`` (``None``: none, or deleted)."""
-    i = bisect.bisect_right([v[0] for v in versions], ts)
+    i = bisect.bisect_right(versions, ts, key=_stamp)
     return versions[i - 1][1] if i else None
+
+
+def _stamp(version: list[Any]) -> int:
+    return version[0]  # type: ignore[no-any-return]
 
 
 class Table:
@@ -86,11 +89,7 @@ class Table:
         The handler of the table's input topic.
         """
         versions = self._store.value() or []
-        versions = insert_version(versions, ctx.timestamp, value, self.retention_ms)
-        if versions:
-            self._store.update(versions)
-        else:
-            self._store.clear()
+        self._store.update(insert_version(versions, ctx.timestamp, value, self.retention_ms))
 
     def as_of(self, ts: int) -> Any:
         """The current key's value as of ``ts`` (``None``: no version then, or deleted)."""
@@ -106,16 +105,20 @@ class Table:
 class IntervalJoin:
     """Buffers both sides of a stream–stream interval join per key (see the module docs).
 
-    A record at ``t`` advances the key's time to ``max(time, t)``; a buffered left record
-    at ``l`` is dropped once ``l + upper_ms < time - grace_ms`` and a right record at
-    ``r`` once ``r - lower_ms < time - grace_ms``: no record within ``grace_ms`` of the
-    key's newest can match them any more. At most ``max_per_key`` records per side and
-    key are kept (the oldest go first).
+    A record at ``t`` advances the key's time to ``max(time, t)`` (kept in state, so a
+    late record never moves it back); a buffered left record at ``l`` is dropped once
+    ``l + upper_ms < time - grace_ms`` and a right record at ``r`` once
+    ``r - lower_ms < time - grace_ms``: no record within ``grace_ms`` of the key's newest
+    can match them any more. At most ``max_per_key`` records per side and key are kept
+    (the oldest go first).
+
+    State: the left store holds ``[time, left records]``, the right store the right
+    records; records are ``[timestamp, value]`` in arrival order.
     """
 
     def __init__(
         self,
-        left: ValueState[list[list[Any]]],
+        left: ValueState[list[Any]],
         right: ValueState[list[list[Any]]],
         lower_ms: int,
         upper_ms: int,
@@ -131,39 +134,41 @@ class IntervalJoin:
         self.grace_ms = grace_ms
         self.max_per_key = max_per_key
 
-    def _side(
-        self, mine: ValueState[list[list[Any]]], other: ValueState[list[list[Any]]]
-    ) -> tuple[list[list[Any]], list[list[Any]]]:
-        return mine.value() or [], other.value() or []
+    def _load(self, ts: int) -> tuple[int, list[list[Any]], list[list[Any]]]:
+        stored = self._left.value()
+        time, lefts = (stored[0], stored[1]) if stored else (ts, [])
+        return max(time, ts), lefts, self._right.value() or []
 
     def on_left(self, value: Any, ts: int) -> list[tuple[Any, Any]]:
         """Buffer a left record; return ``(left, right)`` for every match buffered."""
-        lefts, rights = self._side(self._left, self._right)
+        time, lefts, rights = self._load(ts)
         lo, hi = ts + self.lower_ms, ts + self.upper_ms
         matches = [(value, r[1]) for r in rights if lo <= r[0] <= hi]
         lefts.append([ts, value])
-        self._store(lefts, rights, ts)
+        self._store(time, lefts, rights)
         return matches
 
     def on_right(self, value: Any, ts: int) -> list[tuple[Any, Any]]:
         """Buffer a right record; return ``(left, right)`` for every match buffered."""
-        lefts, rights = self._side(self._left, self._right)
+        time, lefts, rights = self._load(ts)
         lo, hi = ts - self.upper_ms, ts - self.lower_ms
         matches = [(lv[1], value) for lv in lefts if lo <= lv[0] <= hi]
         rights.append([ts, value])
-        self._store(lefts, rights, ts)
+        self._store(time, lefts, rights)
         return matches
 
-    def _store(self, lefts: list[list[Any]], rights: list[list[Any]], ts: int) -> None:
-        newest = max([ts] + [e[0] for e in lefts[-1:]] + [e[0] for e in rights[-1:]])
-        horizon = newest - self.grace_ms
+    def _store(self, time: int, lefts: list[list[Any]], rights: list[list[Any]]) -> None:
+        horizon = time - self.grace_ms
         lefts = [e for e in lefts if e[0] + self.upper_ms >= horizon][-self.max_per_key :]
         rights = [e for e in rights if e[0] - self.lower_ms >= horizon][-self.max_per_key :]
-        for store, entries in ((self._left, lefts), (self._right, rights)):
-            if entries:
-                store.update(entries)
-            else:
-                store.clear()
+        if lefts or rights:
+            self._left.update([time, lefts])
+        else:
+            self._left.clear()  # nothing can match any more: the key's time goes too
+        if rights:
+            self._right.update(rights)
+        else:
+            self._right.clear()
 
 
 class GlobalTable:

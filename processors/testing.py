@@ -182,6 +182,8 @@ class TestDriver:
         self._inputs = app.input_topics
         self._handlers = app.handlers()
         self._globals = app.global_tables
+        for table in self._globals.values():
+            table.clear()  # a fresh driver, like a fresh process, starts from nothing
         self._outputs = app.outputs
         self._backend = MemoryBackend()
         self._handles = app.stores

@@ -327,8 +327,10 @@ def test_drop_forgets_groups_and_their_end_state() -> None:
     assert len(il) == 2
     # Group 2 is untouched (b[2] caught up): its records go.
     assert desc(il.pop(0)) == [("a", 2, 0), ("a", 2, 1)]
-    # Group 0 forgot b[0]'s end: a new a record waits fetch_wait_s.
+    # Group 0 forgot b[0]'s end: a new a record waits fetch_wait_s (from the first pop
+    # that finds b[0] empty).
     il.push([rec("a", 0, 0, 0)], now=10.0)
+    assert il.pop(10.0) == []
     assert il.pop(14.0) == []
     assert desc(il.pop(15.0)) == [("a", 0, 0)]
     assert len(il) == 0
@@ -342,6 +344,7 @@ def test_drop_partition_forgets_one_input_partition() -> None:
     il.drop_partition("b", 3)  # nothing buffered there
     assert len(il) == 2
     # b[0] is sought elsewhere: its end no longer holds, a@0 waits fetch_wait_s.
+    assert il.pop(0.0) == []
     assert il.pop(4.0) == []
     assert desc(il.pop(5.0)) == [("a", 0, 0), ("a", 1, 0)]
     assert len(il) == 0
@@ -524,9 +527,18 @@ def test_offset_order_length_and_maximal_release_under_any_operations(
                 continue
             assert not any(q[0][1].control for q in qs if q)
             oldest = min(q[0][0] for q in qs if q)
+            # An input known to have unfetched records is waited for from when the group
+            # first found it empty (reset when it delivers); a caught-up one from the
+            # oldest head's arrival.
+            since = il._empty_since  # noqa: SLF001 - the wait clock is internal
             assert any(
-                not q and now - oldest < (idle_s if (t, g) in at_end else fetch_wait_s)
-                for t, q in zip(inputs, qs, strict=True)
+                not q
+                and (
+                    now - oldest < idle_s
+                    if (t, g) in at_end
+                    else now - since.get((g, i), now) < fetch_wait_s
+                )
+                for i, (t, q) in enumerate(zip(inputs, qs, strict=True))
             )
 
     for op in ops:
@@ -591,3 +603,24 @@ def test_len_counts_only_records(inputs: tuple[str, ...]) -> None:
     il = Interleaver(inputs, idle_s=0, fetch_wait_s=INF)
     il.push([rec("a", 0, 0, 1), eof("a", 0, 1), ctrl("b", 0, 0)], now=0)
     assert len(il) == 2
+
+
+def test_a_catch_up_longer_than_the_fetch_wait_keeps_timestamp_order() -> None:
+    """The fetch wait counts from when the group found the input empty, reset on delivery.
+
+    a's backlog (timestamps 0..499) arrives in chunks every 0.5 s for 10 s; b's first record
+    (timestamp 500) arrived at the start. With fetch_wait_s = 2 s, b@500 still goes only
+    after every older a record, because a keeps delivering within the bound.
+    """
+    il = Interleaver(("a", "b"), idle_s=0, fetch_wait_s=2.0)
+    il.push([rec("b", 0, 0, 500)], now=0.0)
+    out: list[Any] = []
+    for chunk in range(20):
+        now = chunk * 0.5
+        il.push([rec("a", 0, i, i) for i in range(chunk * 25, chunk * 25 + 25)], now=now)
+        out += il.pop(now)
+        out += il.pop(now + 0.25)
+    assert [m.timestamp()[1] for m in out] == list(range(500))
+    # a stops delivering: past the bound b goes without it.
+    assert il.pop(9.5 + 1.9) == []
+    assert desc(il.pop(9.5 + 2.5)) == [("b", 0, 0)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -82,11 +83,13 @@ def test_retention_keeps_the_newest_version_at_or_before_the_cutoff() -> None:
     assert versions == [[100, 100]]
 
 
-def test_a_history_of_only_a_deletion_is_dropped() -> None:
+def test_a_history_of_only_deletions_is_kept() -> None:
     # Retention 20: "a" still answers lookups in [30, 50).
     assert insert_version([[10, "a"]], 50, None, 20) == [[10, "a"], [50, None]]
-    assert insert_version([[10, "a"]], 50, None, 0) == []
-    assert insert_version([], 5, None, 100) == []
+    # Pruned to the deletion alone: kept, so an older late record cannot revive the key.
+    assert insert_version([[10, "a"]], 50, None, 0) == [[50, None]]
+    assert insert_version([], 5, None, 100) == [[5, None]]
+    assert insert_version([[5, None]], 9, None, 100) == [[5, None], [9, None]]
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -121,10 +124,7 @@ def test_versions_match_the_model_with_deletions_in_timestamp_order(
 def test_versions_match_the_model_with_deletions_when_no_history_is_only_a_deletion(
     ops: list[tuple[int, Any]], retention: int
 ) -> None:
-    """Out-of-order inserts with deletions, up to the first time a history collapses.
-
-    (What comes after a history collapsed to nothing is the case of the xfail tests below.)
-    """
+    """Out-of-order inserts with deletions, up to the first time a history collapses."""
     versions: list[list[Any]] = []
     for n, (ts, v) in enumerate(ops, 1):
         versions = insert_version(versions, ts, v, retention)
@@ -134,29 +134,18 @@ def test_versions_match_the_model_with_deletions_when_no_history_is_only_a_delet
     check_contract(ops, retention)
 
 
-_LONE_DELETION = (
-    "insert_version drops a history that is only a deletion (returns []), so a later "
-    "out-of-order insert of an older version resurrects the key: after (100, None) then "
-    "(50, 'x'), version_at(result, 150) is 'x', expected None (the key is deleted from "
-    "100 on, and 150 >= newest 100 - retention)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_LONE_DELETION)
 @pytest.mark.parametrize("retention", [0, 1000])
 def test_a_deletion_then_an_older_version_stays_deleted(retention: int) -> None:
     versions = apply_all([(100, None), (50, "x")], retention)
     assert version_at(versions, 150) is None
 
 
-@pytest.mark.xfail(strict=True, reason=_LONE_DELETION + " (also after retention pruning)")
 def test_a_pruned_deletion_then_an_older_version_stays_deleted() -> None:
     # "a" at 0, deleted at 200 with retention 0: the history collapses to the deletion.
     versions = apply_all([(0, "a"), (200, None), (150, "late")], 0)
     assert version_at(versions, 250) is None  # got 'late'
 
 
-@pytest.mark.xfail(strict=True, reason=_LONE_DELETION)
 @example(ops=[(100, None), (50, 0)], retention=0)
 @settings(max_examples=200, deadline=None, database=None)
 @given(
@@ -181,10 +170,10 @@ class FakeState:
 
     def value(self) -> Any:
         # A copy, as a real store decodes one: the join must write back what it changes.
-        return None if self.stored is None else [list(e) for e in self.stored]
+        return copy.deepcopy(self.stored)
 
     def update(self, value: Any) -> None:
-        self.stored = [list(e) for e in value]
+        self.stored = copy.deepcopy(value)
         self.writes += 1
 
     def clear(self) -> None:
@@ -196,7 +185,8 @@ def make_join(lower: int, upper: int, grace: int = 0, cap: int = 1000) -> Interv
 
 
 def stored(j: IntervalJoin) -> tuple[list[Any], list[Any]]:
-    return (j._left.stored or [], j._right.stored or [])  # type: ignore[attr-defined]
+    left = j._left.stored  # type: ignore[attr-defined]  # [key time, left records]
+    return (left[1] if left else [], j._right.stored or [])  # type: ignore[attr-defined]
 
 
 def test_interval_join_bounds_are_inclusive_in_both_arrival_orders() -> None:
@@ -307,16 +297,6 @@ def test_interval_join_matches_exactly_the_brute_force_pairs(
     assert sorted(got) == sorted(expected)
 
 
-_TIME_REGRESSES = (
-    "IntervalJoin._store takes the key's time as max(ts, last buffered left, last buffered "
-    "right) instead of the newest timestamp seen: after a late record the time goes back, "
-    "so records that can no longer match stay buffered (the class docs say a record at t "
-    "advances the time to max(time, t)). Left at 0 then left at -1 (lower = upper = -1, "
-    "grace 1): expected the left at -1 dropped (-1 + -1 < 0 - 1), got it kept"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_TIME_REGRESSES)
 def test_a_late_left_record_does_not_move_the_keys_time_back() -> None:
     j = make_join(-1, -1, grace=1)
     j.on_left("a", 0)
@@ -324,7 +304,6 @@ def test_a_late_left_record_does_not_move_the_keys_time_back() -> None:
     assert stored(j)[0] == [[0, "a"]]
 
 
-@pytest.mark.xfail(strict=True, reason=_TIME_REGRESSES)
 def test_a_late_right_record_does_not_move_the_keys_time_back() -> None:
     j = make_join(1, 1, grace=1)
     j.on_right("r10", 10)
@@ -345,7 +324,8 @@ def test_interval_join_buffers_stay_within_the_window_of_the_newest_record(
         (j.on_left if side == "L" else j.on_right)(i, ts)
         newest = ts if newest is None else max(newest, ts)
         lefts, rights = stored(j)
-        # The time used may lag the newest by up to grace (see the xfail tests above).
+        # The key's time never goes back: nothing older than the horizon stays (a late
+        # record within grace may itself be below it only if both sides had emptied).
         assert all(lt + upper >= newest - 2 * grace for lt, _ in lefts)
         assert all(rt - lower >= newest - 2 * grace for rt, _ in rights)
 

@@ -37,7 +37,7 @@ def test_enrich_declares_a_table_and_a_stream() -> None:
     assert enrich_app.input_topics == (CUSTOMERS, ORDERS)
     assert set(enrich_app.handlers()) == {CUSTOMERS, ORDERS}
     assert set(enrich_app.outputs) == {OUTPUT}
-    assert f"{CUSTOMERS}.table" in enrich_app.stores
+    assert f"table.{CUSTOMERS}" in enrich_app.stores
 
 
 def test_enrich_order_before_any_customer_gets_null() -> None:
@@ -70,7 +70,7 @@ def test_enrich_tombstone_gives_null_and_a_recreated_customer_comes_back() -> No
     customer(d, "c1", {"v": 2}, 300)
     assert seen(d, "c1", "o4", 300) == {"v": 2}
     assert seen(d, "c1", "o5", 250) is None
-    assert d.state(f"{CUSTOMERS}.table", "c1") == [[100, {"v": 1}], [200, None], [300, {"v": 2}]]
+    assert d.state(f"table.{CUSTOMERS}", "c1") == [[100, {"v": 1}], [200, None], [300, {"v": 2}]]
 
 
 def test_enrich_out_of_order_customer_timestamps() -> None:
@@ -94,13 +94,6 @@ def test_enrich_out_of_order_customer_timestamps() -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Table.update keeps no history when a key's versions collapse to a deletion "
-    "(insert_version returns []): a late customer record older than that deletion "
-    "resurrects the customer. customers: c1=None @200, then c1={'v': 1} @100 (late); "
-    "order @250: expected customer null, got {'v': 1}",
-)
 def test_enrich_late_record_older_than_the_first_deletion_stays_deleted() -> None:
     d = TestDriver(enrich_app)
     customer(d, "c1", None, 200)
@@ -130,7 +123,7 @@ def test_enrich_crash_and_replay_gives_the_same_outputs() -> None:
     assert [e.value["customer"] for e in first] == [{"v": 2}, None, None, {"v": 0}]
     d.crash()
     assert d.emitted == committed
-    assert d.state(f"{CUSTOMERS}.table", "c1") == [[100, {"v": 1}]]
+    assert d.state(f"table.{CUSTOMERS}", "c1") == [[100, {"v": 1}]]
     again = rest()
     assert again == first
     assert d.emitted == committed + first
@@ -324,13 +317,6 @@ def test_global_table_read_from_a_handler() -> None:
     assert rules.get("r1") == {"limit": 5}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TestDriver(app) does not reset the app's GlobalTable objects (they live on the "
-    "App, in memory): a new driver of the same app starts with the global-table records "
-    "sent to an earlier driver; expected an empty global table (its topic is empty for a "
-    "new driver, like its inputs and stores), got the earlier driver's records",
-)
 def test_a_new_driver_starts_with_empty_global_tables() -> None:
     app, _ = global_app()
     TestDriver(app).send("r1", {"limit": 5}, topic="rules")
@@ -389,13 +375,6 @@ def test_interval_join_definition_errors() -> None:
         joined.interval_join(app.stream("z"), lower_ms=0, upper_ms=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a refused interval_join (here: the other stream is already terminal) still "
-    "declares its two stores (interval-join-1.left/.right) and appends interval_left to "
-    "this stream, whereas refused operators declare nothing; expected app.stores == {} and "
-    "the left chain unchanged",
-)
 def test_a_refused_interval_join_declares_nothing() -> None:
     app = App("a")
     left = app.stream("l")
@@ -406,14 +385,6 @@ def test_a_refused_interval_join_declares_nothing() -> None:
     left.to("out")  # the left chain is still open
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="App.handlers() does not compile an interval join's result stream: "
-    "stream('a').interval_join(stream('b'), lower_ms=0, upper_ms=10) with nothing after "
-    "it passes handlers() (and TestDriver(app)); the ConfigError 'has no operators' only "
-    "comes with the first record of either input, at run time (the interval handler "
-    "compiles the result stream per record); expected handlers() to raise it",
-)
 def test_an_interval_join_that_ends_nowhere_is_refused_by_handlers() -> None:
     app = App("a")
     app.stream("a").interval_join(app.stream("b"), lower_ms=0, upper_ms=10)
@@ -421,13 +392,11 @@ def test_an_interval_join_that_ends_nowhere_is_refused_by_handlers() -> None:
         app.handlers()
 
 
-def test_an_interval_join_that_ends_nowhere_fails_at_the_first_record() -> None:
-    """What happens today (see the xfail test above): the error comes with a record."""
+def test_an_interval_join_whose_result_only_maps_is_refused_by_handlers() -> None:
     app = App("a")
     app.stream("a").interval_join(app.stream("b"), lower_ms=0, upper_ms=10).map(str)
-    d = TestDriver(app)
     with pytest.raises(ConfigError, match="ends without"):
-        d.send("k", 1, topic="a", timestamp=0)
+        TestDriver(app)
 
 
 @pytest.mark.parametrize(
@@ -492,13 +461,6 @@ def test_table_retention_must_not_be_negative() -> None:
     app.table("t", retention_ms=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="App.table(topic) names its store f'{topic}.table', which must match the store-name "
-    "pattern ^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$: a legal Kafka topic starting with '_' or "
-    "'-' (or longer than 195 characters) is refused with \"store name '_customers.table' "
-    "must match ...\", although app.stream('_customers') accepts it",
-)
 @pytest.mark.parametrize("topic", ["_customers", "c" * 240])
 def test_a_table_accepts_any_legal_topic_name(topic: str) -> None:
     app = App("a")
