@@ -631,6 +631,24 @@ class App:
         return spec.key, spec.value
 
     @property
+    def subscribed_input(self) -> str:
+        """The input whose partitions the consumer group assigns: the first stream.
+
+        Key group ``g`` takes partition ``g`` of every other input with it. The first
+        *stream* (not the first declaration) so that adding a table to an app keeps its
+        subscription, which a rolling update needs (docs/joins.md).
+        """
+        for topic, spec in self._def.inputs.items():
+            if spec.stream is not None:
+                return topic
+        return self.input_topics[0]
+
+    @property
+    def tables(self) -> dict[str, Table]:
+        """Declared (co-partitioned, versioned) tables by topic."""
+        return {t: i.table for t, i in self._def.inputs.items() if i.table is not None}
+
+    @property
     def global_tables(self) -> dict[str, GlobalTable]:
         """Declared global tables by topic."""
         return dict(self._def.globals)

@@ -155,6 +155,8 @@ class RunnerCore:
         #: Orders the records of several co-partitioned inputs (``None``: one input).
         self._interleaver: Interleaver | None = None
         self._globals: GlobalTables = GlobalTables({}, settings, self.name, self.metrics)
+        #: Input partitions paused because the interleaver buffers too many of their records.
+        self._bp_paused: set[tuple[str, int]] = set()
         self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
         self._dlq = f"{self.name}.dlq"
         self._stop = False
@@ -465,6 +467,27 @@ class RunnerCore:
             # (a writer dropped before the commit must stay dropped until then).
             aligner.expect(self._upstream_writers)
         return aligner
+
+    def _check_no_alignment(self, g: int, topic: str, snap_data: Any) -> None:
+        """A multi-input app resumes an alignment snapshot only if it includes nothing.
+
+        Records past the snapshot's ``low`` that it counts as processed would be
+        processed again without it (the app was a single-input downstream before).
+
+        Raises:
+            ConfigError: the snapshot includes records past the committed offset.
+        """
+        if not snap_data:
+            return
+        snap = Snapshot.from_json(snap_data)
+        if snap.high > snap.low:
+            raise ConfigError(
+                f"key group {g} of {topic!r} was committed in the middle of a barrier "
+                "alignment by a single-input version of this app; a multi-input app does not "
+                "align, so it cannot resume there exactly. Run the previous version until "
+                "its checkpoints complete (or stop it with a savepoint taken aligned), then "
+                "start this version"
+            )
 
     def _control_reader(self) -> Any:
         """A group-less ``read_committed`` consumer for control-topic reads."""

@@ -30,6 +30,7 @@ log = logging.getLogger("lockgate.globals")
 
 _EOF = KafkaError._PARTITION_EOF  # noqa: SLF001 - public code
 _PROGRESS_S = 5.0
+_REFRESH_S = 30.0
 
 
 class GlobalTables:
@@ -43,6 +44,9 @@ class GlobalTables:
         self._app = app
         self._metrics = metrics
         self._consumer: Any = None
+        self._admin: Admin | None = None
+        #: When :meth:`refresh` looks for partitions added to the tables' topics next.
+        self.next_refresh = time.monotonic() + _REFRESH_S
         #: Next offset to read, per (topic, partition).
         self.positions: dict[tuple[str, int], int] = {}
         self.skipped = 0  # undecodable records (logged, not applied)
@@ -61,6 +65,7 @@ class GlobalTables:
         """
         if not self.tables:
             return
+        self._admin = admin
         parts = admin.partitions_of(list(self.tables))
         missing = [t for t in self.tables if t not in parts]
         if missing:
@@ -108,8 +113,43 @@ class GlobalTables:
             for p, o in per.items()
             if self.positions.get((t, int(p)), 0) < int(o)
         }
+        if want and self._admin is not None:
+            # A recreated or truncated topic may never reach the recorded positions.
+            ends = self._admin.end_offsets([TopicPartition(t, p) for t, p in want])
+            for key, needed in list(want.items()):
+                end = ends.get(key, 0)
+                if needed > end:
+                    log.warning(
+                        "a checkpoint names a global-table position beyond the topic's end "
+                        "(recreated or truncated?): reading to the end instead",
+                        extra={"partition": f"{key[0]}[{key[1]}]", "recorded": needed, "end": end},
+                    )
+                    want[key] = end
+                    if key not in self.positions:
+                        self._add_partitions([key])
+        want = {k: o for k, o in want.items() if self.positions.get(k, 0) < o}
         if want:
             self._read_until(want, timeout_s, lambda: False, "catching up")
+
+    def refresh(self) -> None:
+        """Start reading partitions added to the tables' topics since the last look."""
+        self.next_refresh = time.monotonic() + _REFRESH_S
+        if self._admin is None:
+            return
+        try:
+            counts = self._admin.partitions_of_each(list(self.tables))
+        except Exception as exc:  # noqa: BLE001 - metadata may be briefly unavailable
+            log.debug("global table metadata refresh failed: %s", exc)
+            return
+        new = [(t, p) for t, n in counts.items() for p in range(n) if (t, p) not in self.positions]
+        if new:
+            log.info("global table partitions added: reading them", extra={"partitions": new})
+            self._add_partitions(new)
+
+    def _add_partitions(self, keys: list[tuple[str, int]]) -> None:
+        self._consumer.incremental_assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in keys])
+        for key in keys:
+            self.positions[key] = 0
 
     def _read_until(
         self, ends: dict[tuple[str, int], int], timeout_s: float, should_stop: Any, what: str

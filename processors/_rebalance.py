@@ -170,6 +170,12 @@ class RebalanceMixin(EpochMixin):
             TopicPartition(tp.topic, tp.partition, self._next[(tp.topic, tp.partition)])
             for tp in committed
         ]
+        if self._interleaver is not None:
+            self._interleaver.drop(groups)  # anything buffered for them predates this
+        # Records of these partitions that this consume() collected before the callback
+        # (a revoke or loss of the same partitions just before) predate the new position:
+        # the loop drops them and seeks again (_drop_stale).
+        self._rewound.update((tp.topic, tp.partition) for tp in start)
         consumer.incremental_assign(start)
         # A pause survives unassign/assign in librdkafka: only halted groups stay paused.
         running = [tp for tp in start if tp.partition not in self._halted]
@@ -248,6 +254,9 @@ class RebalanceMixin(EpochMixin):
             for t in self._inputs:
                 snap_data = (record.get("align") or {}).get(t)
                 writers = self._upstream_writers
+                if self._interleaver is not None:
+                    self._check_no_alignment(g, t, snap_data)
+                    continue  # multi-input apps do not align (docs/joins.md)
                 if not snap_data and not writers:
                     continue  # a source partition (no upstream lockgate writers known)
                 committed = self._committed[(t, g)]
@@ -321,6 +330,7 @@ class RebalanceMixin(EpochMixin):
         if self._interleaver is not None:
             self._interleaver.drop(groups)
         gone = set(groups)
+        self._bp_paused = {tp for tp in self._bp_paused if tp[1] not in gone}
         self._poison = {k: v for k, v in self._poison.items() if k[1] not in gone}
         self.metrics.assigned = len(self._kgs)
 

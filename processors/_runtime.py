@@ -63,6 +63,9 @@ from state.cache import changelog_topic
 
 log = logging.getLogger("lockgate.runtime")
 
+#: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
+_INPUT_CHECK_S = 30.0
+
 
 class _InstanceIdInUse(FatalKafkaError):
     """The group still has a member with this instance id (KIP-848 fences the newcomer)."""
@@ -97,14 +100,18 @@ class Runner(BarrierMixin):
             for t in self._inputs
             for codecs in [app.input_codecs(t)]
         }
-        #: Several co-partitioned inputs: their records go through the interleaver.
+        #: Several co-partitioned inputs: their records go through the interleaver, which
+        #: breaks timestamp ties tables first (a table version at the time of a stream
+        #: record is seen by it), then in declaration order.
+        tables = [t for t in self._inputs if t in app.tables]
+        order = (*tables, *(t for t in self._inputs if t not in app.tables))
         self._interleaver = (
-            Interleaver(
-                self._inputs, settings.max_idle_ms / 1000, settings.max_fetch_wait_ms / 1000
-            )
+            Interleaver(order, settings.max_idle_ms / 1000, settings.max_fetch_wait_ms / 1000)
             if len(self._inputs) > 1
             else None
         )
+        self._bp_limit = max(10_000, 4 * settings.consume_batch_size)
+        self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
         self._ctx = Context(self._emit)
@@ -226,6 +233,7 @@ class Runner(BarrierMixin):
             stall_timeout_s=self._txn_timeout_s + 30,
             tombstone_retention_ms=self._changelog_retention_ms,
         )
+        self._check_group_subscriptions(admin)
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
         self.metrics.started = True
@@ -241,15 +249,48 @@ class Runner(BarrierMixin):
             },
         )
 
+    def _check_group_subscriptions(self, admin: Admin) -> None:
+        """Refuse to join while live members of the group consume another topic.
+
+        Members that subscribe different topics split key groups between them (each
+        topic's partitions go to its own subscribers): during a rolling update from a
+        version with another subscribed input, an old and a new instance would both own
+        key group ``g``. A change of the subscribed input needs every old instance
+        stopped first.
+
+        Raises:
+            ConfigError: a live member is assigned a topic this version does not subscribe.
+        """
+        mine = self.app.subscribed_input
+        try:
+            members = admin.group_topics(self.name)
+        except Exception as exc:  # noqa: BLE001 - best effort: a new group cannot be described
+            log.debug("describing the group failed: %s", exc)
+            return
+        others = {m: sorted(t - {mine}) for m, t in members.items() if t - {mine}}
+        if others:
+            raise ConfigError(
+                f"live members of group {self.name!r} consume {others}, but this version of "
+                f"the app subscribes {mine!r} (key group g = partition g of {mine!r}): they "
+                "would own the same key groups. The subscribed input (the first stream "
+                "declared) changed: stop every instance of the old version before starting "
+                "this one (not a rolling update)"
+            )
+
     def _subscribe(self) -> None:
         conf = consumer_config(self.settings, self.name)
         if self._interleaver is not None:
             conf["enable.partition.eof"] = True  # the interleaver needs "caught up"
         self._consumer = Consumer(conf)
-        # Only the first input is subscribed: the group assigns its partitions, and
-        # key group g takes partition g of every other input with it (_rebalance).
+        for topic in self._inputs:
+            if topic != self.app.subscribed_input:
+                # Without metadata for the other inputs librdkafka starts fetching them
+                # only after its next metadata refresh (measured: ~1.1 s at start-up).
+                self._consumer.list_topics(topic, timeout=10)
+        # Only one input is subscribed: the group assigns its partitions, and key group
+        # g takes partition g of every other input with it (_rebalance).
         self._consumer.subscribe(
-            [self._inputs[0]],
+            [self.app.subscribed_input],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
@@ -316,15 +357,13 @@ class Runner(BarrierMixin):
                     if self._rewound and msgs:
                         msgs = self._drop_stale(msgs)
                     if self._interleaver is not None:
-                        now = time.monotonic()
-                        if msgs:
-                            msgs = self._interleaver.push(msgs, now)  # errors pass through
-                        if self._interleaver:
-                            msgs += self._interleaver.pop(now)
+                        msgs = self._interleave(msgs)
                     if msgs:
                         self._process(msgs)
                     if self._globals:
                         self._globals.poll()
+                        if time.monotonic() >= self._globals.next_refresh:
+                            self._globals.refresh()
                     if self._aligners:
                         self._tick_alignments()
                         if self._released:
@@ -610,6 +649,61 @@ class Runner(BarrierMixin):
         m.records_out_attempts += self._epoch_out - out_before
         self._producer.poll(0)
 
+    def _interleave(self, msgs: list[Any]) -> list[Any]:
+        """Buffer fetched records; return what the interleaver releases, in order.
+
+        Records of key groups not owned (fetched before a revoke in this ``consume()``)
+        are dropped; consumer errors are handled first. Input partitions whose buffer
+        passes ``_bp_limit`` records are paused until it drains below half.
+        """
+        il = self._interleaver
+        assert il is not None
+        now = time.monotonic()
+        if msgs:
+            kgs = self._kgs
+            owned = [m for m in msgs if m.error() is not None or m.partition() in kgs]
+            for err in il.push(owned, now):
+                self._consume_error(err.error())
+        out = il.pop(now) if il else []
+        backlog = il.backlog()
+        limit = self._bp_limit
+        full = [tp for tp, n in backlog.items() if n > limit and tp not in self._bp_paused]
+        if full:
+            self._consumer.pause([TopicPartition(t, g) for t, g in full])
+            self._bp_paused.update(full)
+        if self._bp_paused:
+            drained = [
+                (t, g)
+                for t, g in self._bp_paused
+                if backlog.get((t, g), 0) < limit // 2 and g not in self._halted
+            ]
+            if drained:
+                self._bp_paused.difference_update(drained)
+                parts = [TopicPartition(t, g) for t, g in drained if g in self._kgs]
+                if parts:
+                    self._consumer.resume(parts)
+        if now >= self._next_input_check:
+            self._next_input_check = now + _INPUT_CHECK_S
+            self._check_inputs()
+        return out
+
+    def _check_inputs(self) -> None:
+        """Stop if the inputs stopped being co-partitioned; pick up new global partitions.
+
+        Raises:
+            ConfigError: an input's partition count changed, or an input is gone.
+        """
+        assert self._admin is not None
+        counts = self._admin.partitions_of_each(self._inputs)
+        changed = {t: counts.get(t) for t in self._inputs if counts.get(t) != self._partitions}
+        if changed:
+            raise ConfigError(
+                f"input topics are no longer co-partitioned: {changed} (the app started with "
+                f"{self._partitions} partitions each; None: the topic is gone): key group g "
+                "must be partition g of every input; stop the app and repartition the inputs "
+                "alike"
+            )
+
     def _drop_stale(self, msgs: list[Any]) -> list[Any]:
         """Drop records of partitions rewound by a callback during this ``consume()``.
 
@@ -624,10 +718,11 @@ class Runner(BarrierMixin):
             offset = self._next.get((topic, part))
             if offset is not None and part in self._kgs:
                 self._seek(topic, part, offset)
-        log.info(
-            "dropped records fetched before a rewind",
-            extra={"records": len(msgs) - len(kept), "partitions": sorted(rewound)},
-        )
+        if len(kept) < len(msgs):
+            log.info(
+                "dropped records fetched before a rewind or re-assignment",
+                extra={"records": len(msgs) - len(kept), "partitions": sorted(rewound)},
+            )
         self._rewound = set()
         return kept
 

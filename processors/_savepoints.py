@@ -419,6 +419,9 @@ class SavepointMixin(RunnerCore):
         for topic, offset in offsets.items():
             self._next[(topic, g)] = self._committed[(topic, g)] = offset
             align = manifest.get("align", {}).get(topic)
+            if align and self._interleaver is not None:
+                self._check_no_alignment(g, topic, align)
+                align = None  # multi-input apps do not align (docs/joins.md)
             if align:
                 snap = Snapshot.from_json(align)
                 self._aligners[(topic, g)] = self._new_aligner(snap, (topic, g))
