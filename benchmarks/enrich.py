@@ -57,6 +57,9 @@ order's timestamp (null when none or deleted), per key in order; running sum, ev
 on PATH; 100 Hz, blocking, ``--idle --threads``) to each app and adds the main thread's
 top functions (wall time: waiting in ``consume()`` counts as self time of the loop) to the
 JSON; that slows the apps, so profiled rates are not the benchmark's figures.
+
+The app declares the topic variables it reads: ``App("enrich-orders",
+env=["LOCKGATE_ORDERS_TOPIC", "LOCKGATE_CUSTOMERS_TOPIC"])``.
 """
 
 from __future__ import annotations

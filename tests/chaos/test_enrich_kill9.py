@@ -13,6 +13,9 @@ is wiped) and restarted with the same instance id. At the end the committed outp
 
 ``LOCKGATE_CHAOS_KILLS`` (default 6) sets the number of kills and ``LOCKGATE_CHAOS_SEED``
 repeats a run (the seed is printed and in every assertion message).
+
+The app declares the topic variables it reads: ``App("enrich-orders",
+env=["LOCKGATE_ORDERS_TOPIC", "LOCKGATE_CUSTOMERS_TOPIC"])``.
 """
 
 from __future__ import annotations

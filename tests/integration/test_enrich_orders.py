@@ -11,6 +11,9 @@ The first rounds of inputs are produced before the apps start (both inputs are a
 runtime interleaves by timestamp); later rounds are produced live, customers first, and their
 orders only once the app committed every customer record (so orders between a late-arriving
 customer record and the newer one before it see the late one, whatever the fetch timing).
+
+The app declares the topic variables it reads: ``App("enrich-orders",
+env=["LOCKGATE_ORDERS_TOPIC", "LOCKGATE_CUSTOMERS_TOPIC"])``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 tests/integration/apps/rates.py converts payment amounts with a global table of rates. The
 rates topic has 3 partitions while the payments topic has 2: global tables are not
 co-partitioned.
+
+The app declares the variable it reads: ``App("rates", env=["LOCKGATE_RATES_TOPIC"])``.
 """
 
 from __future__ import annotations

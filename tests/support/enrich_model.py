@@ -25,6 +25,9 @@ its orders. The generator keeps the join result independent of fetch timing:
   caller must make sure the app applied the round's customers before producing the orders
   (:func:`wait_committed`): read as a backlog, a runtime that interleaves the two inputs by
   timestamp legitimately processes such an order before the late record it should see.
+
+The app declares the topic variables it reads: ``App("enrich-orders",
+env=["LOCKGATE_ORDERS_TOPIC", "LOCKGATE_CUSTOMERS_TOPIC"])``.
 """
 
 from __future__ import annotations

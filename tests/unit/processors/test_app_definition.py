@@ -117,7 +117,9 @@ def test_stream_without_operators_has_no_handler() -> None:
 def test_chain_that_ends_nowhere_is_refused() -> None:
     app = App("a")
     app.stream("in").map(str).filter(bool)
-    with pytest.raises(ConfigError, match=r"ends without \.to\(\), \.key_by\(\), \.process\(\) or a join"):
+    with pytest.raises(
+        ConfigError, match=r"ends without \.to\(\), \.key_by\(\), \.process\(\) or a join"
+    ):
         app.handler()
 
 
