@@ -468,11 +468,14 @@ class RunnerCore:
             aligner.expect(self._upstream_writers)
         return aligner
 
-    def _check_no_alignment(self, g: int, topic: str, snap_data: Any) -> None:
+    def _check_no_alignment(
+        self, g: int, topic: str, snap_data: Any, committed: int | None = None
+    ) -> None:
         """A multi-input app resumes an alignment snapshot only if it includes nothing.
 
         Records past the snapshot's ``low`` that it counts as processed would be
-        processed again without it (the app was a single-input downstream before).
+        processed again without it (the app was a single-input downstream before). A
+        snapshot whose ``low`` is not ``committed`` (offsets reset by hand) is ignored.
 
         Raises:
             ConfigError: the snapshot includes records past the committed offset.
@@ -480,6 +483,8 @@ class RunnerCore:
         if not snap_data:
             return
         snap = Snapshot.from_json(snap_data)
+        if committed is not None and snap.low != committed:
+            return  # offsets changed by hand: the offsets win, as for single-input apps
         if snap.high > snap.low:
             raise ConfigError(
                 f"key group {g} of {topic!r} was committed in the middle of a barrier "

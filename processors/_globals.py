@@ -98,7 +98,12 @@ class GlobalTables:
             },
         )
 
-    def catch_up(self, required: dict[str, dict[str, int]] | None, timeout_s: float) -> None:
+    def catch_up(
+        self,
+        required: dict[str, dict[str, int]] | None,
+        timeout_s: float,
+        should_stop: Any = lambda: False,
+    ) -> None:
         """Read the tables at least to ``required`` (``{topic: {partition: offset}}``).
 
         Raises:
@@ -113,23 +118,34 @@ class GlobalTables:
             for p, o in per.items()
             if self.positions.get((t, int(p)), 0) < int(o)
         }
-        if want and self._admin is not None:
-            # A recreated or truncated topic may never reach the recorded positions.
-            ends = self._admin.end_offsets([TopicPartition(t, p) for t, p in want])
-            for key, needed in list(want.items()):
-                end = ends.get(key, 0)
-                if needed > end:
-                    log.warning(
-                        "a checkpoint names a global-table position beyond the topic's end "
-                        "(recreated or truncated?): reading to the end instead",
-                        extra={"partition": f"{key[0]}[{key[1]}]", "recorded": needed, "end": end},
-                    )
-                    want[key] = end
-                    if key not in self.positions:
-                        self._add_partitions([key])
+        if not want or self._admin is None:
+            return
+        # A recreated or truncated topic may never reach the recorded positions, and a
+        # partition may have been added since this instance looked.
+        counts = self._admin.partitions_of_each(sorted({t for t, _ in want}), timeout=10)
+        gone = [k for k in want if k[1] >= counts.get(k[0], 0)]
+        for key in gone:
+            log.warning(
+                "a checkpoint names a global-table partition that does not exist (any more)",
+                extra={"partition": f"{key[0]}[{key[1]}]"},
+            )
+            del want[key]
+        ends = self._admin.end_offsets([TopicPartition(t, p) for t, p in want])
+        for key, needed in list(want.items()):
+            end = ends.get(key, 0)
+            if needed > end:
+                log.warning(
+                    "a checkpoint names a global-table position beyond the topic's end "
+                    "(recreated or truncated?): reading to the end instead",
+                    extra={"partition": f"{key[0]}[{key[1]}]", "recorded": needed, "end": end},
+                )
+                want[key] = end
+        new = [k for k in want if k not in self.positions]
+        if new:
+            self._add_partitions(new)
         want = {k: o for k, o in want.items() if self.positions.get(k, 0) < o}
         if want:
-            self._read_until(want, timeout_s, lambda: False, "catching up")
+            self._read_until(want, timeout_s, should_stop, "catching up")
 
     def refresh(self) -> None:
         """Start reading partitions added to the tables' topics since the last look."""
@@ -137,7 +153,7 @@ class GlobalTables:
         if self._admin is None:
             return
         try:
-            counts = self._admin.partitions_of_each(list(self.tables))
+            counts = self._admin.partitions_of_each(list(self.tables), timeout=5)
         except Exception as exc:  # noqa: BLE001 - metadata may be briefly unavailable
             log.debug("global table metadata refresh failed: %s", exc)
             return
@@ -160,11 +176,11 @@ class GlobalTables:
         while pending:
             if should_stop():
                 raise Stopping(f"{what} global tables")
-            before = dict(self.positions)
+            before = {k: self.positions.get(k, 0) for k in pending}
             self._consume(1000, 0.1)
             now = time.monotonic()
-            if self.positions != before:
-                last_progress = now
+            if any(self.positions.get(k, 0) != o for k, o in before.items()):
+                last_progress = now  # progress on what is awaited, not on any partition
             pending = {k for k in pending if self.positions.get(k, 0) < ends[k]}
             self._metrics.beat()
             if pending and now - last_progress > timeout_s:

@@ -148,6 +148,9 @@ def restore_consumer_config(settings: Settings, app: str) -> dict[str, Any]:
 def admin_config(settings: Settings) -> dict[str, Any]:
     """Return the admin client configuration."""
     conf = _common(settings, drop=_PRODUCER_ONLY + _CONSUMER_ONLY)
+    # The admin client is a producer-type client, for which librdkafka asks the broker to
+    # create topics named in metadata requests: never let a check re-create a deleted topic.
+    conf["allow.auto.create.topics"] = False
     conf["logger"] = librdkafka_logger("admin")
     return conf
 

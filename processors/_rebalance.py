@@ -238,7 +238,9 @@ class RebalanceMixin(EpochMixin):
             self._checkpoint = max(self._checkpoint, done)
             self._origin[g] = origins[g] if g in origins else record.get("origin")
             if self._globals:
-                self._globals.catch_up(record.get("globals"), self._txn_timeout_s + 30)
+                self._globals.catch_up(
+                    record.get("globals"), self._txn_timeout_s + 30, lambda: self._stop
+                )
             if record.get("seeding"):
                 self._seeding[g] = str(record["seeding"])  # a restore cut short: redo it
             if record.get("halted"):
@@ -255,7 +257,7 @@ class RebalanceMixin(EpochMixin):
                 snap_data = (record.get("align") or {}).get(t)
                 writers = self._upstream_writers
                 if self._interleaver is not None:
-                    self._check_no_alignment(g, t, snap_data)
+                    self._check_no_alignment(g, t, snap_data, self._committed[(t, g)])
                     continue  # multi-input apps do not align (docs/joins.md)
                 if not snap_data and not writers:
                     continue  # a source partition (no upstream lockgate writers known)

@@ -262,12 +262,30 @@ class Runner(BarrierMixin):
             ConfigError: a live member is assigned a topic this version does not subscribe.
         """
         mine = self.app.subscribed_input
-        try:
-            members = admin.group_topics(self.name)
-        except Exception as exc:  # noqa: BLE001 - best effort: a new group cannot be described
-            log.debug("describing the group failed: %s", exc)
-            return
-        others = {m: sorted(t - {mine}) for m, t in members.items() if t - {mine}}
+        me = self.settings.instance_id
+        # Members of a version stopped cleanly stay listed until their session expires
+        # (static members send no leave): wait that long before refusing.
+        session_ms = int(self.settings.kafka_config().get("session.timeout.ms", 45_000))
+        deadline = time.monotonic() + session_ms / 1000 + 10
+        while True:
+            try:
+                members = admin.group_topics(self.name)
+            except Exception as exc:  # noqa: BLE001 - best effort: a new group has nothing
+                log.debug("describing the group failed: %s", exc)
+                return
+            others = {m: sorted(t - {mine}) for m, t in members.items() if t - {mine} and m != me}
+            if not others or time.monotonic() > deadline:
+                break
+            log.warning(
+                "members of the group consume another topic than this version subscribes; "
+                "waiting for them to leave",
+                extra={"members": others, "subscribes": mine},
+            )
+            until = time.monotonic() + 2.0
+            while time.monotonic() < until:
+                self._check_stop()
+                self.metrics.beat()
+                time.sleep(0.1)
         if others:
             raise ConfigError(
                 f"live members of group {self.name!r} consume {others}, but this version of "
@@ -694,7 +712,12 @@ class Runner(BarrierMixin):
             ConfigError: an input's partition count changed, or an input is gone.
         """
         assert self._admin is not None
-        counts = self._admin.partitions_of_each(self._inputs)
+        try:
+            with self.metrics.blocked("input metadata", 15):
+                counts = self._admin.partitions_of_each(self._inputs, timeout=5)
+        except Exception as exc:  # noqa: BLE001 - brokers unreachable: check again later
+            log.debug("input metadata check failed: %s", exc)
+            return
         changed = {t: counts.get(t) for t in self._inputs if counts.get(t) != self._partitions}
         if changed:
             raise ConfigError(

@@ -105,12 +105,13 @@ class Table:
 class IntervalJoin:
     """Buffers both sides of a stream–stream interval join per key (see the module docs).
 
-    A record at ``t`` advances the key's time to ``max(time, t)`` (kept in state, so a
-    late record never moves it back); a buffered left record at ``l`` is dropped once
-    ``l + upper_ms < time - grace_ms`` and a right record at ``r`` once
-    ``r - lower_ms < time - grace_ms``: no record within ``grace_ms`` of the key's newest
-    can match them any more. At most ``max_per_key`` records per side and key are kept
-    (the oldest go first).
+    A record at ``t`` advances the key's time to ``max(time, t)`` (kept in state with the
+    buffers, so a late record does not move it back while anything is buffered; once both
+    sides are purged the key's state goes, and a later late record starts afresh); a
+    buffered left record at ``l`` is dropped once ``l + upper_ms < time - grace_ms`` and
+    a right record at ``r`` once ``r - lower_ms < time - grace_ms``: no record within
+    ``grace_ms`` of the key's newest can match them any more. At most ``max_per_key``
+    records per side and key are kept (the oldest go first).
 
     State: the left store holds ``[time, left records]``, the right store the right
     records; records are ``[timestamp, value]`` in arrival order.
