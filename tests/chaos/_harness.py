@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -111,6 +113,39 @@ class Fleet:
             f"===== {iid} (tail) =====\n" + "\n".join(p.log_text().splitlines()[-lines:])
             for iid, p in self.procs.items()
         )
+
+
+def kill_at_random(
+    rng: random.Random,
+    pick: Callable[[], tuple[Fleet, str]],
+    kills: int,
+    history: list[str],
+    started: float,
+) -> None:
+    """SIGKILL ``kills`` times an instance ``pick()`` names, at random moments; restart it.
+
+    Each victim is restarted after up to 1 s, a quarter of the time with its state dir
+    wiped; 30% of the time it is killed again 0.5-2.5 s later (into start-up or restore)
+    and restarted. ``history`` gets one line per kill (seconds since ``started``).
+    """
+    done = 0
+    while done < kills:
+        time.sleep(rng.uniform(0.3, 3.0))
+        fleet, victim = pick()
+        fleet.procs[victim].kill9()
+        done += 1
+        wipe = rng.random() < 0.25
+        history.append(
+            f"{time.monotonic() - started:.1f}s {victim}{' (state wiped)' if wipe else ''}"
+        )
+        time.sleep(rng.uniform(0.0, 1.0))
+        fleet.start(victim, wipe_state=wipe)
+        if rng.random() < 0.3:  # kill again soon: lands in start-up or restore
+            time.sleep(rng.uniform(0.5, 2.5))
+            fleet.procs[victim].kill9()
+            done += 1
+            history.append(f"{time.monotonic() - started:.1f}s {victim} (again)")
+            fleet.start(victim)
 
 
 def describe_group(bootstrap: str, group: str) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos._harness import Fleet, chaos_env, describe_group
+from tests.chaos._harness import Fleet, chaos_env, describe_group, kill_at_random
 from tests.support.enrich_model import (
     Round,
     check,
@@ -131,25 +131,8 @@ def test_enrich_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None
 
     fleet.start_all()
     feeder.start()
-    kills = 0
     try:
-        while kills < KILLS:
-            time.sleep(rng.uniform(0.3, 3.0))
-            victim = rng.choice(fleet.ids)
-            fleet.procs[victim].kill9()
-            kills += 1
-            wipe = rng.random() < 0.25
-            history.append(
-                f"{time.monotonic() - started:.1f}s {victim}{' (state wiped)' if wipe else ''}"
-            )
-            time.sleep(rng.uniform(0.0, 1.0))
-            fleet.start(victim, wipe_state=wipe)
-            if rng.random() < 0.3:  # kill again soon: lands in start-up or restore
-                time.sleep(rng.uniform(0.5, 2.5))
-                fleet.procs[victim].kill9()
-                kills += 1
-                history.append(f"{time.monotonic() - started:.1f}s {victim} (again)")
-                fleet.start(victim)
+        kill_at_random(rng, lambda: (fleet, rng.choice(fleet.ids)), KILLS, history, started)
         feeder.join(300)
         assert not feeder.is_alive() and feeder.error is None, f"{about()}: {feeder.error}"
         customers = read_records(

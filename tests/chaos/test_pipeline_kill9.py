@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos._harness import chaos_env, describe_group
+from tests.chaos._harness import chaos_env, describe_group, kill_at_random
 from tests.chaos._pipeline import (
     CLICK_SPEC,
     REGION_SPEC,
@@ -107,26 +107,13 @@ def test_pipeline_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, align
     for fleet in fleets.values():
         fleet.start_all()
     feeder.start()
-    kills = 0
     try:
-        while kills < KILLS:
-            time.sleep(rng.uniform(0.3, 3.0))
+
+        def pick() -> tuple[PipelineFleet, str]:
             name, victim = rng.choice(instances)
-            fleet = fleets[name]
-            fleet.procs[victim].kill9()
-            kills += 1
-            wipe = rng.random() < 0.25
-            history.append(
-                f"{time.monotonic() - started:.1f}s {victim}{' (state wiped)' if wipe else ''}"
-            )
-            time.sleep(rng.uniform(0.0, 1.0))
-            fleet.start(victim, wipe_state=wipe)
-            if rng.random() < 0.3:  # kill again soon: lands in start-up or restore
-                time.sleep(rng.uniform(0.5, 2.5))
-                fleet.procs[victim].kill9()
-                kills += 1
-                history.append(f"{time.monotonic() - started:.1f}s {victim} (again)")
-                fleet.start(victim)
+            return fleets[name], victim
+
+        kill_at_random(rng, pick, KILLS, history, started)
         feeder.join(300)
         assert feeder.error is None, feeder.error
         n = len(feeder.produced)
