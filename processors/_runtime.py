@@ -706,7 +706,7 @@ class Runner(BarrierMixin):
         return out
 
     def _check_inputs(self) -> None:
-        """Stop if the inputs stopped being co-partitioned; pick up new global partitions.
+        """Stop if the inputs stopped being co-partitioned (metadata errors: check later).
 
         Raises:
             ConfigError: an input's partition count changed, or an input is gone.
