@@ -104,9 +104,10 @@ class Admin:
 
 
 class GroupOffsets:
-    """Reads a consumer group's committed offsets without joining the group."""
+    """Reads a consumer group's committed offsets without joining the group (over one
+    input topic, or over several with as many partitions each)."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str | list[str], partitions: int) -> None:
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -118,10 +119,12 @@ class GroupOffsets:
                 "log_level": 0,
             }
         )
-        self.tps = [TopicPartition(topic, p) for p in range(partitions)]
+        topics = [topic] if isinstance(topic, str) else topic
+        self.tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
 
     def committed(self) -> int:
-        """Sum of the committed offsets over the partitions (-1001 counts as 0)."""
+        """Sum of the committed offsets over the partitions (-1001 counts as 0; -1 when
+        the request failed)."""
         try:
             got = self.consumer.committed(self.tps, timeout=5)
         except KafkaException:

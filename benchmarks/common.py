@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from benchmarks.broker import Admin
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / "benchmarks"
@@ -116,3 +123,135 @@ class Config:
             f"BENCH_LATENCY_RATE={self.latency_rate} "
             f"BENCH_LATENCY_SECONDS={self.latency_seconds}"
         )
+
+
+class Bench(Protocol):
+    """What :func:`run_standalone` drives: ``run()`` returns the section's results;
+    ``results`` holds them so far (kept when the run is interrupted)."""
+
+    results: dict[str, Any]
+
+    def run(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class Standalone:
+    """The outcome of :func:`run_standalone`."""
+
+    out_dir: Path
+    meta: dict[str, Any]
+    results: dict[str, Any]
+    code: int
+    #: the JSON written to ``out_dir`` (``{"meta": ..., <section>: ...}``)
+    doc: str
+
+
+def run_standalone(
+    cfg: Config,
+    section: str,
+    json_name: str,
+    command: str,
+    title: str,
+    make_bench: Callable[[Admin, Path, str], Bench],
+    *,
+    keep_errors: bool = False,
+) -> Standalone:
+    """Run one section of the harness on its own: a fresh ``benchmarks/out/<timestamp>/``,
+    the run's meta data, the harness's own broker (or ``BENCH_BROKER``'s, neither started
+    nor stopped), the bench (Ctrl-C keeps the partial results, exit code 130; with
+    ``keep_errors`` any other exception too, added to ``errors``), then
+    ``out_dir/<json_name>`` with ``{"meta": ..., <section>: results}``.
+
+    ``command`` is the command line for the meta data (``BENCH_BROKER=...`` is prepended
+    when set), ``title`` starts the first progress line, ``make_bench(admin, out_dir,
+    run_id)`` builds the bench.
+    """
+    from benchmarks import broker
+    from benchmarks.run import _dirty, _sh, machine, uptime
+
+    def git() -> str:
+        return _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty()
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = BENCH_DIR / "out" / stamp
+    out_dir.mkdir(parents=True, exist_ok=True)
+    external = os.environ.get("BENCH_BROKER", "")
+    meta: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": (f"BENCH_BROKER={external} " if external else "") + command,
+        "machine": machine(),
+        "uptime_before": uptime(),
+        "git": git(),
+    }
+    say(f"{title}; output {out_dir}")
+    res: dict[str, Any] = {}
+    code = 0
+    if external:
+        bootstrap = external
+        meta["broker"] = f"existing broker at {external} (not started or stopped by the harness)"
+    else:
+        bootstrap = broker.up(cfg.kafka_port)
+        meta["broker"] = f"Kafka {broker.kafka_version()} started by the harness on {bootstrap}"
+    try:
+        admin = broker.Admin(bootstrap)
+        bench = make_bench(admin, out_dir, stamp[-6:])
+        try:
+            res = bench.run()
+        except KeyboardInterrupt:
+            code = 130
+            res = bench.results
+        except Exception as exc:
+            if not keep_errors:
+                raise
+            say(f"harness error: {exc!r}")
+            res = bench.results
+            res["errors"].append(traceback.format_exc())
+    finally:
+        if not external:
+            broker.down(cfg.kafka_port)
+    meta["uptime_after"] = uptime()
+    meta["git_after"] = git()
+    meta["total_minutes"] = elapsed() / 60
+    doc = json.dumps({"meta": meta, section: res}, indent=1)
+    (out_dir / json_name).write_text(doc)
+    return Standalone(out_dir, meta, res, code, doc)
+
+
+def splice_section(
+    path: Path, section: list[str], begin: str, end: str, after: str | None = None
+) -> str:
+    """The text of results file ``path`` (a new one's if missing) with ``section`` in
+    place of the one between ``begin`` and ``end``; without one, inserted after marker
+    ``after`` (when given and present), else before the profiles (or the method), else
+    appended."""
+    text = path.read_text() if path.exists() else "# lockgate benchmarks: results\n"
+    block = "\n".join(section)
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + block + rest.split(end, 1)[1]
+    if after is not None and after in text:
+        i = text.index(after) + len(after)
+        return text[:i] + "\n\n" + block + text[i:]
+    for anchor in ("\n## Profile", "\n## Method"):
+        if anchor in text:
+            i = text.index(anchor)
+            return text[: i + 1] + block + "\n\n" + text[i + 1 :]
+    return text.rstrip("\n") + "\n\n" + block + "\n"
+
+
+def section_footer(
+    res: dict[str, Any], results_file: str, command: str, step: str, end: str
+) -> list[str]:
+    """The last lines of a RESULTS.md section: notes added by hand to the results file
+    (then ``--render``), the error count, how to reproduce it, the ``end`` marker."""
+    lines = [f"- {note}" for note in res.get("notes", [])]
+    if res.get("notes"):
+        lines.append("")
+    if res.get("errors"):
+        lines += [f"Errors in this section: {len(res['errors'])} (see {results_file}).", ""]
+    lines += [
+        f"Reproduce: `{res.get('env_line', '')} {command}` (or the `{step}` step of `make bench`).",
+        "",
+        end,
+    ]
+    return lines

@@ -69,8 +69,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -83,11 +81,22 @@ from statistics import median
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from benchmarks import broker, venvs
 from benchmarks import proc as procs
-from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, ROOT, Config, _int, elapsed, say
+from benchmarks.common import (
+    BENCH_DIR,
+    LOCKGATE_BIN,
+    ROOT,
+    Config,
+    _int,
+    run_standalone,
+    say,
+    section_footer,
+    splice_section,
+)
+from benchmarks.data import _producer
 from benchmarks.pipeline import delete_topics, free_port, histogram, metric, scrape
 
 ENRICH_SPEC = "examples.enrich_orders:app"
@@ -156,20 +165,6 @@ class Inputs:
     @property
     def enrich_inputs(self) -> int:
         return self.orders + self.customer_records
-
-
-def _producer(bootstrap: str) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "partitioner": "murmur2_random",
-            "linger.ms": 50,
-            "batch.size": 1_000_000,
-            "compression.type": "lz4",
-            "enable.idempotence": True,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
 
 
 def _send(p: Producer, topic: str, value: bytes | None, key: bytes, ts: int) -> None:
@@ -377,33 +372,6 @@ class CountReader(threading.Thread):
             c.close()
 
 
-class CommittedOffsets:
-    """The app's consumer group's committed offsets over all its inputs (without joining)."""
-
-    def __init__(self, bootstrap: str, group: str, topics: list[str], partitions: int) -> None:
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "isolation.level": "read_uncommitted",  # no require_stable: no waiting
-                "log_level": 0,
-            }
-        )
-        self.tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
-
-    def committed(self) -> int:
-        """Sum of the committed offsets (-1 when the request failed)."""
-        try:
-            got = self.consumer.committed(self.tps, timeout=5)
-        except KafkaException:
-            return -1
-        return sum(max(0, tp.offset) for tp in got)
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
 def read_back(bootstrap: str, topic: str, partitions: int) -> list[tuple[Any, Any]]:
     """Every committed record of ``topic`` (key, value), each partition in offset order."""
     c = _consumer(bootstrap, eof=True)
@@ -609,7 +577,7 @@ class EnrichBench:
             spec, topics = SUM_SPEC, [inp.numbers_topic]
             env["LOCKGATE_INPUT_TOPIC"] = inp.numbers_topic
             total_in, expected_out = inp.numbers, inp.numbers
-        offsets = CommittedOffsets(self.bootstrap, tag, topics, ec.partitions)
+        offsets = broker.GroupOffsets(self.bootstrap, tag, topics, ec.partitions)
         reader = CountReader(self.bootstrap, output, ec.partitions, expected_out)
         reader.start()
         log = self.logs / f"{tag}.log"
@@ -716,21 +684,9 @@ class EnrichBench:
             say("  (--profile: no py-spy found; set BENCH_PYSPY)")
             return None
         raw = self.out_dir / f"profile-{tag}.txt"
-        spy = subprocess.Popen(
-            [exe, "record", "--pid", str(p.pid), "--rate", "100", "--function", "--idle"]
-            + ["--threads", "--format", "raw", "-o", str(raw)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        return procs.pyspy_record(
+            exe, p.pid, "--function", "--idle", "--threads", "--format", "raw", "-o", str(raw)
         )
-
-        def detach() -> None:
-            spy.send_signal(signal.SIGINT)
-            try:
-                spy.wait(30)
-            except subprocess.TimeoutExpired:
-                spy.kill()
-
-        return detach
 
 
 def _main_thread_stacks(raw: Path) -> list[str]:
@@ -918,39 +874,13 @@ def render(res: dict[str, Any], meta: dict[str, Any]) -> list[str]:
         a("")
     L.extend(table(res))
     a("")
-    for note in res.get("notes", []):  # added by hand to the JSON, then --render
-        a(f"- {note}")
-    if res.get("notes"):
-        a("")
-    if res.get("errors"):
-        a(f"Errors in this section: {len(res['errors'])} (see the JSON).")
-        a("")
-    a(f"Reproduce: `{res.get('env_line', '')} {COMMAND}` (or the `enrich` step of `make bench`).")
-    a("")
-    a(END)
+    L.extend(section_footer(res, "the JSON", COMMAND, "enrich", END))
     return L
 
 
 def merge(section: list[str], path: Path) -> None:
     """Replace the enrich section of ``path`` (or insert it after the pipeline section)."""
-    text = path.read_text() if path.exists() else "# lockgate benchmarks: results\n"
-    block = "\n".join(section)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        marker = "<!-- pipeline:end -->"
-        if marker in text:
-            i = text.index(marker) + len(marker)
-            text = text[:i] + "\n\n" + block + text[i:]
-        else:
-            for anchor in ("\n## Profile", "\n## Method"):
-                if anchor in text:
-                    i = text.index(anchor)
-                    text = text[: i + 1] + block + "\n\n" + text[i + 1 :]
-                    break
-            else:
-                text = text.rstrip("\n") + "\n\n" + block + "\n"
+    text = splice_section(path, section, BEGIN, END, after="<!-- pipeline:end -->")
     whole = "Every number below comes from that one run"
     own = "the Multi-input section when it ran on its own"
     if whole in text and own not in text:
@@ -968,8 +898,6 @@ def merge(section: list[str], path: Path) -> None:
 
 def main() -> int:
     """Run the section on its own (see the module docs)."""
-    from benchmarks.run import _dirty, _sh, machine, uptime
-
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.enrich",
         description=__doc__,
@@ -997,49 +925,17 @@ def main() -> int:
     if args.customers:
         ec.customers = args.customers
     ec.profile = ec.profile or args.profile
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = BENCH_DIR / "out" / stamp
-    out_dir.mkdir(parents=True, exist_ok=True)
-    external = os.environ.get("BENCH_BROKER", "")
     argv = " ".join(sys.argv[1:])
-    meta: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": (f"BENCH_BROKER={external} " if external else "")
-        + COMMAND
-        + (f" {argv}" if argv else ""),
-        "machine": machine(),
-        "uptime_before": uptime(),
-        "git": _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty(),
-    }
-    say(f"enrich benchmark: {ec.env_line()}; output {out_dir}")
-    res: dict[str, Any] = {}
-    code = 0
-    if external:
-        bootstrap = external
-        meta["broker"] = f"existing broker at {external} (not started or stopped by the harness)"
-    else:
-        bootstrap = broker.up(cfg.kafka_port)
-        meta["broker"] = f"Kafka {broker.kafka_version()} started by the harness on {bootstrap}"
-    try:
-        admin = broker.Admin(bootstrap)
-        bench = EnrichBench(cfg, ec, admin, out_dir, stamp[-6:])
-        try:
-            res = bench.run()
-        except KeyboardInterrupt:
-            code = 130
-            res = bench.results
-        except Exception as exc:  # noqa: BLE001 - keep the partial results
-            say(f"harness error: {exc!r}")
-            res = bench.results
-            res["errors"].append(traceback.format_exc())
-    finally:
-        if not external:
-            broker.down(cfg.kafka_port)
-    meta["uptime_after"] = uptime()
-    meta["git_after"] = _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty()
-    meta["total_minutes"] = elapsed() / 60
-    doc = json.dumps({"meta": meta, "enrich": res}, indent=1)
-    (out_dir / "enrich.json").write_text(doc)
+    run = run_standalone(
+        cfg,
+        "enrich",
+        "enrich.json",
+        COMMAND + (f" {argv}" if argv else ""),
+        f"enrich benchmark: {ec.env_line()}",
+        lambda admin, out_dir, run_id: EnrichBench(cfg, ec, admin, out_dir, run_id),
+        keep_errors=True,
+    )
+    res, meta, doc = run.results, run.meta, run.doc
     dest = QUICK_JSON if ec.quick else OUT_JSON
     dest.write_text(doc)
     print("\n".join(table(res)))
@@ -1050,7 +946,7 @@ def main() -> int:
         say(f"wrote {dest.relative_to(ROOT)}")
     if res.get("errors"):
         say("FAILED: " + " | ".join(e.strip().splitlines()[-1][:300] for e in res["errors"]))
-    return code or (1 if res.get("errors") else 0)
+    return run.code or (1 if res.get("errors") else 0)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,19 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from benchmarks import broker
 from benchmarks import proc as procs
-from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, ROOT, Config, _int, _list, elapsed, say
+from benchmarks.common import (
+    BENCH_DIR,
+    LOCKGATE_BIN,
+    ROOT,
+    Config,
+    _int,
+    _list,
+    elapsed,
+    run_standalone,
+    say,
+    section_footer,
+    splice_section,
+)
 
 CLICK_SPEC = "examples.click_pipeline:click_app"
 REGION_SPEC = "examples.click_pipeline:region_app"
@@ -897,34 +909,13 @@ def render(p: dict[str, Any], meta: dict[str, Any]) -> list[str]:  # noqa: C901
                 L.extend(x[:400] for x in lines[-4:])
                 a("```")
                 a("")
-    for note in p.get("notes", []):  # added by hand to results.json, then --render
-        a(f"- {note}")
-    if p.get("notes"):
-        a("")
-    if p.get("errors"):
-        a(f"Errors in this section: {len(p['errors'])} (see results.json).")
-        a("")
-    a(f"Reproduce: `{p.get('env_line', '')} {COMMAND}` (or the `pipeline` step of `make bench`).")
-    a("")
-    a(END)
+    L.extend(section_footer(p, "results.json", COMMAND, "pipeline", END))
     return L
 
 
 def merge(section: list[str], path: Path) -> None:
     """Replace the pipeline section of ``path`` (or insert it before the profiles)."""
-    text = path.read_text() if path.exists() else "# lockgate benchmarks: results\n"
-    block = "\n".join(section)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        for anchor in ("\n## Profile", "\n## Method"):
-            if anchor in text:
-                i = text.index(anchor)
-                text = text[: i + 1] + block + "\n\n" + text[i + 1 :]
-                break
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
+    text = splice_section(path, section, BEGIN, END)
     whole = "Every number below comes from that one run"
     if whole in text and "except the Pipelines section" not in text:
         text = text.replace(
@@ -940,52 +931,24 @@ def merge(section: list[str], path: Path) -> None:
 
 def main() -> int:
     """Run the section; ``--render PATH`` only re-renders it from a results.json."""
-    from benchmarks.run import _dirty, _sh, machine, uptime
-
     if sys.argv[1:2] == ["--render"]:
         saved = json.loads(Path(sys.argv[2]).read_text())
         merge(render(saved["pipeline"], saved["meta"]), BENCH_DIR / "RESULTS.md")
         return 0
 
     cfg, pcfg = Config(), PipelineConfig()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = BENCH_DIR / "out" / stamp
-    out_dir.mkdir(parents=True, exist_ok=True)
-    external = os.environ.get("BENCH_BROKER", "")
-    meta: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": (f"BENCH_BROKER={external} " if external else "") + COMMAND,
-        "machine": machine(),
-        "uptime_before": uptime(),
-        "git": _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty(),
-    }
-    say(f"pipeline benchmarks: {pcfg.env_line()}; output {out_dir}")
-    res: dict[str, Any] = {}
-    code = 0
-    if external:
-        bootstrap = external
-        meta["broker"] = f"existing broker at {external} (not started or stopped by the harness)"
-    else:
-        bootstrap = broker.up(cfg.kafka_port)
-        meta["broker"] = f"Kafka {broker.kafka_version()} started by the harness on {bootstrap}"
-    try:
-        admin = broker.Admin(bootstrap)
-        bench = PipelineBench(cfg, pcfg, admin, out_dir, stamp[-6:])
-        try:
-            res = bench.run()
-        except KeyboardInterrupt:
-            code = 130
-            res = bench.results
-    finally:
-        if not external:
-            broker.down(cfg.kafka_port)
-    meta["uptime_after"] = uptime()
-    meta["git_after"] = _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty()
-    meta["total_minutes"] = elapsed() / 60
-    (out_dir / "results.json").write_text(json.dumps({"meta": meta, "pipeline": res}, indent=1))
-    merge(render(res, meta), BENCH_DIR / "RESULTS.md")
+    run = run_standalone(
+        cfg,
+        "pipeline",
+        "results.json",
+        COMMAND,
+        f"pipeline benchmarks: {pcfg.env_line()}",
+        lambda admin, out_dir, run_id: PipelineBench(cfg, pcfg, admin, out_dir, run_id),
+    )
+    res = run.results
+    merge(render(res, run.meta), BENCH_DIR / "RESULTS.md")
     say(f"wrote benchmarks/RESULTS.md (pipeline section), {elapsed() / 60:.1f} min")
-    return code or (1 if res.get("errors") else 0)
+    return run.code or (1 if res.get("errors") else 0)
 
 
 if __name__ == "__main__":

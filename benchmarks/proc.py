@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -138,3 +139,22 @@ class Proc:
         except OSError:
             return ""
         return "\n".join(lines[-n:])
+
+
+def pyspy_record(exe: str, pid: int, *options: str) -> Callable[[], None]:
+    """Start ``py-spy record`` (100 Hz) on ``pid`` with ``options``; return the function
+    that stops it (SIGINT, so it writes its file; killed after 30 s)."""
+    spy = subprocess.Popen(
+        [exe, "record", "--pid", str(pid), "--rate", "100", *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def detach() -> None:
+        spy.send_signal(signal.SIGINT)
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+
+    return detach

@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -447,21 +446,7 @@ class Bench:
         def attach(p: procs.Proc) -> Any:
             # Blocking mode (the default): py-spy pauses the process for each sample so
             # stacks are consistent; at 100 Hz that costs well under 1%.
-            spy = subprocess.Popen(
-                [pyspy, "record", "--pid", str(p.pid), "--rate", "100"]
-                + ["--format", "raw", *extra, "-o", str(raw)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-
-            def detach() -> None:
-                spy.send_signal(signal.SIGINT)
-                try:
-                    spy.wait(30)
-                except subprocess.TimeoutExpired:
-                    spy.kill()
-
-            return detach
+            return procs.pyspy_record(pyspy, p.pid, "--format", "raw", *extra, "-o", str(raw))
 
         assert self.admin is not None
         w = runner.WORKLOADS[workload]
