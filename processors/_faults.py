@@ -9,7 +9,8 @@ windows where exactly-once is hardest to get right:
 - ``after_commit``: the transaction committed, the local RocksDB not yet written;
 - ``mid_restore``: part of a changelog partition applied to the local DB;
 - ``mid_seed``: part of a savepoint restore committed (``LOCKGATE_TEST_SEED_CHUNK``
-  entries per chunk).
+  entries per chunk);
+- ``after_revoke``: partitions revoked in a rebalance, before the member rejoins.
 
 Checked once per epoch or restore batch (never per record). Unset in production.
 """

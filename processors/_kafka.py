@@ -196,6 +196,25 @@ class Admin:
             for m in result.members
         }
 
+    def group_state(
+        self, group: str, timeout: float = 5.0
+    ) -> tuple[str, dict[str, set[tuple[str, int]]]]:
+        """The group's state name (e.g. ``STABLE``) and each member's assigned partitions.
+
+        Raises:
+            KafkaException: the group could not be described.
+        """
+        desc = self._admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+        result = desc.result(timeout=timeout)
+        members = {
+            (m.group_instance_id or m.member_id): {
+                (tp.topic, tp.partition)
+                for tp in (m.assignment.topic_partitions if m.assignment else [])
+            }
+            for m in result.members
+        }
+        return str(result.state).rsplit(".", 1)[-1], members
+
     def input_partitions(self, topics: Iterable[str]) -> int:
         """Return P, the common partition count of the input topics.
 

@@ -23,6 +23,7 @@ from processors._alignment import Snapshot
 from processors._control import checkpoint_key, latest_records
 from processors._epoch import EpochMixin
 from processors._errors import AbortEpoch
+from processors._faults import crash_point
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import checkpoint_of
 
@@ -289,6 +290,8 @@ class RebalanceMixin(EpochMixin):
         finally:
             self._release(groups)
             consumer.incremental_unassign(self._co_partitions(partitions))
+        if partitions:
+            crash_point("after_revoke")
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})

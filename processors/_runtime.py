@@ -57,7 +57,7 @@ from processors._kafka import (
     restore_consumer_config,
 )
 from processors._keygroups import Restorer
-from processors._settings import OnError, Settings
+from processors._settings import GroupProtocol, OnError, Settings
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.cache import changelog_topic
 
@@ -65,6 +65,8 @@ log = logging.getLogger("lockgate.runtime")
 
 #: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
 _INPUT_CHECK_S = 30.0
+#: How often an instance looks for partitions no member of its (stable) group owns.
+_STRAND_CHECK_S = 10.0
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -111,6 +113,13 @@ class Runner(BarrierMixin):
             else None
         )
         self._bp_limit = max(10_000, 4 * settings.consume_batch_size)
+        #: Classic protocol with static members: watch for partitions no member owns.
+        self._heal_group = (
+            settings.group_protocol is GroupProtocol.CLASSIC and settings.static_membership
+        )
+        self._next_strand_check = time.monotonic() + _STRAND_CHECK_S
+        self._stranded_since: float | None = None
+        self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
@@ -249,6 +258,48 @@ class Runner(BarrierMixin):
             },
         )
 
+    def _heal_stranded_partitions(self) -> None:
+        """Force a rebalance when a stable group leaves partitions to no member.
+
+        Cooperative rebalancing moves a partition in two rounds: its owner revokes it,
+        then rejoins so the next round gives it to another member. A static member
+        killed between the two rejoins as a *replacement* (same instance id) of a stable
+        group, which the coordinator answers with its current assignment and no
+        rebalance: the revoked partitions stay with nobody until the membership changes
+        (seen in the chaos tests: minutes, with records waiting). When two checks in a row
+        see that, the member with the fewest partitions (ties: smallest id) unsubscribes
+        and subscribes again: its join with new metadata makes the coordinator rebalance.
+        """
+        now = time.monotonic()
+        self._next_strand_check = now + _STRAND_CHECK_S
+        assert self._admin is not None
+        topic = self.app.subscribed_input
+        try:
+            with self.metrics.blocked("group description", 15):
+                state, members = self._admin.group_state(self.name, timeout=5)
+        except Exception as exc:  # noqa: BLE001 - best effort: look again later
+            log.debug("describing the group failed: %s", exc)
+            return
+        owned = {p for parts in members.values() for t, p in parts if t == topic}
+        stranded = sorted(set(range(self._partitions)) - owned)
+        if state != "STABLE" or not stranded or not members:
+            self._stranded_since = None
+            return
+        if self._stranded_since is None:
+            self._stranded_since = now
+            return
+        healer = min(members, key=lambda m: (len(members[m]), m))
+        log.warning(
+            "partitions of a stable group are assigned to no member (a member was killed "
+            "between revoking them and rejoining)",
+            extra={"partitions": stranded, "members": sorted(members), "healer": healer},
+        )
+        self._stranded_since = None
+        if healer == self.settings.instance_id:
+            log.warning("rejoining the group to force a rebalance")
+            self._consumer.unsubscribe()  # the revoke is served by the next consume()
+            self._resubscribe = True
+
     def _check_group_subscriptions(self, admin: Admin) -> None:
         """Refuse to join while live members of the group consume another topic.
 
@@ -372,6 +423,16 @@ class Runner(BarrierMixin):
                     if self._fatal is not None:
                         fatal, self._fatal = self._fatal, None
                         raise fatal
+                    if self._resubscribe:
+                        # Records returned with the revoke are of partitions released
+                        # (committed up to what was processed): _process skips them.
+                        self._resubscribe = False
+                        self._consumer.subscribe(
+                            [self.app.subscribed_input],
+                            on_assign=self._on_assign,
+                            on_revoke=self._on_revoke,
+                            on_lost=self._on_lost,
+                        )
                     if self._rewound and msgs:
                         msgs = self._drop_stale(msgs)
                     if self._interleaver is not None:
@@ -387,6 +448,8 @@ class Runner(BarrierMixin):
                         if self._released:
                             self._process([])
                     self._poll_requests()
+                    if self._heal_group and time.monotonic() >= self._next_strand_check:
+                        self._heal_stranded_partitions()
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
