@@ -487,6 +487,12 @@ class EpochMixin(SavepointMixin):
                 self._producer.flush(1)
             except Exception:  # noqa: BLE001, S110 - the old producer is unusable anyway
                 pass
+        # Never destroyed: a transactional call that timed out ("retry call to resume") is
+        # still pending inside it, and librdkafka 2.16 aborts the process when such a
+        # handle is destroyed (rd_kafka_enq_once_del_source_return: refcnt > 0, seen in the
+        # network-fault chaos test). The process exits without destructors (run()).
+        if self._producer not in self._hung_clients:
+            self._hung_clients.append(self._producer)
         self._open_producer()
         self._delivery_error = None  # reports of the old producer's aborted records
         self._fresh_producer = True  # nothing is open to abort

@@ -166,7 +166,11 @@ class Runner(BarrierMixin):
         if self._hung_clients:
             # A producer abandoned inside a hung librdkafka call cannot be destroyed (its
             # destructor would wait for that call): leave without running destructors.
-            log.warning("exiting without destroying %d hung client(s)", len(self._hung_clients))
+            log.warning(
+                "exiting without destroying %d replaced or hung producer(s) (librdkafka may "
+                "abort destroying one with a call still pending)",
+                len(self._hung_clients),
+            )
             logging.shutdown()
             os._exit(code)
         return code
