@@ -89,8 +89,11 @@ def test_interleaving_is_deterministic_across_fetch_timing_and_kills(  # type: i
     keys = [f"k{i}" for i in range(12)]
     per_topic = 1500
     streams: dict[str, list[tuple[str, str, int]]] = {}
+    # Recent timestamps: records older than the topic's retention.ms would be deleted by the
+    # broker's retention check before the app reads them.
+    base = int(time.time() * 1000) - 600_000
     for side in ("L", "R"):
-        ts = 1_700_000_000_000
+        ts = base
         records = []
         for i in range(per_topic):
             ts += rng.choice([0, 0, 1, 2, 5])  # many equal timestamps across the inputs
