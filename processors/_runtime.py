@@ -54,6 +54,7 @@ from processors._kafka import (
     PARTITION_EOF,
     Admin,
     consumer_config,
+    group_state,
     restore_consumer_config,
 )
 from processors._keygroups import Restorer
@@ -119,6 +120,7 @@ class Runner(BarrierMixin):
         )
         self._next_strand_check = time.monotonic() + _STRAND_CHECK_S
         self._stranded_since: float | None = None
+        self._strand_future: Any = None
         self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
@@ -275,12 +277,18 @@ class Runner(BarrierMixin):
         and subscribes again: its join with new metadata makes the coordinator rebalance.
         """
         now = time.monotonic()
-        self._next_strand_check = now + _STRAND_CHECK_S
         assert self._admin is not None
+        # Never blocks the loop: the description is asked for, and read when it is done.
+        if self._strand_future is None:
+            self._strand_future = self._admin.describe_group_async(self.name)
+            return
+        if not self._strand_future.done():
+            return
+        future, self._strand_future = self._strand_future, None
+        self._next_strand_check = now + _STRAND_CHECK_S
         topic = self.app.subscribed_input
         try:
-            with self.metrics.blocked("group description", 15):
-                state, members = self._admin.group_state(self.name, timeout=5)
+            state, members = group_state(future)
         except Exception as exc:  # noqa: BLE001 - best effort: look again later
             log.debug("describing the group failed: %s", exc)
             return
