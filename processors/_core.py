@@ -196,6 +196,8 @@ class RunnerCore:
         #: The record of the open epoch that alone took longer than the budget, if any.
         self._slow: tuple[Any, float] | None = None
         self._fresh_producer = False  # replaced after a timed-out transaction
+        #: The producer's init_transactions had to be resumed after a timeout.
+        self._init_resumed = False
         self._txn_began = time.monotonic()  # when the open transaction began
         self._timed_out = False  # the coordinator aborted the open transaction
         self._finishing = False  # the final commit after a stop request

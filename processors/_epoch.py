@@ -68,8 +68,10 @@ class EpochMixin(SavepointMixin):
             # the producer is never used before it completes (e.g. while the broker is
             # unreachable); SIGTERM ends the wait (Stopping).
             attempt = 0
+            self._init_resumed = False
             while True:
                 attempt += 1
+                self._init_resumed = attempt > 1
                 try:
                     self._call(
                         self._producer.init_transactions,
@@ -545,7 +547,14 @@ class EpochMixin(SavepointMixin):
             )
         self._record_error = None
         self._producer_error = None
-        if self.eos and not self._fresh_producer:
+        if self.eos and not self._fresh_producer and self._init_resumed:
+            # librdkafka 2.16 aborted the process (rd_kafka_enq_once_del_source_return
+            # assertion) on abort_transaction of a producer whose init_transactions had to
+            # be resumed after a timeout: replace it instead (the new producer's
+            # init_transactions aborts the open transaction, as after a failed abort).
+            log.warning("replacing the producer instead of aborting on it (its init was resumed)")
+            self._replace_producer()
+        elif self.eos and not self._fresh_producer:
             try:
                 self._guarded_call(
                     self._producer.abort_transaction,
