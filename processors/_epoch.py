@@ -547,12 +547,14 @@ class EpochMixin(SavepointMixin):
             )
         self._record_error = None
         self._producer_error = None
-        if self.eos and not self._fresh_producer and self._init_resumed:
+        timed_out_call = self._init_resumed or "_TIMED_OUT" in reason
+        if self.eos and not self._fresh_producer and timed_out_call:
             # librdkafka 2.16 aborted the process (rd_kafka_enq_once_del_source_return
-            # assertion) on abort_transaction of a producer whose init_transactions had to
-            # be resumed after a timeout: replace it instead (the new producer's
-            # init_transactions aborts the open transaction, as after a failed abort).
-            log.warning("replacing the producer instead of aborting on it (its init was resumed)")
+            # assertion) on abort_transaction of a producer with a transactional call that
+            # had timed out (send_offsets_to_transaction, or an init_transactions resumed
+            # after a timeout): replace it instead (the new producer's init_transactions
+            # aborts the open transaction, as after a failed abort).
+            log.warning("replacing the producer instead of aborting on it (a call timed out)")
             self._replace_producer()
         elif self.eos and not self._fresh_producer:
             try:
