@@ -10,6 +10,7 @@ from processors._context import Context
 from processors._partitioner import key_group, murmur2
 from processors._runtime import Runner, run_app
 from processors._settings import Guarantee, OnError, Settings, load_settings
+from processors._time import NO_WATERMARK, TimerContext, Timers, Watermarks
 from processors.exceptions import (
     ConfigError,
     FatalKafkaError,
@@ -17,27 +18,47 @@ from processors.exceptions import (
     TopicError,
     UserCodeError,
 )
+from processors.windows import (
+    Count,
+    CountAggregator,
+    Global,
+    Session,
+    Sliding,
+    Tumbling,
+    WindowResult,
+)
 from state.codecs import BYTES, JSON, PICKLE, STR, Codec
 
 __all__ = [
     "BYTES",
     "JSON",
+    "NO_WATERMARK",
     "PICKLE",
     "STR",
     "App",
     "Codec",
     "ConfigError",
     "Context",
+    "Count",
+    "CountAggregator",
     "FatalKafkaError",
+    "Global",
     "Guarantee",
     "LockgateError",
     "OnError",
     "OutputSpec",
     "Runner",
+    "Session",
     "Settings",
+    "Sliding",
     "Stream",
+    "TimerContext",
+    "Timers",
     "TopicError",
+    "Tumbling",
     "UserCodeError",
+    "Watermarks",
+    "WindowResult",
     "key_group",
     "load_settings",
     "murmur2",

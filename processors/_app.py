@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from processors._context import Context
+from processors._time import TIME_STORE, TimeService, Watermarks
 from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
+from processors.windows import Assigner, WindowedStream, WindowOperator
 from state.cache import KeyCursor
-from state.codecs import JSON, STR, Codec
+from state.codecs import BYTES, JSON, STR, Codec
 from state.primitives import (
     AggregatingState,
     Aggregator,
@@ -34,7 +36,7 @@ Handler = Callable[[Any, Any, Context], None]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 #: Kafka's rule for topic names (``org.apache.kafka.common.internals.Topic``).
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_TERMINAL = ("process", "key_by", "interval_left", "interval_right")
+_TERMINAL = ("process", "key_by", "interval_left", "interval_right", "window")
 _ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
 
 
@@ -87,6 +89,8 @@ class _Input:
     value: Codec
     stream: Stream | None = None
     table: Table | None = None
+    #: ``fn(value) -> ms``: the record's event time (``None``: the record timestamp).
+    timestamp: Callable[[Any], int] | None = None
 
 
 class Stream:
@@ -110,7 +114,7 @@ class Stream:
         self._compiled: Handler | None = None
 
     def _add(self, kind: str, arg: Any) -> Stream:
-        if kind not in ("to", "key_by", "join_asof", "interval_left", "interval_right"):
+        if kind not in ("to", "key_by", "join_asof", "interval_left", "interval_right", "window"):
             _check_callable(arg, kind)
         self._check_open(kind)
         self._ops.append((kind, arg))
@@ -243,6 +247,57 @@ class Stream:
         other._add("interval_right", (join, joined, combine))
         return joined
 
+    def window(
+        self,
+        assigner: Assigner,
+        *,
+        allowed_lateness_ms: int = 0,
+        late_topic: str | None = None,
+        codec: Codec = JSON,
+    ) -> WindowedStream:
+        """Cut this stream into per-key windows (docs/event-time.md).
+
+        ``assigner`` is :class:`~processors.windows.Tumbling`, ``Sliding``, ``Session``
+        (event time: the app's inputs declare ``watermarks=``), ``Count`` or ``Global``.
+        Finish with ``.aggregate(...)``, ``.reduce(...)``, ``.count()`` or
+        ``.process(...)``, which return the stream of window results. Time windows fire
+        when the key group's watermark passes their end; records arriving up to
+        ``allowed_lateness_ms`` after that update the result (emitted again); records
+        later than that go unchanged to ``late_topic`` (declared as an output with
+        bytes codecs) with headers naming the window and the watermark, or are dropped
+        when it is ``None``. ``codec`` stores the accumulators. Terminal for this
+        stream.
+
+        Raises:
+            ConfigError: after a terminal operator, a negative lateness, or an illegal
+                late topic name.
+        """
+        if allowed_lateness_ms < 0:
+            raise ConfigError(f"window: allowed_lateness_ms must be >= 0 ({allowed_lateness_ms})")
+        if late_topic is not None:
+            _check_topic(late_topic, "late topic")
+        self._check_open("window")
+        return WindowedStream(self, assigner, allowed_lateness_ms, late_topic, codec)
+
+    def _window(
+        self,
+        assigner: Assigner,
+        agg: Any,
+        lateness: int,
+        late_topic: str | None,
+        codec: Codec,
+    ) -> Stream:
+        """Add the window operator; return the stream of its results."""
+        self._check_open("window")
+        n = self._app._next_join()  # noqa: SLF001 - same module
+        op = WindowOperator(self._app, n, assigner, agg, lateness, late_topic, codec)
+        results = Stream(self._app, (), f"the window results of {self._what}")
+        self._add("window", (op, results))
+        self._app._def.windows.append(op)  # noqa: SLF001 - same module
+        if late_topic is not None:
+            self._app.output(late_topic, key=BYTES, value=BYTES)
+        return results
+
     def to(self, topic: str, *, key: Codec = STR, value: Codec = JSON, **kw: Any) -> Stream:
         """Send the values that reach this point to ``topic`` with the record's key.
 
@@ -325,6 +380,10 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
                 step(k, combine(lv, rv) if combine is not None else (lv, rv), c)
 
         return interval
+    if kind == "window":
+        op, results = arg
+        op.nxt = results.compile()  # raises now if the results go nowhere
+        return op.on_record  # type: ignore[no-any-return]
     if kind == "to":
 
         def sink(k: Any, v: Any, c: Context) -> None:
@@ -335,6 +394,36 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
     raise AssertionError(kind)
 
 
+def _event_time_of(ts: Any) -> int:
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+        raise ValueError(f"event time must be a non-negative number of ms, got {ts!r}")
+    return int(ts)
+
+
+def _timed(
+    step: Handler, topic: str, extract: Callable[[Any], int] | None, svc: TimeService
+) -> Handler:
+    """Wrap an input's handler: event time before the chain, the watermark after it."""
+    observe = svc.observe
+    if topic not in svc.strategies:
+
+        def untimed(k: Any, v: Any, c: Context) -> None:
+            c._event_time = c.message.timestamp()[1]  # noqa: SLF001 - same package
+            step(k, v, c)
+
+        return untimed
+
+    def timed(k: Any, v: Any, c: Context) -> None:
+        ts = extract(v) if extract is not None else c.message.timestamp()[1]
+        if type(ts) is not int or ts < 0:
+            ts = _event_time_of(ts)
+        c._event_time = ts  # noqa: SLF001 - same package
+        step(k, v, c)
+        observe(topic, ts)
+
+    return timed
+
+
 @dataclass
 class _Definition:
     inputs: dict[str, _Input] = field(default_factory=dict)  # in declaration order
@@ -342,6 +431,9 @@ class _Definition:
     outputs: dict[str, OutputSpec] = field(default_factory=dict)
     stores: dict[str, StateHandle] = field(default_factory=dict)
     joins: int = 0
+    time: TimeService | None = None
+    on_timer: Handler | None = None
+    windows: list[WindowOperator] = field(default_factory=list)
 
 
 class App:
@@ -411,7 +503,14 @@ class App:
             raise ConfigError(f"app {self.name!r}: input topics {list(checked)!r} repeat a topic")
         return checked
 
-    def stream(self, *topics: str, key: Codec = STR, value: Codec = JSON) -> Stream:
+    def stream(
+        self,
+        *topics: str,
+        key: Codec = STR,
+        value: Codec = JSON,
+        timestamp: Callable[[Any], int] | None = None,
+        watermarks: Watermarks | None = None,
+    ) -> Stream:
         """Declare input topics and return the operator chain their records run.
 
         Every input of an app (streams and tables) is co-partitioned: the same
@@ -421,15 +520,65 @@ class App:
         one chain over both topics (``ctx.topic`` says which); call it once per topic
         for one chain each.
 
+        Event time (docs/event-time.md): ``watermarks`` (e.g.
+        ``Watermarks.bounded(5000)``) makes the topics' partitions drive their key
+        groups' watermarks; ``timestamp(value)`` gives a record's event time in ms
+        (default: the record timestamp). Either one enables event time for the topics.
+
         Raises:
             ConfigError: a topic is already an input, or the name is illegal.
-            TypeError: a topic is not a string.
+            TypeError: a topic is not a string, or ``timestamp`` is not callable.
         """
         checked = self._check_input(topics)
+        if timestamp is not None:
+            _check_callable(timestamp, "stream(timestamp=...)")
+        if watermarks is not None and not isinstance(watermarks, Watermarks):
+            raise TypeError("watermarks= takes a Watermarks (e.g. Watermarks.bounded(5000))")
         stream = Stream(self, checked)
         for topic in checked:
-            self._def.inputs[topic] = _Input(topic, key, value, stream=stream)
+            self._def.inputs[topic] = _Input(topic, key, value, stream=stream, timestamp=timestamp)
+            if timestamp is not None or watermarks is not None:
+                self._event_time(topic, watermarks or Watermarks())
         return stream
+
+    def _time_service(self) -> TimeService:
+        """The app's watermarks and timers (created, with its store, on first use)."""
+        svc = self._def.time
+        if svc is None:
+            svc = self._def.time = TimeService(self.cursor)
+            self._def.stores[TIME_STORE] = svc.handle
+        return svc
+
+    def _event_time(self, topic: str, strategy: Watermarks) -> None:
+        svc = self._time_service()
+        svc.strategies[topic] = strategy
+        if strategy.idle_ms is not None:
+            svc.needs_tick = True
+
+    @property
+    def time_service(self) -> TimeService | None:
+        """Watermarks and timers, when the app uses event time or timers (else ``None``)."""
+        return self._def.time
+
+    def on_timer(self, fn: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        """Decorator: ``fn(key, ctx)`` runs when a timer set with ``ctx.timers`` fires.
+
+        ``ctx.timestamp`` is the timer's time, ``ctx.name`` its name, ``ctx.emit``
+        emits (timestamped at the timer), ``ctx.timers`` sets more. Timers are keyed
+        state: a timer fires once, in the epoch that commits its deletion and its
+        outputs. A timer callback that raises is dead-lettered (a record with the key,
+        no value, and ``lockgate-timer-*`` headers) under ``LOCKGATE_ON_ERROR=dlq``.
+
+        Raises:
+            ConfigError: a second timer handler.
+            TypeError: ``fn`` is not callable.
+        """
+        _check_callable(fn, "@app.on_timer")
+        if self._def.on_timer is not None:
+            raise ConfigError(f"app {self.name!r} has a timer handler already")
+        self._def.on_timer = fn  # type: ignore[assignment]
+        self._time_service().set_user_handler(lambda raw, t, name, tctx: fn(tctx.key, tctx))
+        return fn
 
     def table(
         self,
@@ -439,6 +588,7 @@ class App:
         value: Codec = JSON,
         retention_ms: int = DEFAULT_RETENTION_MS,
         ttl_ms: int | None = None,
+        watermarks: Watermarks | None = None,
     ) -> Table:
         """Declare a co-partitioned input topic kept as a versioned table (keyed state).
 
@@ -465,6 +615,8 @@ class App:
         store: ValueState[list[list[Any]]] = self.value_state(store_name, ttl_ms=ttl_ms)
         table = Table(checked, store, retention_ms)
         self._def.inputs[checked] = _Input(checked, key, value, table=table)
+        if watermarks is not None:
+            self._event_time(checked, watermarks)  # its record timestamps hold the watermark
         return table
 
     def global_table(self, topic: str, *, key: Codec = STR, value: Codec = JSON) -> GlobalTable:
@@ -695,4 +847,13 @@ class App:
             else:
                 assert spec.table is not None
                 out[topic] = spec.table.update
-        return out
+        svc = self._def.time
+        if svc is None:
+            return out
+        if any(op.needs_event_time for op in self._def.windows) and not svc.strategies:
+            raise ConfigError(
+                f"app {self.name!r} has event-time windows but no input with event time: "
+                "declare it with app.stream(topic, watermarks=Watermarks.bounded(ms)) "
+                "(and timestamp=fn for an event time in the value)"
+            )
+        return {t: _timed(h, t, self._def.inputs[t].timestamp, svc) for t, h in out.items()}

@@ -67,6 +67,16 @@ class BarrierMixin(RebalanceMixin):
         except (KeyError, ValueError):
             log.warning("ignoring a malformed barrier", extra={"headers": headers})
             return
+        svc = self.app.time_service
+        if svc is not None and svc.strategies and headers.get("lockgate-et") == "1":
+            try:
+                wm = int(headers["lockgate-wm"])
+            except (KeyError, ValueError):
+                log.warning("ignoring a malformed barrier watermark", extra={"headers": headers})
+            else:
+                svc.on_barrier_watermark(
+                    topic, writer, writers, wm, headers.get("lockgate-idle") == "1"
+                )
         aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
         now = time.monotonic()
         # The position and alignment before this barrier: a savepoint completed by it is

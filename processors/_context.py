@@ -18,11 +18,40 @@ class Context:
     the epoch commits, together with the state changes and input offsets.
     """
 
-    __slots__ = ("_emit", "message")
+    __slots__ = ("_emit", "_event_time", "_timers", "message")
 
-    def __init__(self, emit: Callable[[str, Any, Any, Headers], None]) -> None:
+    def __init__(self, emit: Callable[..., None], timers: Any = None) -> None:
         self._emit = emit
+        self._timers = timers
+        self._event_time: int | None = None
         self.message: Any = None
+
+    @property
+    def event_time(self) -> int:
+        """Event time of the current record in ms.
+
+        The input's ``timestamp=`` extractor's result, else the record timestamp.
+        """
+        t = self._event_time
+        return self.message.timestamp()[1] if t is None else t
+
+    @property
+    def timers(self) -> Any:
+        """Keyed timers of the current key (:class:`processors.Timers`).
+
+        Raises:
+            processors.exceptions.ConfigError: the app declares no ``@app.on_timer``.
+        """
+        if self._timers is None:
+            from processors.exceptions import ConfigError  # noqa: PLC0415 - error path only
+
+            raise ConfigError("ctx.timers needs a timer handler: declare one with @app.on_timer")
+        return self._timers
+
+    @property
+    def watermark(self) -> int:
+        """The watermark of the current record's key group (before this record)."""
+        return self.timers.watermark  # type: ignore[no-any-return]
 
     @property
     def topic(self) -> str:
@@ -54,13 +83,24 @@ class Context:
         """The serialized key of the current record."""
         return self.message.key()  # type: ignore[no-any-return]
 
-    def emit(self, topic: str, key: Any, value: Any, headers: Headers = None) -> None:
+    def emit(
+        self,
+        topic: str,
+        key: Any,
+        value: Any,
+        headers: Headers = None,
+        timestamp: int | None = None,
+    ) -> None:
         """Send ``key``/``value`` to ``topic`` (a declared output) in the open epoch.
 
         The key is placed with Kafka's murmur2 partitioner, so the same key reaches the
-        same partition from Python, Java and Spark.
+        same partition from Python, Java and Spark. ``timestamp`` (ms) is the output
+        record's timestamp (default: the producer's clock).
 
         Raises:
             processors.exceptions.ConfigError: ``topic`` is not a declared output.
         """
-        self._emit(topic, key, value, headers)
+        if timestamp is None:
+            self._emit(topic, key, value, headers)
+        else:
+            self._emit(topic, key, value, headers, timestamp)

@@ -313,7 +313,9 @@ class RunnerCore:
         self._produce(self._dlq, msg.value(), msg.key(), headers=error_headers(msg, exc, stage))
         self._epoch_dlq += 1
 
-    def _emit(self, topic: str, key: Any, value: Any, headers: Headers) -> None:
+    def _emit(
+        self, topic: str, key: Any, value: Any, headers: Headers, timestamp: int | None = None
+    ) -> None:
         """``ctx.emit``: encode and produce one output of the current record."""
         codecs = self._outputs.get(topic)
         if codecs is None:
@@ -335,7 +337,9 @@ class RunnerCore:
         deadline = 0.0
         while True:
             try:
-                if headers is None:
+                if timestamp is not None:
+                    produce(topic, data, raw_key, headers=headers, timestamp=timestamp)
+                elif headers is None:
                     produce(topic, data, raw_key)
                 else:
                     produce(topic, data, raw_key, headers=headers)

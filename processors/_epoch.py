@@ -35,6 +35,7 @@ from processors._faults import crash_point
 from processors._kafka import producer_config
 from processors._savepoints import SavepointMixin
 from processors._settings import OnError
+from processors._time import TIME_STORE
 from processors.exceptions import FatalKafkaError, UserCodeError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
@@ -400,8 +401,19 @@ class EpochMixin(SavepointMixin):
             ("lockgate-ckpt", str(ckpt).encode()),
             ("lockgate-writer", writer.encode()),
             ("lockgate-writers", str(self._partitions).encode()),
-            ("lockgate-wm", b"-1"),  # event time arrives with the watermark issue
         ]
+        svc = self.app.time_service
+        if svc is not None and svc.strategies:
+            # The writer's watermark: a downstream key group's is the minimum over its
+            # writers (idle ones left out), DESIGN 9.
+            wm, idle = svc.announce(self._kgs[g].caches[TIME_STORE])
+            record["wm"] = wm
+            headers.append(("lockgate-wm", str(wm).encode()))
+            headers.append(("lockgate-et", b"1"))
+            if idle:
+                headers.append(("lockgate-idle", b"1"))
+        else:
+            headers.append(("lockgate-wm", b"-1"))
         if savepoint is not None:
             record["savepoint"] = savepoint["savepoint"]
             record["stop"] = bool(savepoint.get("stop"))

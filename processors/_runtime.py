@@ -125,7 +125,13 @@ class Runner(BarrierMixin):
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
-        self._ctx = Context(self._emit)
+        svc = app.time_service
+        self._ctx = Context(self._emit, None if svc is None else svc.timers)
+        self._tick_time = svc is not None and svc.needs_tick
+        if svc is not None:
+            svc.emit = self._emit
+            svc.on_error = self._timer_failed
+            svc.decode_key = app.key_codec.decode
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
 
@@ -460,6 +466,8 @@ class Runner(BarrierMixin):
                         if self._released:
                             self._process([])
                     self._poll_requests()
+                    if self._tick_time:
+                        self._tick_timers()
                     if self._heal_group and time.monotonic() >= self._next_strand_check:
                         self._heal_stranded_partitions()
                 except _Rewind:
@@ -871,6 +879,61 @@ class Runner(BarrierMixin):
                 raise _StaticMemberFenced(detail)
             raise FatalKafkaError(detail)
         log.warning("consumer error", extra={"error": err.name(), "detail": err.str()})
+
+    def _tick_timers(self) -> None:
+        """Fire due processing-time timers; let idleness advance watermarks.
+
+        Raises:
+            AbortEpoch: the producer refused an output of a timer.
+        """
+        svc = self.app.time_service
+        assert svc is not None
+        now_ms = int(time.time() * 1000)
+        self._cursor.now_ms = now_ms
+        out_before = self._epoch_out
+        for g, kg in self._kgs.items():
+            if g in self._halted:
+                continue
+            kg.bind()
+            self._writer_header = self._writer_headers[g]
+            svc.tick(now_ms)
+            if self._producer_error is not None:
+                err, self._producer_error = self._producer_error, None
+                if err.fatal():
+                    raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
+                raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
+        self.metrics.records_out_attempts += self._epoch_out - out_before
+
+    def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
+        """A timer callback raised: dead-letter the timer (its key, no value) and go on.
+
+        What the callback emitted before raising stays in the epoch.
+
+        Raises:
+            AbortEpoch: the producer refused a record (not the timer's fault).
+            UserCodeError: under ``LOCKGATE_ON_ERROR=fail``.
+        """
+        if self._producer_error is not None:
+            raise AbortEpoch(f"produce failed in a timer: {self._producer_error.str()}")
+        self._record_error = None
+        if self.settings.on_error is OnError.FAIL:
+            raise UserCodeError(
+                f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc} "
+                "(LOCKGATE_ON_ERROR=fail; set it to dlq to dead-letter such timers)"
+            ) from exc
+        log.warning(
+            "timer failed: dead-lettering",
+            extra={"timer": name, "time": t, "error": f"{type(exc).__name__}: {exc}"},
+        )
+        headers: list[tuple[str, bytes | str]] = [
+            ("lockgate-error-type", type(exc).__name__),
+            ("lockgate-error-message", str(exc)[:2000]),
+            ("lockgate-error-stage", "timer"),
+            ("lockgate-timer-time", str(t)),
+            ("lockgate-timer-name", name),
+        ]
+        self._produce(self._dlq, None, raw_key, headers=headers)
+        self._epoch_dlq += 1
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:
         if self.settings.on_error is OnError.FAIL:

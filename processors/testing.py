@@ -17,7 +17,7 @@ Example:
     >>> from examples.running_sum import app
     >>> driver = TestDriver(app)
     >>> driver.send("a", {"v": 2, "seq": 0})
-    [Emitted(topic='sums', key='a', value={'sum': 2, 'count': 1, 'seq': 0}, headers=None)]
+    [Emitted(topic='sums', key='a', value={'sum': 2, 'count': 1, 'seq': 0}, headers=None, timestamp=None)]
     >>> driver.commit()              # epoch boundary: state becomes durable
     >>> driver.send("a", {"v": 5, "seq": 1})[0].value["sum"]
     7
@@ -58,6 +58,8 @@ class Emitted:
     key: Any
     value: Any
     headers: Headers
+    #: The record timestamp set by the emit (timer outputs: the timer's time), or None.
+    timestamp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,13 @@ class TestDriver:
         self._committed_emits = 0
         self._dead: list[DeadLetter] = []
         self._committed_dead = 0
-        self._ctx = Context(self._emit)
+        svc = app.time_service
+        self._time = svc
+        self._ctx = Context(self._emit, None if svc is None else svc.timers)
+        if svc is not None:
+            svc.emit = self._emit
+            svc.on_error = self._timer_failed
+            svc.decode_key = app.key_codec.decode
 
     # -- clock ------------------------------------------------------------------------------
 
@@ -215,6 +223,54 @@ class TestDriver:
         if ms < 0:
             raise ValueError(f"the clock does not go backwards (advance({ms}))")
         self._advanced += ms
+        if self._time is not None:
+            self._tick()
+
+    def _tick(self) -> list[Emitted]:
+        """What the runtime does between batches: processing-time timers, idleness."""
+        assert self._time is not None
+        start = len(self._emitted)
+        cursor = self.app.cursor
+        cursor.now_ms = now = self.now_ms
+        for g in range(self.partitions):
+            if g in self._kgs:
+                self._kgs[g].bind()
+                self._time.tick(now)
+        return self._emitted[start:]
+
+    def advance_watermark(self, to_ms: int, partition: int | None = None) -> list[Emitted]:
+        """Raise the watermark of one key group (default: all) to ``to_ms``; return what fired.
+
+        The event-time timers it passes fire as they would when records (or upstream
+        barriers) moved the watermark there. It never goes back.
+
+        Raises:
+            processors.exceptions.ConfigError: the app uses no event time.
+        """
+        if self._time is None:
+            raise ConfigError(f"app {self.app.name!r} uses no event time or timers")
+        start = len(self._emitted)
+        self.app.cursor.now_ms = self.now_ms
+        for g in range(self.partitions) if partition is None else [partition]:
+            self._kg(g).bind()
+            self._time.advance_to(to_ms)
+        return self._emitted[start:]
+
+    def watermark(self, partition: int) -> int:
+        """The current watermark of key group ``partition`` (``NO_WATERMARK`` before any)."""
+        if self._time is None:
+            raise ConfigError(f"app {self.app.name!r} uses no event time or timers")
+        self._kg(partition).bind()
+        return self._time.watermark()
+
+    def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
+        """A timer callback raised: as the runtime, dead-letter it (or fail)."""
+        if self.on_error is OnError.FAIL:
+            self._lose_open_epoch()
+            err = UserCodeError(f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc}")
+            raise err from exc
+        key = None if raw_key is None else self.app.key_codec.decode(raw_key)
+        self._dead.append(DeadLetter("", -1, -1, key, None, t, exc, "timer"))
 
     # -- records ----------------------------------------------------------------------------
 
@@ -225,14 +281,16 @@ class TestDriver:
             kg = self._kgs[index] = KeyGroup(index, db, self._handles)
         return kg
 
-    def _emit(self, topic: str, key: Any, value: Any, headers: Headers) -> None:
+    def _emit(
+        self, topic: str, key: Any, value: Any, headers: Headers, timestamp: int | None = None
+    ) -> None:
         spec = self._outputs.get(topic)
         if spec is None:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.app.name!r}")
         # Round-trip through the codecs, as a consumer of the topic would see it.
         k = None if key is None else spec.key.decode(spec.key.encode(key))
         v = None if value is None else spec.value.decode(spec.value.encode(value))
-        self._emitted.append(Emitted(topic, k, v, headers))
+        self._emitted.append(Emitted(topic, k, v, headers, timestamp))
 
     def send(
         self,

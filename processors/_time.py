@@ -1,0 +1,518 @@
+"""Event time: timestamps, per-key-group watermarks and keyed timers (DESIGN 9).
+
+Everything here is keyed state of the key group, kept in one store (``lockgate.time``)
+that commits, restores and savepoints like any other:
+
+- ``b"w"``: the key group's watermark, the highest event time seen on each of its
+  input partitions, and for inputs written by other lockgate apps the watermark each
+  upstream writer announced in its last barrier;
+- ``b"t" + kind + be64(time) + key``: a timer (``kind`` ``e`` event time, ``p``
+  processing time) of one key at one time; the value lists the timer names set there.
+  Keys sort by kind, then time, then key: the store is the ordered timer queue.
+
+A key group's watermark is the minimum over its inputs of each input's watermark:
+``max event time seen - max_delay_ms - 1`` for external inputs (bounded
+out-of-orderness; ``max_delay_ms=0`` is monotonous), the minimum over the expected
+upstream writers' barrier watermarks for another lockgate app's internal topic. An
+input with no record for ``idle_ms`` (a writer that announced itself idle) is left out
+of the minimum; when every input is idle the watermark holds. It never goes back.
+
+It advances after each record (and each barrier, and on a processing-time tick for
+idleness) and fires every event-time timer at or below it, in time order, in the open
+epoch: the timer's deletion, its outputs and its state changes commit together, so a
+timer fires exactly once across crashes, and a replay from a checkpoint fires the same
+timers at the same records as the original run (idleness, a processing-time decision,
+is the exception). Processing-time timers fire on the wall clock between batches.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from processors.exceptions import ConfigError
+from state.cache import DELETED, KeyCursor, StoreCache
+from state.codecs import JSON
+from state.exceptions import StateError
+from state.primitives import StateHandle, StoreSpec
+
+__all__ = [
+    "NO_WATERMARK",
+    "TIME_STORE",
+    "TimeService",
+    "TimerContext",
+    "Timers",
+    "Watermarks",
+]
+
+log = logging.getLogger("lockgate.time")
+
+#: The store holding watermarks and timers.
+TIME_STORE = "lockgate.time"
+#: The watermark before any event time was seen.
+NO_WATERMARK = -(2**63)
+_NEVER = 2**63
+_BIAS = 2**63
+_WM_KEY = b"w"
+_BE64 = struct.Struct(">Q")
+_EVENT = b"e"
+_PROC = b"p"
+
+#: ``fn(raw_key, time, name, ctx)``: fires one timer of an owner (a window operator, or
+#: the app's ``on_timer`` handler).
+TimerCallback = Callable[[bytes | None, int, str, "TimerContext"], None]
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """How an input's watermark follows the event times seen on each of its partitions.
+
+    Attributes:
+        max_delay_ms: bounded out-of-orderness: a record may be up to this much older
+            than the newest seen before it and still be on time. ``0``: monotonous.
+        idle_ms: a partition with no record for this long (processing time) stops
+            holding its key group's watermark back; ``None``: never idle.
+    """
+
+    max_delay_ms: int = 0
+    idle_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_delay_ms < 0:
+            raise ConfigError(f"Watermarks: max_delay_ms must be >= 0, got {self.max_delay_ms}")
+        if self.idle_ms is not None and self.idle_ms <= 0:
+            raise ConfigError(f"Watermarks: idle_ms must be > 0 (or None), got {self.idle_ms}")
+
+    @classmethod
+    def bounded(cls, max_delay_ms: int, *, idle_ms: int | None = None) -> Watermarks:
+        """Bounded out-of-orderness: records up to ``max_delay_ms`` late are on time."""
+        return cls(max_delay_ms, idle_ms)
+
+    @classmethod
+    def monotonous(cls, *, idle_ms: int | None = None) -> Watermarks:
+        """Event times never go back: the watermark follows the newest one."""
+        return cls(0, idle_ms)
+
+
+def timer_key(kind: bytes, time_ms: int, raw_key: bytes) -> bytes:
+    """Return the timer store key of a timer (ordered by kind, time, key)."""
+    return b"t" + kind + _BE64.pack(time_ms + _BIAS) + raw_key
+
+
+def _split_timer_key(tk: bytes) -> tuple[int, bytes]:
+    return _BE64.unpack_from(tk, 2)[0] - _BIAS, tk[10:]
+
+
+class _TimeHandle(StateHandle):
+    """The runtime's handle on the time store (bound per key group like any handle)."""
+
+    __slots__ = ()
+
+    @property
+    def cache(self) -> StoreCache:
+        return self._cache
+
+
+class _Clock:
+    """The event-time state of one key group, mirrored in memory for speed.
+
+    The heaps hold every live timer (lazily: a deleted timer's entry stays in its heap
+    until it surfaces, and is skipped because it is not in ``live``).
+    """
+
+    __slots__ = (
+        "cache",
+        "dirty_wm",
+        "event",
+        "expected",
+        "generation",
+        "idle_since",
+        "last_seen",
+        "live",
+        "max_ts",
+        "proc",
+        "wm",
+        "writers",
+    )
+
+    def __init__(self, cache: StoreCache) -> None:
+        self.cache = cache
+        self.generation = cache.generation
+        self.wm = NO_WATERMARK
+        self.max_ts: dict[str, int] = {}
+        #: topic -> writer -> [watermark, idle]
+        self.writers: dict[str, dict[str, list[Any]]] = {}
+        #: topic -> upstream app -> key-group count
+        self.expected: dict[str, dict[str, int]] = {}
+        self.last_seen: dict[str, int] = {}  # processing time of the last record, per input
+        self.idle_since: int | None = None
+        self.live: dict[bytes, list[str]] = {}
+        self.event: list[tuple[int, bytes]] = []
+        self.proc: list[tuple[int, bytes]] = []
+        self.dirty_wm = False
+        stored = cache.get(_WM_KEY)
+        if stored is not DELETED:
+            self.wm = stored["wm"]
+            self.max_ts = dict(stored.get("max", {}))
+            self.writers = {t: dict(w) for t, w in stored.get("writers", {}).items()}
+            self.expected = {t: dict(e) for t, e in stored.get("expected", {}).items()}
+        # Every timer of the key group: the committed ones (the cache holds no
+        # uncommitted timer of a key group whose clock is being (re)built).
+        decode = cache.codec.decode
+        for tk, raw in cache.db.iter_from(cache.name, b"t", 1 << 62):
+            if not tk.startswith(b"t"):
+                break
+            names = decode(raw)
+            self.live[tk] = names
+            t, _ = _split_timer_key(tk)
+            (self.event if tk[1:2] == _EVENT else self.proc).append((t, tk))
+        heapq.heapify(self.event)
+        heapq.heapify(self.proc)
+
+    def save(self) -> None:
+        self.cache.put(
+            _WM_KEY,
+            {"wm": self.wm, "max": self.max_ts, "writers": self.writers, "expected": self.expected},
+        )
+
+
+class Timers:
+    """Keyed timers of the record (or timer) in progress: ``ctx.timers``.
+
+    Times are ms since the Unix epoch. A timer is identified by its key, time, kind and
+    ``name``: setting it again is a no-op, and it fires once (the app's ``on_timer``
+    handler gets the name). Event-time timers fire when the key group's watermark
+    reaches their time, processing-time timers when the wall clock does.
+    """
+
+    __slots__ = ("_svc",)
+
+    def __init__(self, svc: TimeService) -> None:
+        self._svc = svc
+
+    @property
+    def watermark(self) -> int:
+        """The key group's current watermark (``NO_WATERMARK`` before any event time)."""
+        return self._svc.clock().wm
+
+    @property
+    def processing_time(self) -> int:
+        """The processing time of the batch in progress (ms)."""
+        return self._svc.cursor.now_ms
+
+    def set_event_time(self, time_ms: int, name: str = "") -> None:
+        """Fire ``on_timer`` for this key when the watermark reaches ``time_ms``."""
+        self._svc.check_user_timers()
+        self._svc.register(_EVENT, int(time_ms), "u" + name)
+
+    def set_processing_time(self, time_ms: int, name: str = "") -> None:
+        """Fire ``on_timer`` for this key when the wall clock reaches ``time_ms``."""
+        self._svc.check_user_timers()
+        self._svc.register(_PROC, int(time_ms), "u" + name)
+
+    def delete_event_time(self, time_ms: int, name: str = "") -> None:
+        """Delete this key's event-time timer at ``time_ms`` named ``name`` (if set)."""
+        self._svc.delete(_EVENT, int(time_ms), "u" + name)
+
+    def delete_processing_time(self, time_ms: int, name: str = "") -> None:
+        """Delete this key's processing-time timer at ``time_ms`` named ``name``."""
+        self._svc.delete(_PROC, int(time_ms), "u" + name)
+
+
+class TimerContext:
+    """What a timer callback (or a window result downstream of one) sees as ``ctx``.
+
+    The same surface as a record's :class:`~processors.Context` where it makes sense:
+    ``timestamp``/``event_time`` are the timer's time, ``emit`` sends into the open
+    epoch (outputs get the timer's time as their record timestamp), ``timers`` sets
+    more timers. There is no record: ``topic``/``offset`` are ``None``.
+    """
+
+    __slots__ = ("_emit", "event_time", "key", "name", "partition", "timers", "watermark")
+
+    def __init__(self, emit: Callable[..., None], timers: Timers) -> None:
+        self._emit = emit
+        self.timers = timers
+        self.event_time = 0
+        self.watermark = NO_WATERMARK
+        self.partition = -1
+        self.key: Any = None
+        self.name = ""
+
+    topic = None
+    offset = None
+    message = None
+    headers: list[tuple[str, bytes]] = []  # noqa: RUF012 - read-only, shared
+
+    @property
+    def timestamp(self) -> int:
+        """The timer's time (ms)."""
+        return self.event_time
+
+    @property
+    def raw_key(self) -> bytes | None:
+        """The serialized key the timer belongs to."""
+        return None
+
+    def emit(self, topic: str, key: Any, value: Any, headers: Any = None) -> None:
+        """Send ``key``/``value`` to ``topic`` in the open epoch, timestamped at the timer."""
+        self._emit(topic, key, value, headers, self.event_time)
+
+
+class TimeService:
+    """Watermarks and timers of every key group of an app (one per :class:`App`).
+
+    The runtime (and the test driver) call :meth:`observe` after each record,
+    :meth:`on_barrier_watermark` for upstream barriers and :meth:`tick` between batches;
+    window operators and ``ctx.timers`` call :meth:`register` / :meth:`delete`.
+    """
+
+    def __init__(self, cursor: KeyCursor) -> None:
+        self.cursor = cursor
+        self.handle = _TimeHandle(StoreSpec(TIME_STORE, "value", JSON), cursor)
+        self._clocks: dict[int, _Clock] = {}
+        self._owners: dict[str, TimerCallback] = {}
+        self._user: TimerCallback | None = None
+        #: topic -> watermark strategy of every input that uses event time
+        self.strategies: dict[str, Watermarks] = {}
+        self.timers = Timers(self)
+        #: Set by the runtime / test driver: how timer outputs are produced, how a
+        #: failing timer is reported, how the key codec decodes timer keys.
+        self.emit: Callable[..., None] | None = None
+        self.on_error: Callable[[bytes | None, int, str, BaseException], None] | None = None
+        self.decode_key: Callable[[bytes], Any] = lambda b: b
+        self._firing = False
+        self.needs_tick = False
+
+    # -- owners ---------------------------------------------------------------------------
+
+    def add_owner(self, prefix: str, callback: TimerCallback) -> None:
+        """Route timers whose name starts with ``prefix`` to ``callback``."""
+        self._owners[prefix] = callback
+
+    def set_user_handler(self, callback: TimerCallback) -> None:
+        """Route ``ctx.timers`` timers to the app's ``on_timer`` handler."""
+        self._user = callback
+        self.needs_tick = True  # processing-time timers
+
+    def check_user_timers(self) -> None:
+        if self._user is None:
+            raise ConfigError(
+                "ctx.timers.set_*() needs a timer handler: declare one with @app.on_timer"
+            )
+
+    # -- clocks ---------------------------------------------------------------------------
+
+    def clock(self) -> _Clock:
+        """The clock of the key group the handles are bound to (rebuilt after an abort)."""
+        cache = self.handle.cache
+        g = cache.db.key_group
+        clock = self._clocks.get(g)
+        if clock is None or clock.cache is not cache or clock.generation != cache.generation:
+            clock = self._clocks[g] = _Clock(cache)
+        return clock
+
+    def watermark(self) -> int:
+        """The watermark of the bound key group."""
+        return self.clock().wm
+
+    def announce(self, cache: StoreCache) -> tuple[int, bool]:
+        """(watermark, idle) of the key group of ``cache``: what its barriers carry."""
+        g = cache.db.key_group
+        clock = self._clocks.get(g)
+        if clock is None or clock.cache is not cache or clock.generation != cache.generation:
+            clock = self._clocks[g] = _Clock(cache)
+        return clock.wm, clock.idle_since is not None
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def register(self, kind: bytes, time_ms: int, name: str) -> None:
+        """Set a timer of the current key (idempotent)."""
+        raw_key = self.cursor.key
+        if raw_key is None:
+            raise StateError("timers need a record key; this record has none")
+        clock = self.clock()
+        tk = timer_key(kind, time_ms, raw_key)
+        names = clock.live.get(tk)
+        if names is None:
+            clock.live[tk] = [name]
+            heapq.heappush(clock.event if kind == _EVENT else clock.proc, (time_ms, tk))
+        elif name in names:
+            return
+        else:
+            clock.live[tk] = names = [*names, name]
+        clock.cache.put(tk, clock.live[tk])
+
+    def delete(self, kind: bytes, time_ms: int, name: str) -> None:
+        """Delete a timer of the current key (no-op when not set)."""
+        raw_key = self.cursor.key
+        if raw_key is None:
+            return
+        clock = self.clock()
+        tk = timer_key(kind, time_ms, raw_key)
+        names = clock.live.get(tk)
+        if names is None or name not in names:
+            return
+        rest = [n for n in names if n != name]
+        if rest:
+            clock.live[tk] = rest
+            clock.cache.put(tk, rest)
+        else:
+            del clock.live[tk]  # its heap entry is skipped when it surfaces
+            clock.cache.put(tk, DELETED)
+
+    def _fire(self, clock: _Clock, heap: list[tuple[int, bytes]], upto: int, g: int) -> None:
+        """Fire the timers of ``heap`` at or before ``upto``, in time order."""
+        if self._firing:
+            return  # a timer set by a timer at a time already passed fires next round
+        self._firing = True
+        cursor = self.cursor
+        saved = cursor.key
+        tctx = TimerContext(self._emit_timer, self.timers)
+        tctx.partition = g
+        try:
+            while heap and heap[0][0] <= upto:
+                t, tk = heapq.heappop(heap)
+                names = clock.live.pop(tk, None)
+                if names is None:
+                    continue  # deleted
+                clock.cache.put(tk, DELETED)
+                _, raw_key = _split_timer_key(tk)
+                cursor.key = raw_key
+                tctx.event_time = t
+                tctx.watermark = clock.wm
+                tctx.key = self.decode_key(raw_key)
+                for name in names:
+                    tctx.name = name[1:] if name.startswith("u") else name
+                    try:
+                        self._dispatch(raw_key, t, name, tctx)
+                    except ConfigError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - user code may raise anything
+                        if self.on_error is None:
+                            raise
+                        self.on_error(raw_key, t, name, exc)
+        finally:
+            cursor.key = saved
+            self._firing = False
+
+    def _dispatch(self, raw_key: bytes, t: int, name: str, tctx: TimerContext) -> None:
+        if name.startswith("u"):
+            assert self._user is not None
+            self._user(raw_key, t, name[1:], tctx)
+            return
+        prefix = name.split(":", 1)[0]
+        owner = self._owners.get(prefix)
+        if owner is None:
+            log.warning("dropping a timer nobody owns", extra={"timer": name, "time": t})
+            return
+        owner(raw_key, t, name, tctx)
+
+    def _emit_timer(
+        self, topic: str, key: Any, value: Any, headers: Any, timestamp: int | None
+    ) -> None:
+        assert self.emit is not None
+        self.emit(topic, key, value, headers, timestamp)
+
+    # -- watermarks -----------------------------------------------------------------------
+
+    def observe(self, topic: str, ts: int) -> None:
+        """A record of ``topic`` at event time ``ts`` was processed in the bound key group.
+
+        Advances the key group's watermark and fires the event-time timers it passed.
+        """
+        clock = self.clock()
+        clock.last_seen[topic] = self.cursor.now_ms
+        clock.idle_since = None
+        prev = clock.max_ts.get(topic, NO_WATERMARK)
+        if ts <= prev:
+            return
+        clock.max_ts[topic] = ts
+        clock.dirty_wm = True
+        self._advance(clock, self.cursor.now_ms)
+
+    def on_barrier_watermark(
+        self, topic: str, writer: str, count: int, wm: int, idle: bool
+    ) -> None:
+        """An upstream writer's barrier announced its watermark (and key-group count)."""
+        clock = self.clock()
+        app = writer.rpartition("/")[0]
+        if count:
+            expected = clock.expected.setdefault(topic, {})
+            if expected.get(app) != count:
+                expected[app] = count
+                ws = clock.writers.get(topic, {})
+                for w in [w for w in ws if w.rpartition("/")[0] == app]:
+                    if int(w.rpartition("/")[2]) >= count:
+                        del ws[w]
+        entry = clock.writers.setdefault(topic, {}).get(writer)
+        if entry is None or entry[0] != wm or entry[1] != idle:
+            clock.writers[topic][writer] = [max(wm, entry[0]) if entry else wm, idle]
+            clock.dirty_wm = True
+        self._advance(clock, self.cursor.now_ms)
+
+    def _input_watermark(self, clock: _Clock, topic: str, now_ms: int) -> int | None:
+        """The watermark of one input partition (``None``: idle, left out)."""
+        writers = clock.writers.get(topic)
+        if writers:
+            expected = clock.expected.get(topic, {})
+            if sum(expected.values()) > len(writers):
+                return NO_WATERMARK  # a writer not heard from yet holds it back
+            active = [w[0] for w in writers.values() if not w[1]]
+            return min(active) if active else None
+        strategy = self.strategies.get(topic)
+        if strategy is None:
+            return None  # an input without event time does not hold the watermark
+        if strategy.idle_ms is not None:
+            seen = clock.last_seen.get(topic)
+            if seen is None:
+                clock.last_seen[topic] = seen = now_ms  # idle counts from now
+            if now_ms - seen >= strategy.idle_ms:
+                return None
+        high = clock.max_ts.get(topic)
+        if high is None:
+            return NO_WATERMARK
+        return high - strategy.max_delay_ms - 1
+
+    def _advance(self, clock: _Clock, now_ms: int) -> None:
+        lowest: int | None = None
+        for topic in self.strategies:
+            wm = self._input_watermark(clock, topic, now_ms)
+            if wm is not None and (lowest is None or wm < lowest):
+                lowest = wm
+        if lowest is None:  # every input idle: the watermark holds
+            if clock.idle_since is None:
+                clock.idle_since = now_ms
+        elif lowest > clock.wm:
+            clock.wm = lowest
+            clock.dirty_wm = True
+        if clock.dirty_wm:
+            clock.dirty_wm = False
+            clock.save()
+        if clock.event and clock.event[0][0] <= clock.wm:
+            self._fire(clock, clock.event, clock.wm, clock.cache.db.key_group)
+
+    def is_idle(self) -> bool:
+        """Whether every input of the bound key group is idle (announced downstream)."""
+        clock = self.clock()
+        return clock.idle_since is not None
+
+    def advance_to(self, wm: int) -> None:
+        """Force the bound key group's watermark to at least ``wm`` (tests, tooling)."""
+        clock = self.clock()
+        if wm > clock.wm:
+            clock.wm = wm
+            clock.save()
+        if clock.event and clock.event[0][0] <= clock.wm:
+            self._fire(clock, clock.event, clock.wm, clock.cache.db.key_group)
+
+    def tick(self, now_ms: int) -> None:
+        """Between batches: idleness may advance the watermark; fire processing timers."""
+        clock = self.clock()
+        self._advance(clock, now_ms)
+        if clock.proc and clock.proc[0][0] <= now_ms:
+            self._fire(clock, clock.proc, now_ms, clock.cache.db.key_group)

@@ -1,0 +1,469 @@
+"""Windows: tumbling, sliding, session, count and global, on keyed state and timers.
+
+A window operator keeps, per key, the accumulator of each open window in one value
+store (``window-<n>``) and sets an event-time timer at each window's last millisecond
+(``end - 1``). When the key group's watermark reaches it, the window's result goes on
+down the chain (timestamped ``end - 1``); its state is purged then, or
+``allowed_lateness_ms`` later, when a late-but-allowed record re-emits an updated
+result. A record whose every window is past that is *late*: it goes, unchanged (the
+input record's bytes and headers), to the late topic with ``lockgate-late-window`` and
+``lockgate-late-watermark`` headers, in the same transaction.
+
+Everything here runs the same way under the runtime and under
+:class:`processors.testing.TestDriver`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from processors._time import _EVENT, NO_WATERMARK, TimeService
+from processors.exceptions import ConfigError
+from state.codecs import Codec
+from state.primitives import ValueState
+
+if TYPE_CHECKING:
+    from processors._app import App, Stream
+
+__all__ = [
+    "Count",
+    "CountAggregator",
+    "Global",
+    "Session",
+    "Sliding",
+    "Tumbling",
+    "WindowResult",
+    "WindowedStream",
+]
+
+V = TypeVar("V")
+
+Next = Callable[[Any, Any, Any], None]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult(Generic[V]):
+    """A window's result, passed down the chain after ``aggregate``/``reduce``.
+
+    Attributes:
+        start: first millisecond of the window (count/global windows: the earliest
+            event time in it).
+        end: the millisecond after the window (count/global windows: the latest event
+            time in it plus one).
+        value: the aggregate.
+    """
+
+    start: int
+    end: int
+    value: V
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"start": ..., "end": ..., "value": ...}``."""
+        return {"start": self.start, "end": self.end, "value": self.value}
+
+
+@dataclass(frozen=True)
+class Tumbling:
+    """Fixed, non-overlapping event-time windows ``[k*size + offset, (k+1)*size + offset)``."""
+
+    size_ms: int
+    offset_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0:
+            raise ConfigError(f"Tumbling: size_ms must be > 0, got {self.size_ms}")
+
+    def assign(self, ts: int) -> list[tuple[int, int]]:
+        """The windows containing event time ``ts``."""
+        start = ts - (ts - self.offset_ms) % self.size_ms
+        return [(start, start + self.size_ms)]
+
+
+@dataclass(frozen=True)
+class Sliding:
+    """Overlapping event-time windows of ``size_ms`` starting every ``slide_ms``."""
+
+    size_ms: int
+    slide_ms: int
+    offset_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0 or self.slide_ms <= 0:
+            raise ConfigError("Sliding: size_ms and slide_ms must be > 0")
+
+    def assign(self, ts: int) -> list[tuple[int, int]]:
+        """The windows containing event time ``ts``, oldest first."""
+        last = ts - (ts - self.offset_ms) % self.slide_ms
+        out = []
+        start = last
+        while start > ts - self.size_ms:
+            out.append((start, start + self.size_ms))
+            start -= self.slide_ms
+        out.reverse()
+        return out
+
+
+@dataclass(frozen=True)
+class Session:
+    """Per-key sessions: records less than ``gap_ms`` apart share a window (merging).
+
+    A record at ``t`` opens ``[t, t + gap_ms)``; windows that overlap merge. The
+    aggregate needs a ``merge(a, b)`` (``reduce`` and ``process`` have one).
+    """
+
+    gap_ms: int
+
+    def __post_init__(self) -> None:
+        if self.gap_ms <= 0:
+            raise ConfigError(f"Session: gap_ms must be > 0, got {self.gap_ms}")
+
+
+@dataclass(frozen=True)
+class Count:
+    """Every ``size`` records of a key form a window (fired and purged at the last one)."""
+
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.size <= 0:
+            raise ConfigError(f"Count: size must be > 0, got {self.size}")
+
+
+@dataclass(frozen=True)
+class Global:
+    """One window per key that never ends: its running result fires every ``every`` records."""
+
+    every: int = 1
+
+    def __post_init__(self) -> None:
+        if self.every <= 0:
+            raise ConfigError(f"Global: every must be > 0, got {self.every}")
+
+
+Assigner = Tumbling | Sliding | Session | Count | Global
+
+
+class _Agg(Protocol):
+    def create(self) -> Any: ...
+    def add(self, value: Any, acc: Any) -> Any: ...
+    @property
+    def merge(self) -> Any: ...
+    def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]: ...
+
+
+class CountAggregator:
+    """Counts records: ``window(...).aggregate(CountAggregator())``."""
+
+    def create_accumulator(self) -> int:
+        """0."""
+        return 0
+
+    def add(self, value: Any, accumulator: int) -> int:
+        """One more."""
+        return accumulator + 1
+
+    def get_result(self, accumulator: int) -> int:
+        """The count."""
+        return accumulator
+
+    def merge(self, a: int, b: int) -> int:
+        """Sessions merged: counts add."""
+        return a + b
+
+
+class _Aggregate:
+    def __init__(self, aggregator: Any) -> None:
+        self.aggregator = aggregator
+        self.create = aggregator.create_accumulator
+        self.add = aggregator.add
+        self.merge = getattr(aggregator, "merge", None)
+
+    def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]:
+        return (WindowResult(start, end, self.aggregator.get_result(acc)),)
+
+
+class _Reduce:
+    _EMPTY = None
+
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        self.fn = fn
+
+    def create(self) -> Any:
+        return [False, None]
+
+    def add(self, value: Any, acc: Any) -> Any:
+        return [True, self.fn(acc[1], value) if acc[0] else value]
+
+    def merge(self, a: Any, b: Any) -> Any:
+        if not a[0]:
+            return b
+        if not b[0]:
+            return a
+        return [True, self.fn(a[1], b[1])]
+
+    def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]:
+        return (WindowResult(start, end, acc[1]),)
+
+
+class _Process:
+    def __init__(self, fn: Callable[[Any, WindowResult[list[Any]]], Iterable[Any] | None]) -> None:
+        self.fn = fn
+
+    def create(self) -> list[Any]:
+        return []
+
+    def add(self, value: Any, acc: list[Any]) -> list[Any]:
+        acc.append(value)
+        return acc
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return a + b
+
+    def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]:
+        out = self.fn(key, WindowResult(start, end, acc))
+        return () if out is None else out
+
+
+class WindowedStream:
+    """A stream cut into windows: finish it with ``aggregate``, ``reduce`` or ``process``.
+
+    Each returns the stream of the windows' results (continue it with ``map``,
+    ``to``, ...).
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        assigner: Assigner,
+        allowed_lateness_ms: int,
+        late_topic: str | None,
+        codec: Codec,
+    ) -> None:
+        self._stream = stream
+        self._assigner = assigner
+        self._lateness = allowed_lateness_ms
+        self._late = late_topic
+        self._codec = codec
+
+    def aggregate(self, aggregator: Any) -> Stream:
+        """Fold each window with a Flink-style aggregator.
+
+        ``aggregator`` has ``create_accumulator()``, ``add(value, acc)``,
+        ``get_result(acc)`` (and ``merge(a, b)`` for session windows); results are
+        :class:`WindowResult` objects.
+
+        Raises:
+            ConfigError: a session window with an aggregator without ``merge``.
+        """
+        for name in ("create_accumulator", "add", "get_result"):
+            if not callable(getattr(aggregator, name, None)):
+                raise TypeError(f"aggregate() needs an aggregator with {name}()")
+        agg = _Aggregate(aggregator)
+        if isinstance(self._assigner, Session) and agg.merge is None:
+            raise ConfigError(
+                "aggregate() over session windows needs an aggregator with merge(a, b): "
+                "sessions merge when a record bridges them"
+            )
+        return self._build(agg)
+
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> Stream:
+        """Fold each window's values with ``fn(a, b)``; results are :class:`WindowResult`."""
+        if not callable(fn):
+            raise TypeError("reduce() needs a callable")
+        return self._build(_Reduce(fn))
+
+    def count(self) -> Stream:
+        """Count each window's records; results are :class:`WindowResult` of ints."""
+        return self.aggregate(CountAggregator())
+
+    def process(self, fn: Callable[[Any, WindowResult[list[Any]]], Iterable[Any] | None]) -> Stream:
+        """Call ``fn(key, window)`` with all of a window's values (``window.value``).
+
+        Whatever ``fn`` returns (an iterable, or ``None``) goes on down the chain, one
+        value at a time. Keeps every value of an open window in state.
+        """
+        if not callable(fn):
+            raise TypeError("process() needs a callable")
+        return self._build(_Process(fn))
+
+    def _build(self, agg: _Agg) -> Stream:
+        return self._stream._window(self._assigner, agg, self._lateness, self._late, self._codec)  # noqa: SLF001 - same package
+
+
+class WindowOperator:
+    """The runtime half of a window: what happens per record and per timer."""
+
+    def __init__(
+        self,
+        app: App,
+        n: int,
+        assigner: Assigner,
+        agg: _Agg,
+        lateness: int,
+        late_topic: str | None,
+        codec: Codec,
+    ) -> None:
+        self.assigner = assigner
+        self.agg = agg
+        self.lateness = lateness
+        self.late_topic = late_topic
+        self.prefix = f"w{n}"
+        self.store: ValueState[Any] = app.value_state(f"window-{n}", codec=codec)
+        self.time: TimeService = app._time_service()  # noqa: SLF001 - same package
+        self.time.add_owner(self.prefix, self.on_timer)
+        self.nxt: Next = lambda k, v, c: None
+        self.needs_event_time = isinstance(assigner, (Tumbling, Sliding, Session))
+
+    # -- per record -------------------------------------------------------------------------
+
+    def on_record(self, key: Any, value: Any, ctx: Any) -> None:
+        a = self.assigner
+        if isinstance(a, (Tumbling, Sliding)):
+            self._on_time_record(key, value, ctx, a.assign(ctx.event_time))
+        elif isinstance(a, Session):
+            self._on_session_record(key, value, ctx, a.gap_ms)
+        else:
+            self._on_count_record(key, value, ctx, a)
+
+    def _late(self, ctx: Any, windows: list[tuple[int, int]], wm: int) -> None:
+        if self.late_topic is None:
+            return  # dropped, counted nowhere: the user asked for no late topic
+        msg = ctx.message
+        headers: list[tuple[str, bytes | str]] = [
+            ("lockgate-late-window", ",".join(f"{s}-{e}" for s, e in windows)),
+            ("lockgate-late-watermark", str(wm)),
+            ("lockgate-late-event-time", str(ctx.event_time)),
+        ]
+        headers.extend(msg.headers() or [])
+        ctx.emit(self.late_topic, msg.key(), msg.value(), headers)
+
+    def _on_time_record(
+        self, key: Any, value: Any, ctx: Any, windows: list[tuple[int, int]]
+    ) -> None:
+        time = self.time
+        wm = time.watermark()
+        lateness = self.lateness
+        live = [(s, e) for s, e in windows if e - 1 + lateness > wm]
+        if not live:
+            self._late(ctx, windows, wm)
+            return
+        store = self.store
+        state = store.value() or {}
+        agg = self.agg
+        for s, e in live:
+            sk = str(s)
+            entry = state.get(sk)
+            acc = agg.add(value, agg.create() if entry is None else entry[1])
+            state[sk] = [e, acc]
+            if e - 1 <= wm:
+                # Fired already, within the allowed lateness: an updated result now.
+                self._emit(key, s, e, acc, ctx)
+            elif entry is None:
+                time.register(_EVENT, e - 1, self.prefix + ":f")
+            if entry is None and lateness:
+                time.register(_EVENT, e - 1 + lateness, self.prefix + ":c")
+        store.update(state)
+
+    def _on_session_record(self, key: Any, value: Any, ctx: Any, gap: int) -> None:
+        time = self.time
+        wm = time.watermark()
+        lateness = self.lateness
+        ts = ctx.event_time
+        start, end = ts, ts + gap
+        sessions: list[list[Any]] = self.store.value() or []
+        agg = self.agg
+        acc = agg.add(value, agg.create())
+        keep = []
+        merged = []
+        for sess in sessions:
+            if sess[0] < end and start < sess[1]:
+                merged.append(sess)
+            else:
+                keep.append(sess)
+        for s, e, a in merged:
+            start, end = min(start, s), max(end, e)
+            acc = agg.merge(a, acc)
+        if end - 1 + lateness <= wm:
+            self._late(ctx, [(start, end)], wm)
+            return
+        for _s, e, _ in merged:
+            if e != end:
+                time.delete(_EVENT, e - 1, self.prefix + ":f")
+                if lateness:
+                    time.delete(_EVENT, e - 1 + lateness, self.prefix + ":c")
+        keep.append([start, end, acc])
+        keep.sort(key=lambda x: x[0])
+        self.store.update(keep)
+        if end - 1 <= wm:
+            self._emit(key, start, end, acc, ctx)
+        else:
+            time.register(_EVENT, end - 1, self.prefix + ":f")
+        if lateness:
+            time.register(_EVENT, end - 1 + lateness, self.prefix + ":c")
+
+    def _on_count_record(self, key: Any, value: Any, ctx: Any, a: Count | Global) -> None:
+        ts = ctx.event_time
+        state = self.store.value()
+        if state is None:
+            state = [0, ts, ts, self.agg.create()]
+        n, first, last, acc = state
+        acc = self.agg.add(value, acc)
+        n += 1
+        first, last = min(first, ts), max(last, ts)
+        if isinstance(a, Count):
+            if n >= a.size:
+                self.store.clear()
+                self._emit(key, first, last + 1, acc, ctx)
+                return
+        elif n % a.every == 0:
+            self.store.update([n, first, last, acc])
+            self._emit(key, first, last + 1, acc, ctx)
+            return
+        self.store.update([n, first, last, acc])
+
+    def _emit(self, key: Any, start: int, end: int, acc: Any, ctx: Any) -> None:
+        nxt = self.nxt
+        for out in self.agg.results(key, start, end, acc):
+            nxt(key, out, ctx)
+
+    # -- per timer --------------------------------------------------------------------------
+
+    def on_timer(self, raw_key: bytes | None, t: int, name: str, tctx: Any) -> None:
+        """A window's end (``:f``) or its allowed lateness (``:c``) was reached."""
+        state = self.store.value()
+        if not state:
+            return
+        fire = name.endswith(":f")
+        lateness = self.lateness
+        key = tctx.key
+        if isinstance(self.assigner, Session):
+            keep = []
+            for s, e, acc in state:
+                if fire and e - 1 == t:
+                    self._emit(key, s, e, acc, tctx)
+                if e - 1 + lateness > t:
+                    keep.append([s, e, acc])
+            if len(keep) != len(state):
+                if keep:
+                    self.store.update(keep)
+                else:
+                    self.store.clear()
+            return
+        changed = False
+        for sk in sorted(state, key=int):
+            e, acc = state[sk]
+            if fire and e - 1 == t:
+                self._emit(key, int(sk), e, acc, tctx)
+            if e - 1 + lateness <= t:
+                del state[sk]
+                changed = True
+        if changed:
+            if state:
+                self.store.update(state)
+            else:
+                self.store.clear()
+
+
+_ = NO_WATERMARK  # re-exported for users of this module
