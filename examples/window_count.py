@@ -12,7 +12,7 @@ The contract (independent checkers drive it):
   allowed lateness 0;
 - when a window fires, exactly one record on ``LOCKGATE_OUTPUT_TOPIC`` (default
   ``window-counts``): key = the input key, value ``{"start": <ms>, "end": <ms>,
-  "count": <int>}`` (timestamped ``end - 1``);
+  "count": <int>}``;
 - every record whose window has already fired goes, unchanged, to
   ``<output topic>.late`` (headers ``lockgate-late-window``, ``lockgate-late-watermark``).
 

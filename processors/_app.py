@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from processors._context import Context
-from processors._time import TIME_STORE, TimeService, Watermarks
+from processors._time import EVENT_TIME_HEADER, TIME_STORE, TimeService, Watermarks
 from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
 from processors.windows import Assigner, WindowedStream, WindowOperator
@@ -171,7 +171,7 @@ class Stream:
         """
         _check_callable(fn, "key_by")
         _check_topic(topic, "repartition topic")
-        self._add("key_by", (fn, topic))
+        self._add("key_by", (fn, topic, self._app))
         self._app.output(topic, key=key, value=value, partitions=partitions, internal=True)
         return self
 
@@ -354,7 +354,15 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
     if kind == "process":
         return arg  # type: ignore[no-any-return]
     if kind == "key_by":
-        select, topic = arg
+        select, topic, app = arg
+        svc = app.time_service
+        if svc is not None and svc.strategies:
+            # The next app's default event time is this record's (a header, not the
+            # record timestamp: old event times would meet the topic's retention).
+            def rekey_timed(k: Any, v: Any, c: Context) -> None:
+                c.emit(topic, select(v), v, [(EVENT_TIME_HEADER, str(c.event_time))])
+
+            return rekey_timed
 
         def rekey(k: Any, v: Any, c: Context) -> None:
             c.emit(topic, select(v), v)
@@ -414,7 +422,17 @@ def _timed(
         return untimed
 
     def timed(k: Any, v: Any, c: Context) -> None:
-        ts = extract(v) if extract is not None else c.message.timestamp()[1]
+        if extract is not None:
+            ts = extract(v)
+        else:
+            msg = c.message
+            ts = msg.timestamp()[1]
+            headers = msg.headers()
+            if headers:  # written by an upstream app's key_by: its event time
+                for name, raw in headers:
+                    if name == EVENT_TIME_HEADER:
+                        ts = int(raw)
+                        break
         if type(ts) is not int or ts < 0:
             ts = _event_time_of(ts)
         c._event_time = ts  # noqa: SLF001 - same package
@@ -564,7 +582,7 @@ class App:
         """Decorator: ``fn(key, ctx)`` runs when a timer set with ``ctx.timers`` fires.
 
         ``ctx.timestamp`` is the timer's time, ``ctx.name`` its name, ``ctx.emit``
-        emits (timestamped at the timer), ``ctx.timers`` sets more. Timers are keyed
+        emits, ``ctx.timers`` sets more. Timers are keyed
         state: a timer fires once, in the epoch that commits its deletion and its
         outputs. A timer callback that raises is dead-lettered (a record with the key,
         no value, and ``lockgate-timer-*`` headers) under ``LOCKGATE_ON_ERROR=dlq``.

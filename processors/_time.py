@@ -41,6 +41,7 @@ from state.exceptions import StateError
 from state.primitives import StateHandle, StoreSpec
 
 __all__ = [
+    "EVENT_TIME_HEADER",
     "NO_WATERMARK",
     "TIME_STORE",
     "TimeService",
@@ -53,6 +54,8 @@ log = logging.getLogger("lockgate.time")
 
 #: The store holding watermarks and timers.
 TIME_STORE = "lockgate.time"
+#: Carries a record's event time to the next app (records ``key_by`` writes).
+EVENT_TIME_HEADER = "lockgate-event-time"
 #: The watermark before any event time was seen.
 NO_WATERMARK = -(2**63)
 _NEVER = 2**63
@@ -228,8 +231,7 @@ class TimerContext:
 
     The same surface as a record's :class:`~processors.Context` where it makes sense:
     ``timestamp``/``event_time`` are the timer's time, ``emit`` sends into the open
-    epoch (outputs get the timer's time as their record timestamp), ``timers`` sets
-    more timers. There is no record: ``topic``/``offset`` are ``None``.
+    epoch, ``timers`` sets more timers. There is no record: ``topic``/``offset`` are ``None``.
     """
 
     __slots__ = ("_emit", "event_time", "key", "name", "partition", "timers", "watermark")
@@ -258,9 +260,11 @@ class TimerContext:
         """The serialized key the timer belongs to."""
         return None
 
-    def emit(self, topic: str, key: Any, value: Any, headers: Any = None) -> None:
-        """Send ``key``/``value`` to ``topic`` in the open epoch, timestamped at the timer."""
-        self._emit(topic, key, value, headers, self.event_time)
+    def emit(
+        self, topic: str, key: Any, value: Any, headers: Any = None, timestamp: int | None = None
+    ) -> None:
+        """Send ``key``/``value`` to ``topic`` in the open epoch (as ``Context.emit``)."""
+        self._emit(topic, key, value, headers, timestamp)
 
 
 class TimeService:

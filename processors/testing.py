@@ -17,7 +17,7 @@ Example:
     >>> from examples.running_sum import app
     >>> driver = TestDriver(app)
     >>> driver.send("a", {"v": 2, "seq": 0})
-    [Emitted(topic='sums', key='a', value={'sum': 2, 'count': 1, 'seq': 0}, headers=None, timestamp=None)]
+    [Emitted(topic='sums', key='a', value={'sum': 2, 'count': 1, 'seq': 0}, headers=None)]
     >>> driver.commit()              # epoch boundary: state becomes durable
     >>> driver.send("a", {"v": 5, "seq": 1})[0].value["sum"]
     7
@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from processors._app import App
@@ -58,8 +58,8 @@ class Emitted:
     key: Any
     value: Any
     headers: Headers
-    #: The record timestamp set by the emit (timer outputs: the timer's time), or None.
-    timestamp: int | None = None
+    #: The record timestamp the emit set (``ctx.emit(..., timestamp=)``), or None.
+    timestamp: int | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A window operator keeps, per key, the accumulator of each open window in one value
 store (``window-<n>``) and sets an event-time timer at each window's last millisecond
 (``end - 1``). When the key group's watermark reaches it, the window's result goes on
-down the chain (timestamped ``end - 1``); its state is purged then, or
+down the chain (its event time is ``end - 1``); its state is purged then, or
 ``allowed_lateness_ms`` later, when a late-but-allowed record re-emits an updated
 result. A record whose every window is past that is *late*: it goes, unchanged (the
 input record's bytes and headers), to the late topic with ``lockgate-late-window`` and
