@@ -417,27 +417,30 @@ def _timed(
 
         def untimed(k: Any, v: Any, c: Context) -> None:
             c._event_time = c.message.timestamp()[1]  # noqa: SLF001 - same package
+            c._late_ops = None  # noqa: SLF001 - same package
             step(k, v, c)
 
         return untimed
 
     def timed(k: Any, v: Any, c: Context) -> None:
-        if extract is not None:
-            ts = extract(v)
-        else:
-            msg = c.message
-            ts = msg.timestamp()[1]
-            headers = msg.headers()
-            if headers:  # written by an upstream app's key_by: its event time
-                for name, raw in headers:
-                    if name == EVENT_TIME_HEADER:
+        msg = c.message
+        ts = extract(v) if extract is not None else msg.timestamp()[1]
+        internal = False
+        headers = msg.headers()
+        if headers:  # written by another lockgate app? (its key_by sends its event time)
+            for name, raw in headers:
+                if name == EVENT_TIME_HEADER:
+                    internal = True
+                    if extract is None:
                         ts = int(raw)
-                        break
+                elif name == "lockgate-writer":
+                    internal = True
         if type(ts) is not int or ts < 0:
             ts = _event_time_of(ts)
         c._event_time = ts  # noqa: SLF001 - same package
+        c._late_ops = None  # noqa: SLF001 - same package
         step(k, v, c)
-        observe(topic, ts)
+        observe(topic, ts, internal)
 
     return timed
 

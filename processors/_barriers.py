@@ -36,6 +36,18 @@ def lockgate_headers(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
     return out
 
 
+class WatermarkUpdate:
+    """Upstream writers' barrier watermarks to apply to key group ``g`` (in ``_released``)."""
+
+    __slots__ = ("entries", "g", "topic")
+
+    def __init__(self, topic: str, g: int, entries: list[tuple[int, str, int, int, bool]]) -> None:
+        self.topic = topic
+        self.g = g
+        #: (checkpoint, writer, writer count, watermark, idle) per barrier
+        self.entries = entries
+
+
 class BarrierMixin(RebalanceMixin):
     """Feeds barriers to the aligners and acts on completed checkpoints."""
 
@@ -49,6 +61,7 @@ class BarrierMixin(RebalanceMixin):
         """
         start = self._committed.get((topic, g), self._next[(topic, g)])
         done = self._kg_done.get(g, 0)
+        self._wm_stash.pop((topic, g), None)
         aligner = self._new_aligner(Snapshot(start, start, done, {}, False))
         self._aligners[(topic, g)] = aligner
         log.info(
@@ -67,17 +80,23 @@ class BarrierMixin(RebalanceMixin):
         except (KeyError, ValueError):
             log.warning("ignoring a malformed barrier", extra={"headers": headers})
             return
+        aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
         svc = self.app.time_service
         if svc is not None and svc.strategies and headers.get("lockgate-et") == "1":
+            last = aligner.writers.get(writer)
             try:
                 wm = int(headers["lockgate-wm"])
             except (KeyError, ValueError):
                 log.warning("ignoring a malformed barrier watermark", extra={"headers": headers})
             else:
-                svc.on_barrier_watermark(
-                    topic, writer, writers, wm, headers.get("lockgate-idle") == "1"
-                )
-        aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
+                if last is None or ckpt > last:
+                    # Applied once checkpoint ``ckpt`` completes and the records it releases
+                    # were processed: only then has every record this writer wrote before
+                    # the barrier been processed (aligned mode holds some back).
+                    idle = headers.get("lockgate-idle") == "1"
+                    self._wm_stash.setdefault((topic, g), []).append(
+                        (ckpt, writer, writers, wm, idle)
+                    )
         now = time.monotonic()
         # The position and alignment before this barrier: a savepoint completed by it is
         # restored from here (the replay re-reads the barrier and completes it again).
@@ -170,6 +189,7 @@ class BarrierMixin(RebalanceMixin):
         if sp_id is None:
             self._write_barriers(g, ckpt, None)
             self._released.extend(released)
+            self._release_watermarks(topic, g, ckpt)
             return
         stop = self._sp_stop.get(sp_id, False)
         error = None
@@ -209,6 +229,21 @@ class BarrierMixin(RebalanceMixin):
             self._halt(g, sp_id)
             return
         self._released.extend(released)
+        self._release_watermarks(topic, g, ckpt)
+
+    def _release_watermarks(self, topic: str, g: int, ckpt: int) -> None:
+        """Queue the writers' barrier watermarks of checkpoints up to ``ckpt``.
+
+        After the records the completion released: they were written before those
+        barriers, so the watermarks may not pass them before they are processed.
+        """
+        stash = self._wm_stash.get((topic, g))
+        if not stash:
+            return
+        due = [entry for entry in stash if entry[0] <= ckpt]
+        if due:
+            self._wm_stash[(topic, g)] = [entry for entry in stash if entry[0] > ckpt]
+            self._released.append(WatermarkUpdate(topic, g, due))
 
     def _tick_alignments(self) -> None:
         """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``."""

@@ -18,12 +18,14 @@ class Context:
     the epoch commits, together with the state changes and input offsets.
     """
 
-    __slots__ = ("_emit", "_event_time", "_timers", "message")
+    __slots__ = ("_emit", "_event_time", "_late_ops", "_timers", "message")
 
     def __init__(self, emit: Callable[..., None], timers: Any = None) -> None:
         self._emit = emit
         self._timers = timers
         self._event_time: int | None = None
+        #: Window operators that sent the current record to their late topic.
+        self._late_ops: set[str] | None = None
         self.message: Any = None
 
     @property

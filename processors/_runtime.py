@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from processors._alignment import Aligner, Decision, Forced
 from processors._app import App
-from processors._barriers import BarrierMixin
+from processors._barriers import BarrierMixin, WatermarkUpdate
 from processors._barriers import lockgate_headers as _lockgate_headers
 from processors._context import Context
 from processors._control import (
@@ -684,6 +684,14 @@ class Runner(BarrierMixin):
                             released.extend(decision.released)
                         continue
             else:
+                if type(msg) is WatermarkUpdate:
+                    if msg.g in kgs and msg.g not in halted:
+                        if bound != msg.g:
+                            kgs[msg.g].bind()
+                            bound = msg.g
+                            self._writer_header = self._writer_headers[msg.g]
+                        self._apply_watermarks(msg)
+                    continue
                 part = msg.partition()
                 if part in halted or part not in kgs:
                     # Released after its key group halted (or went away): the committed
@@ -879,6 +887,19 @@ class Runner(BarrierMixin):
                 raise _StaticMemberFenced(detail)
             raise FatalKafkaError(detail)
         log.warning("consumer error", extra={"error": err.name(), "detail": err.str()})
+
+    def _apply_watermarks(self, update: WatermarkUpdate) -> None:
+        """Apply upstream barrier watermarks to the bound key group (timers may fire)."""
+        svc = self.app.time_service
+        assert svc is not None
+        for _ckpt, writer, writers, wm, idle in update.entries:
+            svc.on_barrier_watermark(update.topic, writer, writers, wm, idle)
+        self._epoch_active = True
+        if self._producer_error is not None:  # a timer's output was refused
+            err, self._producer_error = self._producer_error, None
+            if err.fatal():
+                raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
+            raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
 
     def _tick_timers(self) -> None:
         """Fire due processing-time timers; let idleness advance watermarks.

@@ -15,7 +15,8 @@ A key group's watermark is the minimum over its inputs of each input's watermark
 out-of-orderness; ``max_delay_ms=0`` is monotonous), the minimum over the expected
 upstream writers' barrier watermarks for another lockgate app's internal topic. An
 input with no record for ``idle_ms`` (a writer that announced itself idle) is left out
-of the minimum; when every input is idle the watermark holds. It never goes back.
+of the minimum; when every input (writer) is idle, the highest watermark they reached
+counts (as Flink's watermark valve does). It never goes back.
 
 It advances after each record (and each barrier, and on a processing-time tick for
 idleness) and fires every event-time timer at or below it, in time order, in the open
@@ -134,6 +135,7 @@ class _Clock:
         "expected",
         "generation",
         "idle_since",
+        "internal",
         "last_seen",
         "live",
         "max_ts",
@@ -151,6 +153,8 @@ class _Clock:
         self.writers: dict[str, dict[str, list[Any]]] = {}
         #: topic -> upstream app -> key-group count
         self.expected: dict[str, dict[str, int]] = {}
+        #: inputs written by lockgate apps: their watermark comes from barriers only
+        self.internal: set[str] = set()
         self.last_seen: dict[str, int] = {}  # processing time of the last record, per input
         self.idle_since: int | None = None
         self.live: dict[bytes, list[str]] = {}
@@ -163,6 +167,7 @@ class _Clock:
             self.max_ts = dict(stored.get("max", {}))
             self.writers = {t: dict(w) for t, w in stored.get("writers", {}).items()}
             self.expected = {t: dict(e) for t, e in stored.get("expected", {}).items()}
+            self.internal = set(stored.get("internal", ()))
         # Every timer of the key group: the committed ones (the cache holds no
         # uncommitted timer of a key group whose clock is being (re)built).
         decode = cache.codec.decode
@@ -179,7 +184,13 @@ class _Clock:
     def save(self) -> None:
         self.cache.put(
             _WM_KEY,
-            {"wm": self.wm, "max": self.max_ts, "writers": self.writers, "expected": self.expected},
+            {
+                "wm": self.wm,
+                "max": self.max_ts,
+                "writers": self.writers,
+                "expected": self.expected,
+                "internal": sorted(self.internal),
+            },
         )
 
 
@@ -424,19 +435,29 @@ class TimeService:
 
     # -- watermarks -----------------------------------------------------------------------
 
-    def observe(self, topic: str, ts: int) -> None:
+    def observe(self, topic: str, ts: int, internal: bool = False) -> None:
         """A record of ``topic`` at event time ``ts`` was processed in the bound key group.
 
-        Advances the key group's watermark and fires the event-time timers it passed.
+        Advances the key group's watermark and fires the event-time timers it passed
+        (and those the record set at or below the watermark). ``internal``: the record
+        was written by another lockgate app (its watermark comes from barriers only).
         """
         clock = self.clock()
         clock.last_seen[topic] = self.cursor.now_ms
-        clock.idle_since = None
+        if clock.idle_since is not None:
+            clock.idle_since = None
+            clock.dirty_wm = True
+        if internal and topic not in clock.internal:
+            clock.internal.add(topic)
+            clock.dirty_wm = True
         prev = clock.max_ts.get(topic, NO_WATERMARK)
-        if ts <= prev:
+        if ts <= prev and not clock.dirty_wm:
+            if clock.event and clock.event[0][0] <= clock.wm:
+                self._fire(clock, clock.event, clock.wm, clock.cache.db.key_group)
             return
-        clock.max_ts[topic] = ts
-        clock.dirty_wm = True
+        if ts > prev:
+            clock.max_ts[topic] = ts
+            clock.dirty_wm = True
         self._advance(clock, self.cursor.now_ms)
 
     def on_barrier_watermark(
@@ -459,39 +480,60 @@ class TimeService:
             clock.dirty_wm = True
         self._advance(clock, self.cursor.now_ms)
 
-    def _input_watermark(self, clock: _Clock, topic: str, now_ms: int) -> int | None:
-        """The watermark of one input partition (``None``: idle, left out)."""
+    def _input_watermark(self, clock: _Clock, topic: str, now_ms: int) -> tuple[int, bool] | None:
+        """(watermark, idle) of one input partition; ``None``: it does not take part.
+
+        An idle input's watermark is what it reached (for barriers: the highest of its
+        writers'); it counts only when every input is idle.
+        """
         writers = clock.writers.get(topic)
+        if not writers and topic in clock.internal:
+            return NO_WATERMARK, False  # no barrier yet: record times say nothing of others
         if writers:
             expected = clock.expected.get(topic, {})
             if sum(expected.values()) > len(writers):
-                return NO_WATERMARK  # a writer not heard from yet holds it back
+                return NO_WATERMARK, False  # a writer not heard from yet holds it back
             active = [w[0] for w in writers.values() if not w[1]]
-            return min(active) if active else None
+            if active:
+                return min(active), False
+            return max(w[0] for w in writers.values()), True
         strategy = self.strategies.get(topic)
         if strategy is None:
             return None  # an input without event time does not hold the watermark
+        high = clock.max_ts.get(topic)
+        wm = NO_WATERMARK if high is None else high - strategy.max_delay_ms - 1
         if strategy.idle_ms is not None:
             seen = clock.last_seen.get(topic)
             if seen is None:
                 clock.last_seen[topic] = seen = now_ms  # idle counts from now
             if now_ms - seen >= strategy.idle_ms:
-                return None
-        high = clock.max_ts.get(topic)
-        if high is None:
-            return NO_WATERMARK
-        return high - strategy.max_delay_ms - 1
+                return wm, True
+        return wm, False
 
     def _advance(self, clock: _Clock, now_ms: int) -> None:
+        """Recompute the bound key group's watermark and fire the timers it passed.
+
+        The minimum over active inputs; when every input is idle, the highest they
+        reached (as Flink's watermark valve does).
+        """
         lowest: int | None = None
+        highest_idle: int | None = None
         for topic in self.strategies:
-            wm = self._input_watermark(clock, topic, now_ms)
-            if wm is not None and (lowest is None or wm < lowest):
+            got = self._input_watermark(clock, topic, now_ms)
+            if got is None:
+                continue
+            wm, idle = got
+            if idle:
+                if highest_idle is None or wm > highest_idle:
+                    highest_idle = wm
+            elif lowest is None or wm < lowest:
                 lowest = wm
-        if lowest is None:  # every input idle: the watermark holds
-            if clock.idle_since is None:
+        if lowest is None:  # every input idle (or none): the highest they reached
+            if highest_idle is not None and clock.idle_since is None:
                 clock.idle_since = now_ms
-        elif lowest > clock.wm:
+                clock.dirty_wm = True  # an epoch (and barriers announcing it) must follow
+            lowest = highest_idle
+        if lowest is not None and lowest > clock.wm:
             clock.wm = lowest
             clock.dirty_wm = True
         if clock.dirty_wm:

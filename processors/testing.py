@@ -127,6 +127,16 @@ class _Record:
         return self._headers
 
 
+class _WatermarkStep:
+    """An ``advance_watermark`` call, replayed with its epoch."""
+
+    __slots__ = ("partition", "to_ms")
+
+    def __init__(self, partition: int | None, to_ms: int) -> None:
+        self.partition = partition
+        self.to_ms = to_ms
+
+
 class _Failed(Exception):
     """A record made user code (or decoding) raise: abort the epoch."""
 
@@ -194,7 +204,7 @@ class TestDriver:
         self._advanced = 0
         self._offsets: dict[tuple[str, int], int] = {}
         self._committed_offsets: dict[tuple[str, int], int] = {}
-        self._epoch: list[_Record] = []  # records consumed since the last commit
+        self._epoch: list[_Record | _WatermarkStep] = []  # since the last commit
         self._emitted: list[Emitted] = []
         self._committed_emits = 0
         self._dead: list[DeadLetter] = []
@@ -232,10 +242,9 @@ class TestDriver:
         start = len(self._emitted)
         cursor = self.app.cursor
         cursor.now_ms = now = self.now_ms
-        for g in range(self.partitions):
-            if g in self._kgs:
-                self._kgs[g].bind()
-                self._time.tick(now)
+        for g in range(self.partitions):  # every key group, as the runtime's are all open
+            self._kg(g).bind()
+            self._time.tick(now)
         return self._emitted[start:]
 
     def advance_watermark(self, to_ms: int, partition: int | None = None) -> list[Emitted]:
@@ -250,11 +259,18 @@ class TestDriver:
         if self._time is None:
             raise ConfigError(f"app {self.app.name!r} uses no event time or timers")
         start = len(self._emitted)
-        self.app.cursor.now_ms = self.now_ms
-        for g in range(self.partitions) if partition is None else [partition]:
-            self._kg(g).bind()
-            self._time.advance_to(to_ms)
+        step = _WatermarkStep(partition, to_ms)
+        self._epoch.append(step)  # replayed with the epoch, like an upstream barrier
+        self._advance_watermark(step)
         return self._emitted[start:]
+
+    def _advance_watermark(self, step: _WatermarkStep) -> None:
+        assert self._time is not None
+        self.app.cursor.now_ms = self.now_ms
+        parts = range(self.partitions) if step.partition is None else [step.partition]
+        for g in parts:
+            self._kg(g).bind()
+            self._time.advance_to(step.to_ms)
 
     def watermark(self, partition: int) -> int:
         """The current watermark of key group ``partition`` (``NO_WATERMARK`` before any)."""
@@ -398,6 +414,9 @@ class TestDriver:
             self._drop_uncommitted()
             try:
                 for record in self._epoch:
+                    if isinstance(record, _WatermarkStep):
+                        self._advance_watermark(record)
+                        continue
                     entry = poison.get(id(record))
                     if entry is None:
                         self._process(record)

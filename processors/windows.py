@@ -15,6 +15,7 @@ Everything here runs the same way under the runtime and under
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -37,6 +38,8 @@ __all__ = [
     "WindowResult",
     "WindowedStream",
 ]
+
+log = logging.getLogger("lockgate.windows")
 
 V = TypeVar("V")
 
@@ -328,9 +331,25 @@ class WindowOperator:
             self._on_count_record(key, value, ctx, a)
 
     def _late(self, ctx: Any, windows: list[tuple[int, int]], wm: int) -> None:
+        """Send the input record (once, however many of its values were late) aside."""
         if self.late_topic is None:
-            return  # dropped, counted nowhere: the user asked for no late topic
+            return  # dropped: the user asked for no late topic
         msg = ctx.message
+        if msg is None:
+            # A window result late for a window downstream of it: no input record to set
+            # aside (a second window must allow for the first one's firing delay).
+            log.warning(
+                "dropping a late window result",
+                extra={"window": f"{windows[0][0]}-{windows[-1][1]}", "watermark": wm},
+            )
+            return
+        sent = ctx._late_ops  # noqa: SLF001 - set per record by the input wrapper
+        if sent is None:
+            ctx._late_ops = {self.prefix}  # noqa: SLF001
+        elif self.prefix in sent:
+            return
+        else:
+            sent.add(self.prefix)
         headers: list[tuple[str, bytes | str]] = [
             ("lockgate-late-window", ",".join(f"{s}-{e}" for s, e in windows)),
             ("lockgate-late-watermark", str(wm)),

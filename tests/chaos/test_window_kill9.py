@@ -8,7 +8,8 @@ quarter of the restarts with the state dir wiped) and restarted. A last record p
 partition pushes every watermark past the data. The committed outputs (read_committed)
 must equal an independent model computed from the input topic as stored (per
 partition, in offset order): every window result, every timer and every late record
-exactly once, none missing, nothing else.
+exactly once, none missing, nothing else. (The app declares
+env=["LOCKGATE_TIMERS_TOPIC"].)
 """
 
 from __future__ import annotations

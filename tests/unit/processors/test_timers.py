@@ -227,12 +227,6 @@ def test_processing_time_timer_fires_once_across_crashes() -> None:
     assert fired(d.emitted) == [("a", 100, "p")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TestDriver._tick only ticks key groups opened since the last crash "
-    "(crash() clears _kgs): committed processing-time timers of a key group that "
-    "has had no record since do not fire on advance()",
-)
 def test_processing_time_timers_fire_after_a_crash_without_new_records() -> None:
     d = TestDriver(timer_app(event_time=False), partitions=4)
     d.send("a", {"p": [[100, "p"]]})
@@ -409,13 +403,6 @@ def test_a_timer_set_below_the_watermark_by_a_record_that_moves_it_fires_after_i
     assert fired(out) == [("a", 800, "past")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TimeService.observe returns before _advance when the record's event time "
-    "does not raise the partition's maximum: an event-time timer set at or below the "
-    "watermark by such a record does not fire after it (only after a later record "
-    "raises the maximum), while the same timer set by a record that raises it fires",
-)
 def test_a_timer_set_at_or_below_the_watermark_fires_after_the_record() -> None:
     d = TestDriver(timer_app(), partitions=1)
     d.send("a", {}, timestamp=1_000)  # watermark 999
@@ -423,12 +410,6 @@ def test_a_timer_set_at_or_below_the_watermark_fires_after_the_record() -> None:
     assert fired(out) == [("a", 800, "past")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TestDriver._abort_and_replay replays only the epoch's records: a watermark "
-    "raised by advance_watermark() in the same epoch goes back and the timers it "
-    "fired (their outputs, their deletion) are lost when a record is dead-lettered",
-)
 def test_a_dead_lettered_record_does_not_undo_advance_watermark() -> None:
     app = timer_app()
     d = TestDriver(app, partitions=1)

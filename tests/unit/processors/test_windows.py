@@ -481,12 +481,6 @@ def test_the_watermark_of_a_key_group_is_the_minimum_over_its_inputs() -> None:
     assert d.watermark(0) == 499
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="WindowOperator._late runs once per value reaching the window, and emits "
-    "ctx.message each time: an input record whose flat_map gives n late values is "
-    "written n times to the late topic",
-)
 def test_a_late_input_record_goes_once_to_the_late_topic() -> None:
     app = App("win")
     app.stream("in", watermarks=Watermarks.bounded(0)).flat_map(lambda v: [v, v]).window(

@@ -1,0 +1,117 @@
+"""Watermarks across apps: a downstream window fires on its upstream writers' barriers.
+
+The upstream reads a 3-partition topic of which only partitions 0 and 1 get records:
+its key group 2 never sees an event time. With an idleness timeout it announces itself
+idle in its barriers, the downstream leaves it out of the minimum and its windows fire;
+the counts must equal a group-by of the input. Without idleness key group 2 holds every
+downstream watermark back, and nothing fires. (The apps, tests/integration/apps/et_pipeline.py,
+declare env=["LOCKGATE_REPART_TOPIC", "LOCKGATE_IDLE_MS"].)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from processors import key_group
+from tests.support.kafka import create_topic, read_all, unique
+from tests.support.procs import AppProcess
+
+PARTITIONS = 3
+WINDOW_MS = 1000
+
+
+def _users(parts: set[int]) -> list[str]:
+    return [
+        u for u in (f"user{i}" for i in range(200)) if key_group(u.encode(), PARTITIONS) in parts
+    ]
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[str, dict[str, object]]]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
+    for key, value in records:
+        p.produce(topic, orjson.dumps(value), key.encode())
+    assert p.flush(30) == 0
+
+
+@pytest.mark.parametrize("idle_ms", [2000, 0])
+def test_downstream_windows_fire_on_upstream_watermarks(
+    kafka_bootstrap: str, tmp_path: Path, idle_ms: int
+) -> None:
+    inp, repart, out = unique("et-in"), unique("et-rep"), unique("et-out")
+    create_topic(kafka_bootstrap, inp, PARTITIONS)
+    create_topic(kafka_bootstrap, repart, 2)
+    rng = random.Random(7)
+    users = _users({0, 1})
+    base = (int(time.time() * 1000) - 600_000) // WINDOW_MS * WINDOW_MS
+    records = []
+    for seq in range(1500):
+        ts = base + seq * 7  # in order: nothing is late anywhere
+        records.append(
+            (rng.choice(users), {"ts": ts, "region": f"r{rng.randrange(4)}", "seq": seq})
+        )
+    flush = base + 1500 * 7 + 10 * WINDOW_MS
+    for g in (0, 1):  # push both active partitions' watermarks past the data
+        user = next(u for u in users if key_group(u.encode(), PARTITIONS) == g)
+        records.append((user, {"ts": flush, "region": "flush", "seq": -1 - g}))
+    _produce(kafka_bootstrap, inp, records)
+    expected = Counter(
+        (v["region"], v["ts"] // WINDOW_MS * WINDOW_MS)
+        for _, v in records
+        if v["region"] != "flush"
+    )
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_REPART_TOPIC": repart,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_IDLE_MS": str(idle_ms),
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_INSTANCE_ID": "i1",
+    }
+    procs = [
+        AppProcess(
+            f"tests.integration.apps.et_pipeline:{name}",
+            {
+                **env,
+                "LOCKGATE_APP_NAME": unique(f"et-{name}"),
+                "LOCKGATE_STATE_DIR": str(tmp_path / name),
+            },
+            tmp_path / f"{name}.log",
+        ).start()
+        for name in ("upstream", "downstream")
+    ]
+    try:
+        if idle_ms:
+            got = read_all(kafka_bootstrap, out, expected=len(expected), timeout=90, idle=3)
+        else:
+            got = read_all(kafka_bootstrap, out, expected=None, timeout=25, idle=25)
+        late = read_all(kafka_bootstrap, f"{out}.late", timeout=5, idle=1)
+        codes = [p.terminate(60) for p in procs]
+    except BaseException:
+        for p in procs:
+            print(p.log_text()[-3000:])
+        raise
+    logs = "\n".join(p.log_text()[-3000:] for p in procs)
+    assert codes == [0, 0], logs
+    if not idle_ms:
+        assert got == [], f"{len(got)} windows fired while upstream key group 2 held the watermark"
+        return
+    counts = Counter()
+    for m in got:
+        v = orjson.loads(m.value())
+        assert v["end"] == v["start"] + WINDOW_MS
+        counts[(m.key().decode(), v["start"])] += v["count"]
+    late_info = [(m.key(), m.value(), m.headers()) for m in late[:5]]
+    assert late == [], f"{len(late)} late records downstream, e.g. {late_info}"
+    missing = sorted(set(expected) - set(counts))
+    assert len(got) == len(expected), (
+        f"{len(got)} windows for {len(expected)} expected; missing {missing} (base {base})\n{logs}"
+    )
+    assert counts == expected, logs
