@@ -132,6 +132,7 @@ class Runner(BarrierMixin):
             svc.emit = self._emit
             svc.on_error = self._timer_failed
             svc.decode_key = app.key_codec.decode
+            svc.reads_barriers = self._interleaver is None  # multi-input apps do not align
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
 

@@ -302,6 +302,10 @@ class TimeService:
         self.decode_key: Callable[[bytes], Any] = lambda b: b
         self._firing = False
         self.needs_tick = False
+        #: The runtime reads upstream barriers (single-input apps): internal inputs'
+        #: watermarks come from them. Otherwise (multi-input apps, the test driver) from
+        #: record times like any input.
+        self.reads_barriers = False
 
     # -- owners ---------------------------------------------------------------------------
 
@@ -447,7 +451,7 @@ class TimeService:
         if clock.idle_since is not None:
             clock.idle_since = None
             clock.dirty_wm = True
-        if internal and topic not in clock.internal:
+        if internal and self.reads_barriers and topic not in clock.internal:
             clock.internal.add(topic)
             clock.dirty_wm = True
         prev = clock.max_ts.get(topic, NO_WATERMARK)
