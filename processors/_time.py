@@ -414,7 +414,7 @@ class TimeService:
                     except Exception as exc:  # noqa: BLE001 - user code may raise anything
                         if self.on_error is None:
                             raise
-                        self.on_error(raw_key, t, name, exc)
+                        self.on_error(raw_key, t, tctx.name, exc)
         finally:
             cursor.key = saved
             self._firing = False
