@@ -57,6 +57,18 @@ class Config:
     window_keys: int = field(default_factory=lambda: _int("BENCH_WINDOW_KEYS", 1_000))
     windows: int = field(default_factory=lambda: _int("BENCH_WINDOWS", 10))
     window_ms: int = field(default_factory=lambda: _int("BENCH_WINDOW_MS", 10_000))
+    #: bounded out-of-orderness of the window input's event times, and every system's
+    #: watermark delay / grace period
+    window_delay_ms: int = field(default_factory=lambda: _int("BENCH_WINDOW_DELAY_MS", 2_000))
+    #: window sweep points ``keys:window_ms[:delay_ms]`` (event time always spans
+    #: BENCH_WINDOWS x BENCH_WINDOW_MS; delay default BENCH_WINDOW_DELAY_MS)
+    window_sweep: str = field(
+        default_factory=lambda: os.environ.get(
+            "BENCH_WINDOW_SWEEP", "1000:1000,1000:1000:10000,10000:10000,10000:10000:10000"
+        )
+    )
+    #: input records per window sweep point (0: BENCH_RECORDS)
+    window_sweep_records: int = field(default_factory=lambda: _int("BENCH_WINDOW_SWEEP_RECORDS", 0))
     repeat: int = field(default_factory=lambda: _int("BENCH_REPEAT", 2))
     systems: list[str] = field(
         default_factory=lambda: _list("BENCH_SYSTEMS", "raw,lockgate,quix,faust")
@@ -66,7 +78,7 @@ class Config:
     )
     steps: list[str] = field(
         default_factory=lambda: _list(
-            "BENCH_STEPS", "matrix,sweep,recovery,latency,profile,pipeline,enrich"
+            "BENCH_STEPS", "matrix,sweep,windows,recovery,latency,profile,pipeline,enrich"
         )
     )
     sweep_intervals: list[int] = field(
@@ -107,6 +119,11 @@ class Config:
         return max(10, round(self.window_keys * records / self.records))
 
     @property
+    def sweep_records(self) -> int:
+        """Input records per window sweep point."""
+        return self.window_sweep_records or self.records
+
+    @property
     def bootstrap(self) -> str:
         """The bootstrap address of the harness's own broker (or of BENCH_BROKER)."""
         return self.external_broker or f"127.0.0.1:{self.kafka_port}"
@@ -118,7 +135,9 @@ class Config:
             f"BENCH_FAUST_RECORDS={self.records_for('faust')} BENCH_KEYS={self.keys} "
             f"BENCH_PARTITIONS={self.partitions} BENCH_REPEAT={self.repeat} "
             f"BENCH_WINDOW_KEYS={self.window_keys} BENCH_WINDOWS={self.windows} "
-            f"BENCH_WINDOW_MS={self.window_ms} "
+            f"BENCH_WINDOW_MS={self.window_ms} BENCH_WINDOW_DELAY_MS={self.window_delay_ms} "
+            f"BENCH_WINDOW_SWEEP={self.window_sweep} "
+            f"BENCH_WINDOW_SWEEP_RECORDS={self.sweep_records} "
             f"BENCH_RECOVERY_KEYS={','.join(map(str, self.recovery_keys))} "
             f"BENCH_LATENCY_RATE={self.latency_rate} "
             f"BENCH_LATENCY_SECONDS={self.latency_seconds}"

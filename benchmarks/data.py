@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 import time
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from benchmarks.broker import Admin
 from benchmarks.common import say
+from processors import key_group
 
 PAD = "x" * 60  # key (8 B) + value (~92 B) = ~100 B per record
 
@@ -39,10 +42,15 @@ class Dataset:
     counts: list[int] = field(default_factory=list)
     # events: (key index, window start ms) -> count, for every window a correct run closes
     window_ms: int = 0
+    delay_ms: int = 0  # bounded out-of-orderness of the event times (and of the watermark)
+    windows: int = 0
     closed: dict[tuple[int, int], int] = field(default_factory=dict)
     t0_ms: int = 0
     # events: input records between the first and the last record that closes a window
     trigger_span: int = 0
+    # events: windows open per key group after each record (mean over records, peak)
+    open_mean: float = 0.0
+    open_max: int = 0
 
 
 def _producer(bootstrap: str) -> Producer:
@@ -95,6 +103,120 @@ def produce_numbers(
     return Dataset("numbers", topic, records, keys, partitions, took, total, sums, counts)
 
 
+def event_times(
+    records: int,
+    keys: int,
+    windows: int,
+    window_ms: int,
+    delay_ms: int,
+    t0: int,
+    seed: int = 11,
+) -> Iterator[tuple[int, int]]:
+    """The (key index, event time ms) of each window input record, in production order.
+
+    Event time rises with the sequence number over ``windows`` windows of ``window_ms``
+    from ``t0``; with ``delay_ms`` > 0 each record is moved back by a uniformly random
+    0..``delay_ms`` ms (never before ``t0``): bounded out-of-orderness, so a record is at
+    most ``delay_ms`` older than any record produced before it (in its partition too),
+    and no record is late for a watermark of ``max seen - delay_ms - 1``.
+    """
+    rng = random.Random(seed)
+    span = windows * window_ms
+    for seq in range(records):
+        k = rng.randrange(keys)
+        ts = t0 + seq * span // records
+        if delay_ms:
+            ts = max(t0, ts - rng.randrange(delay_ms + 1))
+        yield k, ts
+
+
+class WindowModel:
+    """What a tumbling-window count per key must output, with partition watermarks.
+
+    The semantics of lockgate's window operator (``processors/windows.py``) with
+    ``Watermarks.bounded(delay_ms)`` and allowed lateness 0, and of Quix Streams'
+    ``tumbling_window(grace_ms=delay_ms).count().final(closing_strategy="partition")``:
+    the watermark of a partition (key group) is the highest event time seen on it minus
+    ``delay_ms`` (minus 1 in lockgate, whose windows fire at ``end - 1``); window
+    ``[start, end)`` of any key of the partition closes, with every record counted so
+    far, after the first record that takes the partition's highest event time to
+    ``end + delay_ms`` or beyond. A record whose window closed before it is late
+    (dropped, counted in ``late``). Records must be fed in each partition's order.
+
+    Also tracked, per key group: the windows open (created, not yet closed) after each
+    record, i.e. the window operator's state size, and the records that close windows.
+    """
+
+    def __init__(self, partitions: int, window_ms: int, delay_ms: int) -> None:
+        self.partitions = partitions
+        self.window_ms = window_ms
+        self.delay_ms = delay_ms
+        self.counts: dict[tuple[int, int], int] = {}
+        self.part: dict[int, int] = {}  # key index -> partition
+        self.max_ts = [-1] * partitions
+        self._pending: list[dict[int, int]] = [{} for _ in range(partitions)]  # end -> n
+        self._ends: list[list[int]] = [[] for _ in range(partitions)]  # heap of ends
+        self.open = [0] * partitions
+        self.open_sum = 0
+        self.open_max = 0
+        self.records = 0
+        self.late = 0
+        self.first_trigger = -1
+        self.last_trigger = -1
+
+    def add(self, seq: int, k: int, partition: int, ts: int) -> None:
+        """Record ``seq`` of key ``k`` (in ``partition``) at event time ``ts``."""
+        w = self.window_ms
+        p = partition
+        start = ts - ts % w
+        self.records += 1
+        if start + w <= self.max_ts[p] - self.delay_ms:
+            self.late += 1
+            self.open_sum += self.open[p]
+            return
+        self.part[k] = p
+        kw = (k, start)
+        c = self.counts.get(kw)
+        if c is None:
+            self.counts[kw] = 1
+            end = start + w
+            pending = self._pending[p]
+            n = pending.get(end)
+            if n is None:
+                pending[end] = 1
+                heapq.heappush(self._ends[p], end)
+            else:
+                pending[end] = n + 1
+            self.open[p] += 1
+        else:
+            self.counts[kw] = c + 1
+        if ts > self.max_ts[p]:
+            self.max_ts[p] = ts
+            limit = ts - self.delay_ms
+            ends = self._ends[p]
+            if ends and ends[0] <= limit:
+                pending = self._pending[p]
+                while ends and ends[0] <= limit:
+                    self.open[p] -= pending.pop(heapq.heappop(ends))
+                if self.first_trigger < 0:
+                    self.first_trigger = seq
+                self.last_trigger = seq
+        o = self.open[p]
+        self.open_sum += o
+        if o > self.open_max:
+            self.open_max = o
+
+    def closed(self) -> dict[tuple[int, int], int]:
+        """(key index, window start) -> count of every window that closes."""
+        w, d, part, max_ts = self.window_ms, self.delay_ms, self.part, self.max_ts
+        return {kw: c for kw, c in self.counts.items() if kw[1] + w <= max_ts[part[kw[0]]] - d}
+
+    @property
+    def open_mean(self) -> float:
+        """Open windows of the record's key group after each record, averaged."""
+        return self.open_sum / self.records if self.records else 0.0
+
+
 def produce_events(
     admin: Admin,
     topic: str,
@@ -103,38 +225,29 @@ def produce_events(
     partitions: int,
     windows: int,
     window_ms: int,
+    delay_ms: int = 0,
     seed: int = 11,
 ) -> Dataset:
     """Produce events whose timestamps (event time) span ``windows`` tumbling windows.
 
-    Event time grows with the sequence number, so it is ordered within each partition
-    (no late records). A window of a key is closed (must be emitted) once that key has a
-    record in a later window: every window of a key except its last one.
+    Event times: :func:`event_times` (rising, moved back by up to ``delay_ms``). What a
+    correct run outputs: :class:`WindowModel` (partition watermarks, every key placed by
+    murmur2 like the producer's ``murmur2_random`` partitioner).
     """
     admin.create({topic: partitions}, {"retention.ms": "-1"})
-    rng = random.Random(seed)
     # One hour back, aligned to the window size: inside the broker's timestamp limits.
     t0 = (int(time.time() * 1000) - 3_600_000) // window_ms * window_ms
-    span = windows * window_ms
-    counts: dict[tuple[int, int], int] = {}
-    last_window = [-1] * keys
-    first_trigger = last_trigger = -1
+    part = [key_group(key_of(k), partitions) for k in range(keys)]
+    model = WindowModel(partitions, window_ms, delay_ms)
+    add = model.add
     p = _producer(admin.bootstrap)
     produce = p.produce
     dumps = orjson.dumps
     started = time.monotonic()
     total = 0
-    for seq in range(records):
-        k = rng.randrange(keys)
-        ts = t0 + seq * span // records
-        start = ts // window_ms * window_ms
-        counts[(k, start)] = counts.get((k, start), 0) + 1
-        if last_window[k] != start:
-            if last_window[k] >= 0:  # this record closes the key's previous window
-                if first_trigger < 0:
-                    first_trigger = seq
-                last_trigger = seq
-            last_window[k] = start
+    events = event_times(records, keys, windows, window_ms, delay_ms, t0, seed)
+    for seq, (k, ts) in enumerate(events):
+        add(seq, k, part[k], ts)
         value = dumps({"v": 1, "seq": seq, "pad": PAD})
         key = key_of(k)
         total += len(value) + len(key)
@@ -149,16 +262,23 @@ def produce_events(
     if p.flush(120) != 0:
         raise RuntimeError(f"could not produce every input record to {topic}")
     took = time.monotonic() - started
-    closed = {kw: c for kw, c in counts.items() if kw[1] != last_window[kw[0]]}
+    closed = model.closed()
     say(
         f"  produced {records:,} events to {topic} in {took:.1f}s; "
-        f"{len(closed):,} (key, window) results expected"
+        f"{len(closed):,} (key, window) results expected, "
+        f"{model.open_mean:,.0f} windows open per key group on average"
     )
+    if model.late:
+        raise RuntimeError(f"{model.late} late records in {topic}: the generator is broken")
     ds = Dataset("events", topic, records, keys, partitions, took, total)
     ds.window_ms = window_ms
+    ds.delay_ms = delay_ms
+    ds.windows = windows
     ds.closed = closed
     ds.t0_ms = t0
-    ds.trigger_span = max(0, last_trigger - first_trigger)
+    ds.trigger_span = max(0, model.last_trigger - model.first_trigger)
+    ds.open_mean = round(model.open_mean, 1)
+    ds.open_max = model.open_max
     return ds
 
 

@@ -28,8 +28,15 @@ def _label_order(label: str) -> tuple[int, int]:
 
 def main(src: str, dst: str) -> None:
     res = json.load(open(src))
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    (ax_m, ax_s), (ax_r, ax_l) = axes
+    wsweep = [r for r in res.get("window_sweep", []) if r.get("rate") and r.get("ok")]
+    if wsweep:
+        fig, axes = plt.subplots(3, 2, figsize=(13, 13))
+        (ax_m, ax_s), (ax_r, ax_l), (ax_w, ax_x) = axes
+        _window_sweep(ax_w, wsweep)
+        ax_x.axis("off")
+    else:
+        fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+        (ax_m, ax_s), (ax_r, ax_l) = axes
 
     # 1. matrix: records/s per workload and system (log scale)
     rates: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -116,6 +123,37 @@ def main(src: str, dst: str) -> None:
     fig.suptitle(f"lockgate benchmarks ({res.get('started', '')})")
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
+
+
+def _window_sweep(ax: plt.Axes, rows: list[dict]) -> None:
+    """lockgate's window operator: records/s vs open windows per key group."""
+    points: dict[int, list[dict]] = defaultdict(list)
+    for r in rows:
+        points[r.get("point", 0)].append(r)
+    xy = []
+    for rs in points.values():
+        ds = rs[0].get("dataset", {})
+        x = ds.get("open_per_kg_mean") or 1
+        ys = [r["rate"] for r in rs]
+        xy.append((x, _mean(ys)))
+        ax.scatter([x] * len(ys), ys, color="black", s=8, zorder=3)
+        ax.annotate(
+            f"{ds.get('keys', 0):,} keys, {ds.get('window_ms', 0) / 1000:g} s windows,\n"
+            f"delay {ds.get('delay_ms', 0) / 1000:g} s: {ds.get('open_per_key_mean', 0):.1f} "
+            "open per key",
+            (x, _mean(ys)),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+            fontsize=7,
+        )
+    xy.sort()
+    ax.plot([x for x, _ in xy], [y for _, y in xy], "o-", color="#1f77b4")
+    ax.set_xscale("log")
+    ax.set_ylim(0, max(y for _, y in xy) * 1.3)
+    ax.set_xlabel("windows open per key group (mean, log)")
+    ax.set_ylabel("input records/s (mean, dots: runs)")
+    ax.set_title("lockgate window operator: open windows (state size) vs throughput")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from benchmarks.common import BENCH_DIR, ROOT, say
 from benchmarks.enrich import render as enrich_render
 from benchmarks.pipeline import render as pipeline_render
 from benchmarks.runner import WORKLOADS
+from benchmarks.windows import from_make_bench as windows_results
+from benchmarks.windows import render as windows_render
 
 NAMES = {
     "raw": "raw confluent-kafka loop",
@@ -272,12 +274,14 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
         "Every run's output is read back in full with `read_committed` and checked: "
         "passthrough: every input seq present; running sum: the last (highest-count) output "
         "of every key equals the model's sum and count; window: every closed (key, window) "
-        "emitted once with the model's count. `dup` = records beyond the exact count."
+        "emitted once with the model's count (partition watermarks: see the Windows "
+        "section). `dup` = records beyond the exact count."
     )
     a("")
     a("| run | status | records out | missing | wrong | dup |")
     a("| --- | --- | --- | --- | --- | --- |")
-    for r in matrix + [r for r in sweep if not r.get("from_matrix")]:
+    extra = [r for r in sweep if not r.get("from_matrix")] + res.get("window_sweep", [])
+    for r in matrix + extra:
         c = r.get("check") or {}
         wrong = c.get("wrong_final_sums", c.get("wrong_counts", 0))
         status = "ok" if r.get("ok") else f"**FAILED** ({r.get('status')})"
@@ -408,6 +412,25 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
         L.extend(enrich_render(res["enrich"], meta))
         a("")
 
+    # ---- event-time windows (benchmarks/windows.py)
+    win = windows_results(res)
+    if win["matrix"] or win["sweep"]:
+        versions = res.get("versions", {}).get("lockgate", {})
+        meta = {
+            "command": "make bench",
+            "started": res.get("started"),
+            "total_minutes": res.get("total_seconds", 0) / 60,
+            "machine": res.get("machine", {}),
+            "broker": cfg.get("external_broker")
+            or f"Kafka {res.get('versions', {}).get('kafka', '?')} started by the harness",
+            "git": versions.get("git", "?"),
+            "git_after": res.get("git_after", ""),
+            "uptime_before": res.get("uptime_before", ""),
+            "uptime_after": res.get("uptime_after", ""),
+        }
+        L.extend(windows_render(win, meta))
+        a("")
+
     # ---- profile
     profiles = res.get("profiles") or {}
     for name, prof in profiles.items():
@@ -494,7 +517,8 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
         '`{"v": int, "seq": int, "pad": "..."}`), lz4, murmur2 partitioner. Running sum: '
         f"{cfg['keys']:,} keys, uniformly random. Window: {cfg['windows']} tumbling windows "
         f"of {cfg['window_ms'] / 1000:g} s of event time (record timestamps, increasing "
-        f"with seq, so no late records), {cfg['window_keys']:,} keys at "
+        f"with seq, each moved back by up to {cfg.get('window_delay_ms', 0):,} ms: bounded "
+        f"out-of-orderness, no late records), {cfg['window_keys']:,} keys at "
         f"{cfg['records']:,} records (fewer for the peers' smaller inputs, so every (key, "
         "window) has the same number of records)."
     )
@@ -520,16 +544,16 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901 - one long do
     )
     a(
         "- lockgate: RocksDB state (rocksdict), changelog per store, one transaction per "
-        "epoch. Event-time windows are not implemented in lockgate yet: the window workload "
-        "is a handler with keyed state (window = record timestamp // size; count per key in "
-        "a `value_state`; emit when the key's first record of a later window arrives). The "
-        "raw loop and Faust run the same handler logic."
+        "epoch. Window: its window operator (`Watermarks.bounded(delay)`, "
+        "`.window(Tumbling(size)).count()`), per-key-group watermarks; the raw loop and "
+        "Faust implement the same closing rule by hand (see the Windows section)."
     )
     a(
         "- Quix Streams: `Application(processing_guarantee=..., commit_interval=1.0)`, "
         "`sdf.apply(stateful=True)` for the sum (RocksDB state + changelog), and its native "
-        "`tumbling_window(...).count().final()` for the window, which closes a key's window "
-        "when a later record of the same key arrives (same output as the handler)."
+        "`tumbling_window(duration_ms=size, grace_ms=delay).count()"
+        '.final(closing_strategy="partition")` for the window: a window closes when its '
+        "partition's newest timestamp passes end + grace (the same windows as lockgate's)."
     )
     a(
         "- Faust: faust-streaming with the `rocksdb://` store (rocksdict), one agent per "

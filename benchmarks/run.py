@@ -1,10 +1,11 @@
 """``make bench``: one broker, one run, every system; writes benchmarks/RESULTS.md.
 
 Steps (``BENCH_STEPS``, default all): matrix (4 workloads x raw / lockgate / Quix
-Streams / Faust), sweep (lockgate checkpoint intervals), recovery (kill -9 vs state
-size), latency (fixed offered load), profile (py-spy on lockgate's exactly-once sum),
-pipeline (two-app pipelines, savepoints: pipeline.py), enrich (two-input as-of join vs
-the running sum: enrich.py).
+Streams / Faust), sweep (lockgate checkpoint intervals), windows (lockgate's window
+operator: open windows per key group vs throughput, windows.py), recovery (kill -9 vs
+state size), latency (fixed offered load), profile (py-spy on lockgate's exactly-once
+sum), pipeline (two-app pipelines, savepoints: pipeline.py), enrich (two-input as-of
+join vs the running sum: enrich.py).
 Every knob is a ``BENCH_*`` variable, see benchmarks/common.py and docs/benchmarks.md.
 """
 
@@ -24,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks import broker, data, enrich, pipeline, report, runner, venvs
+from benchmarks import broker, data, enrich, pipeline, report, runner, venvs, windows
 from benchmarks import proc as procs
 from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, MAIN_PY, ROOT, Config, elapsed, say
 
@@ -93,6 +94,7 @@ class Bench:
             "uptime_before": uptime(),
             "matrix": [],
             "sweep": [],
+            "window_sweep": [],
             "recovery": [],
             "latency": [],
             "profiles": {},
@@ -126,19 +128,21 @@ class Bench:
                     cfg.partitions,
                     cfg.windows,
                     cfg.window_ms,
+                    cfg.window_delay_ms,
                 )
             self.datasets[key] = ds
             self.inputs.add(topic)
-            self.results.setdefault("datasets", []).append(
-                {
-                    "kind": kind,
-                    "topic": topic,
-                    "records": n,
-                    "keys": ds.keys,
-                    "avg_record_bytes": round(ds.bytes_total / n, 1),
-                    "produce_seconds": round(ds.produce_seconds, 1),
-                }
-            )
+            info = {
+                "kind": kind,
+                "topic": topic,
+                "records": n,
+                "keys": ds.keys,
+                "avg_record_bytes": round(ds.bytes_total / n, 1),
+                "produce_seconds": round(ds.produce_seconds, 1),
+            }
+            if kind == "events":
+                info.update(windows.dataset_info(ds))
+            self.results.setdefault("datasets", []).append(info)
         return self.datasets[key]
 
     def run(self, system: str, workload: str, tag: str, **kw: Any) -> dict[str, Any]:
@@ -157,6 +161,8 @@ class Bench:
             res["status"] = f"harness error: {exc!r}"
         finally:
             runner.cleanup_topics(self.admin, self.inputs)
+        if w.dataset == "events":
+            res["dataset"] = windows.dataset_info(ds)
         rate = f"{res['rate']:,}/s" if res.get("rate") else "n/a"
         cpu = res.get("cpu_s_per_m")
         verdict = "complete" if res["ok"] else f"NOT OK: {res.get('status')} {res.get('check')}"
@@ -213,6 +219,20 @@ class Bench:
                 res.update(rep=rep, label=label)
                 self.results["sweep"].append(res)
                 self.save()
+
+    def step_windows(self) -> None:
+        """lockgate's window operator: open windows per key group vs throughput (windows.py).
+
+        The window workload of the matrix is the comparison with the peers.
+        """
+        assert self.admin is not None
+        wb = windows.WindowBench(self.cfg, self.admin, self.out_dir, self.run_id, self.inputs)
+        try:
+            wb.run(["sweep"])
+        finally:
+            self.results["window_sweep"] = wb.results["sweep"]
+            self.results["errors"].extend(f"windows: {e}" for e in wb.results["errors"])
+            self.save()
 
     # -- recovery ---------------------------------------------------------------------
 
@@ -715,6 +735,7 @@ def main() -> int:
         steps = {
             "matrix": bench.step_matrix,
             "sweep": bench.step_sweep,
+            "windows": bench.step_windows,
             "recovery": bench.step_recovery,
             "latency": bench.step_latency,
             "profile": bench.step_profile,

@@ -47,7 +47,11 @@ WORKLOADS = {
         "sum_eos", "numbers", "sum", True, "keyed running sum, 100k keys (exactly-once)"
     ),
     "window": Workload(
-        "window", "events", "window", True, "tumbling-window count per key (exactly-once)"
+        "window",
+        "events",
+        "window",
+        True,
+        "tumbling-window count per key, event time (exactly-once)",
     ),
 }
 
@@ -97,7 +101,8 @@ def app_env(cfg: Config, spec: RunSpec, ds: Dataset, output: str, state_dir: Pat
         "BENCH_WORKLOAD": w.logic,
         "BENCH_GUARANTEE": "eos" if w.eos else "alo",
         "BENCH_COMMIT_MS": str(spec.commit_ms),
-        "BENCH_WINDOW_MS": str(cfg.window_ms),
+        "BENCH_WINDOW_MS": str(ds.window_ms or cfg.window_ms),
+        "BENCH_WINDOW_DELAY_MS": str(ds.delay_ms),
         "BENCH_STATE_DIR": str(state_dir),
         "BENCH_PARTITIONS": str(cfg.partitions),
         "PYTHONUNBUFFERED": "1",

@@ -4,15 +4,20 @@ Run: ``python -m benchmarks.apps.faust_app worker -l info``.
 
 Environment: BENCH_BOOTSTRAP, BENCH_INPUT, BENCH_OUTPUT, BENCH_GROUP, BENCH_WORKLOAD
 (passthrough | sum | window), BENCH_GUARANTEE (alo | eos), BENCH_COMMIT_MS,
-BENCH_WINDOW_MS, BENCH_STATE_DIR, BENCH_PARTITIONS.
+BENCH_WINDOW_MS, BENCH_WINDOW_DELAY_MS, BENCH_STATE_DIR, BENCH_PARTITIONS.
 
-Tables use the RocksDB store (rocksdict). ``window`` is the same keyed-state handler as
-the lockgate app (Faust's windowed tables close windows on a wall-clock timer, not per
-key in event time, so they would not produce comparable output).
+Tables use the RocksDB store (rocksdict). ``window`` is lockgate's window operator
+written by hand (Faust's windowed tables close windows on a wall-clock timer, not in
+event time, so they would not produce comparable output): per key a table entry with
+its open tumbling windows, per partition the newest record timestamp and a heap of
+(window end, key) in memory (not durable: enough for a run without restarts); a
+window is emitted and purged when its partition's newest timestamp reaches
+``end + BENCH_WINDOW_DELAY_MS``.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 from typing import Any
 
@@ -21,6 +26,7 @@ import faust
 ENV = os.environ
 WORKLOAD = ENV["BENCH_WORKLOAD"]
 WINDOW_MS = int(ENV.get("BENCH_WINDOW_MS", "10000"))
+DELAY_MS = int(ENV.get("BENCH_WINDOW_DELAY_MS", "0"))
 PARTITIONS = int(ENV.get("BENCH_PARTITIONS", "8"))
 
 app = faust.App(
@@ -56,17 +62,34 @@ async def process(stream: Any) -> None:
             table[key] = t
             await out.send(key=key, value={"sum": t[0], "count": t[1], "seq": value["seq"]})
     else:
+        newest: dict[int, int] = {}  # partition -> newest timestamp seen
+        ends: dict[int, list[tuple[int, bytes]]] = {}  # partition -> heap of (end, key)
         async for event in stream.events():
             key = event.key
-            w = round(event.message.timestamp * 1000) // WINDOW_MS
-            cur = table.get(key)
-            if cur is None:
-                table[key] = [w, 1]
-            elif cur[0] == w:
-                table[key] = [w, cur[1] + 1]
-            elif w > cur[0]:
-                await out.send(key=key, value={"start": cur[0] * WINDOW_MS, "count": cur[1]})
-                table[key] = [w, 1]
+            p = event.message.partition
+            ts = round(event.message.timestamp * 1000)
+            start = ts - ts % WINDOW_MS
+            top = newest.get(p, -1)
+            if start + WINDOW_MS <= top - DELAY_MS:
+                continue  # late
+            wins = table.get(key) or {}
+            c = wins.get(str(start))
+            if c is None:
+                heapq.heappush(ends.setdefault(p, []), (start + WINDOW_MS, key))
+            wins[str(start)] = (c or 0) + 1
+            table[key] = wins
+            if ts > top:
+                newest[p] = ts
+                heap = ends[p]
+                while heap and heap[0][0] <= ts - DELAY_MS:
+                    end, k = heapq.heappop(heap)
+                    wins = table[k]
+                    count = wins.pop(str(end - WINDOW_MS))
+                    if wins:
+                        table[k] = wins
+                    else:
+                        del table[k]
+                    await out.send(key=k, value={"start": end - WINDOW_MS, "count": count})
 
 
 if __name__ == "__main__":

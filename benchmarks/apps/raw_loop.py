@@ -5,16 +5,24 @@ positions. Exactly-once: a transaction per ``BENCH_COMMIT_MS`` with the input of
 sent to it. State (running sum, open windows) lives in a dict: no changelog and no
 local database, so it is not durable: an upper bound, not a competitor.
 
+``window`` does what lockgate's window operator does, by hand: per key a dict of open
+tumbling windows (record timestamp = event time), per partition the newest timestamp
+seen and a heap of (window end, key); a window closes, and is emitted, when its
+partition's newest timestamp reaches ``end + BENCH_WINDOW_DELAY_MS``; a record whose
+window closed already is late and dropped.
+
 Environment: BENCH_BOOTSTRAP, BENCH_INPUT, BENCH_OUTPUT, BENCH_GROUP, BENCH_WORKLOAD
 (passthrough | sum | window), BENCH_GUARANTEE (alo | eos), BENCH_COMMIT_MS,
-BENCH_WINDOW_MS.
+BENCH_WINDOW_MS, BENCH_WINDOW_DELAY_MS.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import signal
 import time
+from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, Producer
@@ -28,6 +36,7 @@ WORKLOAD = ENV["BENCH_WORKLOAD"]
 EOS = ENV.get("BENCH_GUARANTEE", "alo") == "eos"
 COMMIT_S = int(ENV.get("BENCH_COMMIT_MS", "1000")) / 1000
 WINDOW_MS = int(ENV.get("BENCH_WINDOW_MS", "10000"))
+DELAY_MS = int(ENV.get("BENCH_WINDOW_DELAY_MS", "0"))
 
 stop = False
 
@@ -66,7 +75,10 @@ def main() -> None:
     consumer.subscribe([INPUT])
     loads, dumps = orjson.loads, orjson.dumps
     produce, poll = producer.produce, producer.poll
-    state: dict[bytes, list[int]] = {}
+    state: dict[bytes, Any] = {}
+    newest: dict[int, int] = {}  # window: partition -> newest timestamp seen
+    ends: dict[int, list[tuple[int, bytes]]] = {}  # window: partition -> heap of (end, key)
+    late = 0
     next_commit = time.monotonic() + COMMIT_S
     dirty = False
 
@@ -95,15 +107,33 @@ def main() -> None:
                 t[1] += 1
                 emit(key, dumps({"sum": t[0], "count": t[1], "seq": value["seq"]}))
             else:
-                w = m.timestamp()[1] // WINDOW_MS
-                t = state.get(key)
-                if t is None:
-                    state[key] = [w, 1]
-                elif t[0] == w:
-                    t[1] += 1
-                elif w > t[0]:
-                    emit(key, dumps({"start": t[0] * WINDOW_MS, "count": t[1]}))
-                    state[key] = [w, 1]
+                p = m.partition()
+                ts = m.timestamp()[1]
+                start = ts - ts % WINDOW_MS
+                top = newest.get(p, -1)
+                if start + WINDOW_MS <= top - DELAY_MS:
+                    late += 1
+                    continue
+                wins = state.get(key)
+                if wins is None:
+                    wins = state[key] = {}
+                c = wins.get(start)
+                if c is None:
+                    wins[start] = 1
+                    heapq.heappush(ends.setdefault(p, []), (start + WINDOW_MS, key))
+                else:
+                    wins[start] = c + 1
+                if ts > top:
+                    newest[p] = ts
+                    heap = ends[p]
+                    limit = ts - DELAY_MS
+                    while heap and heap[0][0] <= limit:
+                        end, k = heapq.heappop(heap)
+                        open_ = state[k]
+                        start = end - WINDOW_MS
+                        emit(k, dumps({"start": start, "count": open_.pop(start)}))
+                        if not open_:
+                            del state[k]
         if msgs:
             dirty = True
             poll(0)
@@ -115,6 +145,8 @@ def main() -> None:
                 dirty = False
     if dirty:
         commit(consumer, producer)
+    if late:
+        print(f"window: {late} late records dropped", flush=True)
     consumer.close()
     producer.flush(10)
 
