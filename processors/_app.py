@@ -573,6 +573,7 @@ class App:
     def _event_time(self, topic: str, strategy: Watermarks) -> None:
         svc = self._time_service()
         svc.strategies[topic] = strategy
+        svc._single = False  # noqa: SLF001 - recomputed on first use
         if strategy.idle_ms is not None:
             svc.needs_tick = True
 

@@ -133,20 +133,19 @@ class _Clock:
         "dirty_wm",
         "event",
         "expected",
-        "generation",
         "idle_since",
         "internal",
         "last_seen",
         "live",
         "max_ts",
         "proc",
+        "record",
         "wm",
         "writers",
     )
 
     def __init__(self, cache: StoreCache) -> None:
         self.cache = cache
-        self.generation = cache.generation
         self.wm = NO_WATERMARK
         self.max_ts: dict[str, int] = {}
         #: topic -> writer -> [watermark, idle]
@@ -181,17 +180,18 @@ class _Clock:
         heapq.heapify(self.event)
         heapq.heapify(self.proc)
 
+        #: The stored ``w`` entry: one dict, updated in place and put again when changed.
+        self.record: dict[str, Any] = {
+            "wm": self.wm,
+            "max": self.max_ts,
+            "writers": self.writers,
+            "expected": self.expected,
+            "internal": sorted(self.internal),
+        }
+
     def save(self) -> None:
-        self.cache.put(
-            _WM_KEY,
-            {
-                "wm": self.wm,
-                "max": self.max_ts,
-                "writers": self.writers,
-                "expected": self.expected,
-                "internal": sorted(self.internal),
-            },
-        )
+        self.record["wm"] = self.wm
+        self.cache.put(_WM_KEY, self.record)
 
 
 class Timers:
@@ -289,7 +289,6 @@ class TimeService:
     def __init__(self, cursor: KeyCursor) -> None:
         self.cursor = cursor
         self.handle = _TimeHandle(StoreSpec(TIME_STORE, "value", JSON), cursor)
-        self._clocks: dict[int, _Clock] = {}
         self._owners: dict[str, TimerCallback] = {}
         self._user: TimerCallback | None = None
         #: topic -> watermark strategy of every input that uses event time
@@ -306,6 +305,7 @@ class TimeService:
         #: watermarks come from them. Otherwise (multi-input apps, the test driver) from
         #: record times like any input.
         self.reads_barriers = False
+        self._single: int | None | bool = False  # see _single_delay (False: not known yet)
 
     # -- owners ---------------------------------------------------------------------------
 
@@ -327,12 +327,15 @@ class TimeService:
     # -- clocks ---------------------------------------------------------------------------
 
     def clock(self) -> _Clock:
-        """The clock of the key group the handles are bound to (rebuilt after an abort)."""
-        cache = self.handle.cache
-        g = cache.db.key_group
-        clock = self._clocks.get(g)
-        if clock is None or clock.cache is not cache or clock.generation != cache.generation:
-            clock = self._clocks[g] = _Clock(cache)
+        """The clock of the key group the handles are bound to (rebuilt after an abort).
+
+        Kept on the store's cache (``derived``): a new key-group incarnation has a new
+        cache, and an aborted epoch's ``discard()`` drops it.
+        """
+        cache = self.handle._cache  # noqa: SLF001 - our own handle
+        clock: _Clock | None = cache.derived
+        if clock is None:
+            clock = cache.derived = _Clock(cache)
         return clock
 
     def watermark(self) -> int:
@@ -341,10 +344,9 @@ class TimeService:
 
     def announce(self, cache: StoreCache) -> tuple[int, bool]:
         """(watermark, idle) of the key group of ``cache``: what its barriers carry."""
-        g = cache.db.key_group
-        clock = self._clocks.get(g)
-        if clock is None or clock.cache is not cache or clock.generation != cache.generation:
-            clock = self._clocks[g] = _Clock(cache)
+        clock: _Clock | None = cache.derived
+        if clock is None:
+            clock = cache.derived = _Clock(cache)
         return clock.wm, clock.idle_since is not None
 
     # -- timers ---------------------------------------------------------------------------
@@ -391,7 +393,8 @@ class TimeService:
         self._firing = True
         cursor = self.cursor
         saved = cursor.key
-        tctx = TimerContext(self._emit_timer, self.timers)
+        assert self.emit is not None, "the runtime sets TimeService.emit"
+        tctx = TimerContext(self.emit, self.timers)
         tctx.partition = g
         try:
             while heap and heap[0][0] <= upto:
@@ -424,18 +427,13 @@ class TimeService:
             assert self._user is not None
             self._user(raw_key, t, name[1:], tctx)
             return
-        prefix = name.split(":", 1)[0]
-        owner = self._owners.get(prefix)
+        owner = self._owners.get(name)
+        if owner is None:
+            owner = self._owners.get(name.split(":", 1)[0])
         if owner is None:
             log.warning("dropping a timer nobody owns", extra={"timer": name, "time": t})
             return
         owner(raw_key, t, name, tctx)
-
-    def _emit_timer(
-        self, topic: str, key: Any, value: Any, headers: Any, timestamp: int | None
-    ) -> None:
-        assert self.emit is not None
-        self.emit(topic, key, value, headers, timestamp)
 
     # -- watermarks -----------------------------------------------------------------------
 
@@ -446,23 +444,44 @@ class TimeService:
         (and those the record set at or below the watermark). ``internal``: the record
         was written by another lockgate app (its watermark comes from barriers only).
         """
-        clock = self.clock()
+        clock: _Clock | None = self.handle._cache.derived  # noqa: SLF001 - our own handle
+        if clock is None:
+            clock = self.clock()
         clock.last_seen[topic] = self.cursor.now_ms
         if clock.idle_since is not None:
             clock.idle_since = None
             clock.dirty_wm = True
         if internal and self.reads_barriers and topic not in clock.internal:
             clock.internal.add(topic)
+            clock.record["internal"] = sorted(clock.internal)
             clock.dirty_wm = True
-        prev = clock.max_ts.get(topic, NO_WATERMARK)
-        if ts <= prev and not clock.dirty_wm:
-            if clock.event and clock.event[0][0] <= clock.wm:
-                self._fire(clock, clock.event, clock.wm, clock.cache.db.key_group)
-            return
-        if ts > prev:
+        if ts > clock.max_ts.get(topic, NO_WATERMARK):
             clock.max_ts[topic] = ts
+            delay = self._single_delay
+            if delay is not None and not clock.dirty_wm and not clock.writers:
+                # One input, never idle (the common case): its watermark is the key group's.
+                wm = ts - delay - 1
+                if wm > clock.wm:
+                    clock.wm = wm
+                clock.save()
+                if clock.event and clock.event[0][0] <= clock.wm:
+                    self._fire(clock, clock.event, clock.wm, clock.cache.db.key_group)
+                return
             clock.dirty_wm = True
-        self._advance(clock, self.cursor.now_ms)
+        if clock.dirty_wm:
+            self._advance(clock, self.cursor.now_ms)
+        elif clock.event and clock.event[0][0] <= clock.wm:  # set by this record, already due
+            self._fire(clock, clock.event, clock.wm, clock.cache.db.key_group)
+
+    @property
+    def _single_delay(self) -> int | None:
+        """The max delay of the only input with event time, if it is never idle."""
+        single = self._single
+        if single is False:
+            only = list(self.strategies.values())
+            single = only[0].max_delay_ms if len(only) == 1 and only[0].idle_ms is None else None
+            self._single = single
+        return single
 
     def on_barrier_watermark(
         self, topic: str, writer: str, count: int, wm: int, idle: bool

@@ -315,7 +315,8 @@ class WindowOperator:
         self.prefix = f"w{n}"
         self.store: ValueState[Any] = app.value_state(f"window-{n}", codec=codec)
         self.time: TimeService = app._time_service()  # noqa: SLF001 - same package
-        self.time.add_owner(self.prefix, self.on_timer)
+        for suffix in (":f", ":c"):  # exact names: no parsing per timer
+            self.time.add_owner(self.prefix + suffix, self.on_timer)
         self.nxt: Next = lambda k, v, c: None
         self.needs_event_time = isinstance(assigner, (Tumbling, Sliding, Session))
 
@@ -471,7 +472,7 @@ class WindowOperator:
                     self.store.clear()
             return
         changed = False
-        for sk in sorted(state, key=int):
+        for sk in sorted(state, key=int) if len(state) > 1 else list(state):
             e, acc = state[sk]
             if fire and e - 1 == t:
                 self._emit(key, int(sk), e, acc, tctx)

@@ -80,14 +80,15 @@ class StoreCache:
         values: the young generation: key -> decoded value, or :data:`DELETED`. Holds
             every dirty key. Readers may look here first and fall back to :meth:`get`.
         dirty: keys written in the open epoch.
-        generation: bumped by :meth:`discard`: state derived from the cache must be
-            rebuilt from the database.
+        derived: an in-memory view a runtime component builds on this cache (e.g. the
+            timer queue of ``lockgate.time``); :meth:`discard` drops it, so it is rebuilt
+            from the database after an aborted epoch.
         sweep_cursor: where the next TTL sweep resumes (the smallest key not examined
             yet), ``None`` to start from the first key. Owned by
             :func:`state.primitives.sweep_expired`.
     """
 
-    __slots__ = ("_old", "codec", "db", "dirty", "generation", "name", "sweep_cursor", "values")
+    __slots__ = ("_old", "codec", "db", "derived", "dirty", "name", "sweep_cursor", "values")
 
     def __init__(self, name: str, codec: Codec, db: KeyGroupStore) -> None:
         self.name = name
@@ -97,7 +98,7 @@ class StoreCache:
         self._old: dict[bytes, Any] = {}
         self.dirty: set[bytes] = set()
         self.sweep_cursor: bytes | None = None
-        self.generation = 0
+        self.derived: Any = None
 
     def __len__(self) -> int:
         """Return the number of cached entries (exact right after :meth:`trim`)."""
@@ -155,7 +156,7 @@ class StoreCache:
 
     def discard(self) -> None:
         """Forget everything cached, dirty or not (used when an epoch aborts)."""
-        self.generation += 1  # views built on the cache (timer queues) are rebuilt
+        self.derived = None  # views built on the cache (timer queues) are rebuilt
         self.values.clear()
         self._old.clear()
         self.dirty.clear()
