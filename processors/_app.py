@@ -662,8 +662,13 @@ class App:
         outputs: Iterable[str | OutputSpec] = (),
         key: Codec = STR,
         value: Codec = JSON,
+        timestamp: Callable[[Any], int] | None = None,
+        watermarks: Watermarks | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator: ``fn(key, value, ctx)`` handles every record of the input topic.
+
+        ``timestamp``/``watermarks`` enable event time as in :meth:`stream` (for
+        ``ctx.timers.set_event_time``).
 
         Raises:
             ConfigError: as :meth:`stream`, raised by ``@app.process(...)`` itself.
@@ -685,7 +690,9 @@ class App:
                     self._def.outputs[out.topic] = out
                 else:
                     self.output(out)
-            self.stream(*topics, key=key, value=value).process(fn)
+            self.stream(
+                *topics, key=key, value=value, timestamp=timestamp, watermarks=watermarks
+            ).process(fn)
             return fn
 
         return register

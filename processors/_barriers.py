@@ -37,15 +37,15 @@ def lockgate_headers(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
 
 
 class WatermarkUpdate:
-    """Upstream writers' barrier watermarks to apply to key group ``g`` (in ``_released``)."""
+    """Apply upstream writers' pending barrier watermarks to key group ``g`` (in ``_released``)."""
 
-    __slots__ = ("entries", "g", "topic")
+    __slots__ = ("checkpoint", "g", "topic")
 
-    def __init__(self, topic: str, g: int, entries: list[tuple[int, str, int, int, bool]]) -> None:
+    def __init__(self, topic: str, g: int, checkpoint: int) -> None:
         self.topic = topic
         self.g = g
-        #: (checkpoint, writer, writer count, watermark, idle) per barrier
-        self.entries = entries
+        #: apply the pending barrier watermarks of checkpoints up to this one
+        self.checkpoint = checkpoint
 
 
 class BarrierMixin(RebalanceMixin):
@@ -61,7 +61,6 @@ class BarrierMixin(RebalanceMixin):
         """
         start = self._committed.get((topic, g), self._next[(topic, g)])
         done = self._kg_done.get(g, 0)
-        self._wm_stash.pop((topic, g), None)
         aligner = self._new_aligner(Snapshot(start, start, done, {}, False))
         self._aligners[(topic, g)] = aligner
         log.info(
@@ -82,21 +81,24 @@ class BarrierMixin(RebalanceMixin):
             return
         aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
         svc = self.app.time_service
-        if svc is not None and svc.strategies and headers.get("lockgate-et") == "1":
-            last = aligner.writers.get(writer)
+        if svc is not None and svc.strategies and headers.get("lockgate-et") != "1":
+            svc.on_barrier_without_event_time(topic)
+        elif svc is not None and svc.strategies:
             try:
                 wm = int(headers["lockgate-wm"])
             except (KeyError, ValueError):
                 log.warning("ignoring a malformed barrier watermark", extra={"headers": headers})
             else:
-                if last is None or ckpt > last:
-                    # Applied once checkpoint ``ckpt`` completes and the records it releases
-                    # were processed: only then has every record this writer wrote before
-                    # the barrier been processed (aligned mode holds some back).
-                    idle = headers.get("lockgate-idle") == "1"
-                    self._wm_stash.setdefault((topic, g), []).append(
-                        (ckpt, writer, writers, wm, idle)
-                    )
+                # Pending (in the key group's time state, so it survives a commit) until
+                # checkpoint ``ckpt`` completes here and the records it releases were
+                # processed: only then has every record this writer wrote before the
+                # barrier been processed (aligned mode holds some back). A barrier of a
+                # checkpoint completed already (a stage re-announcing its watermark) has
+                # nothing of its writer held back: it applies after what is released now.
+                idle = headers.get("lockgate-idle") == "1"
+                svc.stash_barrier(topic, ckpt, writer, writers, wm, idle)
+                if ckpt <= aligner.done:
+                    self._released.append(WatermarkUpdate(topic, g, aligner.done))
         now = time.monotonic()
         # The position and alignment before this barrier: a savepoint completed by it is
         # restored from here (the replay re-reads the barrier and completes it again).
@@ -237,13 +239,9 @@ class BarrierMixin(RebalanceMixin):
         After the records the completion released: they were written before those
         barriers, so the watermarks may not pass them before they are processed.
         """
-        stash = self._wm_stash.get((topic, g))
-        if not stash:
-            return
-        due = [entry for entry in stash if entry[0] <= ckpt]
-        if due:
-            self._wm_stash[(topic, g)] = [entry for entry in stash if entry[0] > ckpt]
-            self._released.append(WatermarkUpdate(topic, g, due))
+        svc = self.app.time_service
+        if svc is not None and svc.strategies:
+            self._released.append(WatermarkUpdate(topic, g, ckpt))
 
     def _tick_alignments(self) -> None:
         """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``."""

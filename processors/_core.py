@@ -142,9 +142,8 @@ class RunnerCore:
         #: Records an alignment released, processed before the next fetched record (and
         #: upstream watermark updates, applied in their place among them).
         self._released: deque[Any] = deque()
-        #: Upstream barrier watermarks read, per input partition, until their checkpoint
-        #: completes: (checkpoint, writer, writer count, watermark, idle).
-        self._wm_stash: dict[tuple[str, int], list[tuple[int, str, int, int, bool]]] = {}
+        #: Per key group, the (watermark, idle) its barriers carried last (event time).
+        self._announced: dict[int, tuple[int, bool]] = {}
         self._reader: Any = None
         self._writer_headers: dict[int, list[tuple[str, bytes | str]]] = {}
         #: Something besides fetched records happened in the open epoch (a completion,
@@ -462,7 +461,6 @@ class RunnerCore:
         ]
         mode = self._mode
         if key is not None:
-            self._wm_stash.pop(key, None)  # barriers past the snapshot are read again
             self._aligned_until.pop(key, None)
             if pending and mode is Mode.UNALIGNED:
                 mode = Mode.ALIGNED

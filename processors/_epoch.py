@@ -407,6 +407,7 @@ class EpochMixin(SavepointMixin):
             # The writer's watermark: a downstream key group's is the minimum over its
             # writers (idle ones left out), DESIGN 9.
             wm, idle = svc.announce(self._kgs[g].caches[TIME_STORE])
+            self._announced[g] = (wm, idle)
             record["wm"] = wm
             headers.append(("lockgate-wm", str(wm).encode()))
             headers.append(("lockgate-et", b"1"))
@@ -433,6 +434,24 @@ class EpochMixin(SavepointMixin):
         for topic in self._internal_outputs:
             for p in range(self._internal_partitions[topic]):
                 self._produce(topic, value, None, partition=p, headers=headers)
+
+    def _reannounce(self, g: int) -> None:
+        """Forward the watermark of a downstream key group again if it moved.
+
+        A downstream key group whose watermark (or idleness) changed since its last
+        barrier writes that barrier once more, with the new watermark. Downstream
+        aligners ignore a barrier they have seen (same checkpoint id); the watermark
+        applies at once there, as nothing of this writer is held back past a checkpoint
+        that completed. Without it a middle stage would keep the final watermark of a
+        stream that went quiet to itself.
+        """
+        svc = self.app.time_service
+        done = self._kg_done.get(g, 0)
+        if svc is None or not svc.strategies or not self._internal_outputs or not done:
+            return
+        now = svc.announce(self._kgs[g].caches[TIME_STORE])
+        if now != self._announced.get(g):
+            self._write_barriers(g, done, None)
 
     def _write_barriers_and_checkpoints(
         self,
@@ -465,6 +484,8 @@ class EpochMixin(SavepointMixin):
                     if manifests[g]["error"] is not None:
                         saving = None  # downstream takes it (and stops) only where we did
                 self._write_barriers(g, ckpt, saving)
+            elif not source and g not in self._halted:
+                self._reannounce(g)
             align = {t: snap.to_json() for (t, kg), snap in snaps.items() if kg == g}
             halted = self._halted.get(g)
             made = manifests.get(g)

@@ -128,9 +128,10 @@ class Runner(BarrierMixin):
         svc = app.time_service
         self._ctx = Context(self._emit, None if svc is None else svc.timers)
         self._tick_time = svc is not None and svc.needs_tick
+        self._record_error_outside: BaseException | None = None
         if svc is not None:
             svc.emit = self._emit
-            svc.on_error = self._timer_failed
+            svc.hooks = self  # timer_started / timer_done / timer_failed
             svc.decode_key = app.key_codec.decode
             svc.reads_barriers = self._interleaver is None  # multi-input apps do not align
         self._http: HealthServer | None = None
@@ -893,9 +894,8 @@ class Runner(BarrierMixin):
         """Apply upstream barrier watermarks to the bound key group (timers may fire)."""
         svc = self.app.time_service
         assert svc is not None
-        for _ckpt, writer, writers, wm, idle in update.entries:
-            svc.on_barrier_watermark(update.topic, writer, writers, wm, idle)
-        self._epoch_active = True
+        if svc.apply_pending(update.topic, update.checkpoint):
+            self._epoch_active = True
         if self._producer_error is not None:  # a timer's output was refused
             err, self._producer_error = self._producer_error, None
             if err.fatal():
@@ -926,10 +926,29 @@ class Runner(BarrierMixin):
                 raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
         self.metrics.records_out_attempts += self._epoch_out - out_before
 
-    def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
-        """A timer callback raised: dead-letter the timer (its key, no value) and go on.
+    # -- timer hooks (processors._time.TimerHooks) -----------------------------------------
 
-        What the callback emitted before raising stays in the epoch.
+    def timer_started(self) -> None:
+        """A timer callback starts: an output rejection from now on is the timer's."""
+        self._record_error_outside = self._record_error
+        self._record_error = None
+
+    def timer_done(self, raw_key: bytes | None, t: int, name: str) -> None:
+        """A timer callback returned; if one of its outputs was rejected, dead-letter it."""
+        rejected, self._record_error = self._record_error, self._record_error_outside
+        if rejected is not None and self._producer_error is None:
+            self._timer_failed(raw_key, t, name, rejected)
+
+    def timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
+        """A timer callback raised."""
+        self._record_error = self._record_error_outside
+        self._timer_failed(raw_key, t, name, exc)
+
+    def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
+        """A timer callback failed: dead-letter the timer (its key, no value) and go on.
+
+        What the callback emitted before failing stays in the epoch (a timer is not
+        replayed alone).
 
         Raises:
             AbortEpoch: the producer refused a record (not the timer's fault).
@@ -937,7 +956,6 @@ class Runner(BarrierMixin):
         """
         if self._producer_error is not None:
             raise AbortEpoch(f"produce failed in a timer: {self._producer_error.str()}")
-        self._record_error = None
         if self.settings.on_error is OnError.FAIL:
             raise UserCodeError(
                 f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc} "

@@ -33,7 +33,7 @@ import logging
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from processors.exceptions import ConfigError
 from state.cache import DELETED, KeyCursor, StoreCache
@@ -138,6 +138,7 @@ class _Clock:
         "last_seen",
         "live",
         "max_ts",
+        "pending",
         "proc",
         "record",
         "wm",
@@ -154,6 +155,9 @@ class _Clock:
         self.expected: dict[str, dict[str, int]] = {}
         #: inputs written by lockgate apps: their watermark comes from barriers only
         self.internal: set[str] = set()
+        #: upstream barriers read whose checkpoint has not completed here yet:
+        #: [topic, checkpoint, writer, writer count, watermark, idle]
+        self.pending: list[list[Any]] = []
         self.last_seen: dict[str, int] = {}  # processing time of the last record, per input
         self.idle_since: int | None = None
         self.live: dict[bytes, list[str]] = {}
@@ -167,14 +171,25 @@ class _Clock:
             self.writers = {t: dict(w) for t, w in stored.get("writers", {}).items()}
             self.expected = {t: dict(e) for t, e in stored.get("expected", {}).items()}
             self.internal = set(stored.get("internal", ()))
+            self.pending = [list(p) for p in stored.get("pending", ())]
         # Every timer of the key group: the committed ones (the cache holds no
         # uncommitted timer of a key group whose clock is being (re)built).
         decode = cache.codec.decode
+        live = self.live
         for tk, raw in cache.db.iter_from(cache.name, b"t", 1 << 62):
             if not tk.startswith(b"t"):
                 break
-            names = decode(raw)
-            self.live[tk] = names
+            live[tk] = decode(raw)
+        # Timers written in the open epoch and not applied yet (e.g. seeded from a
+        # savepoint, or drained by a commit in progress) count too.
+        for tk in cache.dirty:
+            if tk.startswith(b"t"):
+                value = cache.values[tk]
+                if value is DELETED:
+                    live.pop(tk, None)
+                else:
+                    live[tk] = value
+        for tk in live:
             t, _ = _split_timer_key(tk)
             (self.event if tk[1:2] == _EVENT else self.proc).append((t, tk))
         heapq.heapify(self.event)
@@ -187,6 +202,7 @@ class _Clock:
             "writers": self.writers,
             "expected": self.expected,
             "internal": sorted(self.internal),
+            "pending": self.pending,
         }
 
     def save(self) -> None:
@@ -219,8 +235,18 @@ class Timers:
         return self._svc.cursor.now_ms
 
     def set_event_time(self, time_ms: int, name: str = "") -> None:
-        """Fire ``on_timer`` for this key when the watermark reaches ``time_ms``."""
+        """Fire ``on_timer`` for this key when the watermark reaches ``time_ms``.
+
+        Raises:
+            processors.exceptions.ConfigError: no ``@app.on_timer``, or no input of the
+                app has event time (the watermark would never move).
+        """
         self._svc.check_user_timers()
+        if not self._svc.strategies:
+            raise ConfigError(
+                "event-time timers need an input with event time (watermarks=... on "
+                "app.stream or @app.process): without one the watermark never moves"
+            )
         self._svc.register(_EVENT, int(time_ms), "u" + name)
 
     def set_processing_time(self, time_ms: int, name: str = "") -> None:
@@ -278,6 +304,28 @@ class TimerContext:
         self._emit(topic, key, value, headers, timestamp)
 
 
+def _chain_order(name: str) -> tuple[int, int, str]:
+    """Window timers (``w<n>:...``) in operator order first, then the user's."""
+    if name.startswith("w"):
+        head = name[1:].split(":", 1)[0]
+        if head.isdigit():
+            return 0, int(head), name
+    return 1, 0, name
+
+
+class TimerHooks(Protocol):
+    """What the runtime does around each timer callback."""
+
+    def timer_started(self) -> None:
+        """A callback is about to run."""
+
+    def timer_done(self, raw_key: bytes | None, t: int, name: str) -> None:
+        """It returned (it may still have had an output rejected)."""
+
+    def timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
+        """It raised ``exc``."""
+
+
 class TimeService:
     """Watermarks and timers of every key group of an app (one per :class:`App`).
 
@@ -300,12 +348,18 @@ class TimeService:
         self.on_error: Callable[[bytes | None, int, str, BaseException], None] | None = None
         self.decode_key: Callable[[bytes], Any] = lambda b: b
         self._firing = False
+        #: The event-time timer being fired, if any (see :meth:`operator_watermark`).
+        self.firing_at: int | None = None
+        #: The runtime's bookkeeping around each timer (see :class:`TimerHooks`).
+        self.hooks: TimerHooks | None = None
         self.needs_tick = False
         #: The runtime reads upstream barriers (single-input apps): internal inputs'
         #: watermarks come from them. Otherwise (multi-input apps, the test driver) from
         #: record times like any input.
         self.reads_barriers = False
         self._single: int | None | bool = False  # see _single_delay (False: not known yet)
+        #: Internal inputs whose upstream has no event time: record times it is.
+        self.record_time_inputs: set[str] = set()
 
     # -- owners ---------------------------------------------------------------------------
 
@@ -345,9 +399,10 @@ class TimeService:
     def announce(self, cache: StoreCache) -> tuple[int, bool]:
         """(watermark, idle) of the key group of ``cache``: what its barriers carry."""
         clock: _Clock | None = cache.derived
-        if clock is None:
-            clock = cache.derived = _Clock(cache)
-        return clock.wm, clock.idle_since is not None
+        if clock is not None:
+            return clock.wm, clock.idle_since is not None
+        stored = cache.get(_WM_KEY)  # no clock yet: nothing moved it since it was stored
+        return (NO_WATERMARK if stored is DELETED else stored["wm"]), False
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -387,15 +442,25 @@ class TimeService:
             clock.cache.put(tk, DELETED)
 
     def _fire(self, clock: _Clock, heap: list[tuple[int, bytes]], upto: int, g: int) -> None:
-        """Fire the timers of ``heap`` at or before ``upto``, in time order."""
+        """Fire the timers of ``heap`` at or before ``upto``, in time order.
+
+        Timers set meanwhile at or before ``upto`` fire in the same pass. The names of
+        one key's timer at one time fire in chain order (window operators in declaration
+        order, then ``on_timer``), and while an event-time timer at ``t`` fires, window
+        operators see the watermark ``t - 1``: a window result (event time ``end - 1``)
+        reaching a later window is judged as of its own time, not as of the final
+        watermark of the pass.
+        """
         if self._firing:
-            return  # a timer set by a timer at a time already passed fires next round
+            return  # re-entered from a callback: the pass in progress continues
         self._firing = True
+        event = heap is clock.event
         cursor = self.cursor
         saved = cursor.key
         assert self.emit is not None, "the runtime sets TimeService.emit"
         tctx = TimerContext(self.emit, self.timers)
         tctx.partition = g
+        hooks = self.hooks
         try:
             while heap and heap[0][0] <= upto:
                 t, tk = heapq.heappop(heap)
@@ -408,19 +473,35 @@ class TimeService:
                 tctx.event_time = t
                 tctx.watermark = clock.wm
                 tctx.key = self.decode_key(raw_key)
-                for name in names:
+                self.firing_at = t if event else None
+                for name in sorted(names, key=_chain_order) if len(names) > 1 else names:
                     tctx.name = name[1:] if name.startswith("u") else name
+                    if hooks is not None:
+                        hooks.timer_started()
                     try:
                         self._dispatch(raw_key, t, name, tctx)
                     except ConfigError:
                         raise
                     except Exception as exc:  # noqa: BLE001 - user code may raise anything
-                        if self.on_error is None:
+                        if hooks is not None:
+                            hooks.timer_failed(raw_key, t, tctx.name, exc)
+                        elif self.on_error is not None:
+                            self.on_error(raw_key, t, tctx.name, exc)
+                        else:
                             raise
-                        self.on_error(raw_key, t, tctx.name, exc)
+                    else:
+                        if hooks is not None:
+                            hooks.timer_done(raw_key, t, tctx.name)
         finally:
             cursor.key = saved
             self._firing = False
+            self.firing_at = None
+
+    def operator_watermark(self) -> int:
+        """The watermark a window operator judges lateness by (see :meth:`_fire`)."""
+        wm = self.clock().wm
+        at = self.firing_at
+        return wm if at is None else min(wm, at - 1)
 
     def _dispatch(self, raw_key: bytes, t: int, name: str, tctx: TimerContext) -> None:
         if name.startswith("u"):
@@ -451,14 +532,19 @@ class TimeService:
         if clock.idle_since is not None:
             clock.idle_since = None
             clock.dirty_wm = True
-        if internal and self.reads_barriers and topic not in clock.internal:
+        if (
+            internal
+            and self.reads_barriers
+            and topic not in clock.internal
+            and topic not in self.record_time_inputs
+        ):
             clock.internal.add(topic)
             clock.record["internal"] = sorted(clock.internal)
             clock.dirty_wm = True
         if ts > clock.max_ts.get(topic, NO_WATERMARK):
             clock.max_ts[topic] = ts
             delay = self._single_delay
-            if delay is not None and not clock.dirty_wm and not clock.writers:
+            if delay is not None and not clock.dirty_wm and not clock.internal:
                 # One input, never idle (the common case): its watermark is the key group's.
                 wm = ts - delay - 1
                 if wm > clock.wm:
@@ -493,6 +579,7 @@ class TimeService:
             expected = clock.expected.setdefault(topic, {})
             if expected.get(app) != count:
                 expected[app] = count
+                clock.dirty_wm = True
                 ws = clock.writers.get(topic, {})
                 for w in [w for w in ws if w.rpartition("/")[0] == app]:
                     if int(w.rpartition("/")[2]) >= count:
@@ -502,6 +589,59 @@ class TimeService:
             clock.writers[topic][writer] = [max(wm, entry[0]) if entry else wm, idle]
             clock.dirty_wm = True
         self._advance(clock, self.cursor.now_ms)
+
+    def stash_barrier(
+        self, topic: str, ckpt: int, writer: str, count: int, wm: int, idle: bool
+    ) -> None:
+        """Keep an upstream barrier's watermark until :meth:`apply_pending`.
+
+        The same barrier read again after a rewind replaces its entry.
+        """
+        clock = self.clock()
+        entry = [topic, ckpt, writer, count, wm, idle]
+        for i, old in enumerate(clock.pending):
+            if old[0] == topic and old[1] == ckpt and old[2] == writer:
+                if old == entry:
+                    return
+                clock.pending[i] = entry
+                break
+        else:
+            clock.pending.append(entry)
+        clock.save()
+
+    def apply_pending(self, topic: str, upto: int) -> bool:
+        """Apply the pending barrier watermarks of ``topic`` of checkpoints up to ``upto``.
+
+        Returns whether any was applied.
+        """
+        clock = self.clock()
+        due = [p for p in clock.pending if p[0] == topic and p[1] <= upto]
+        if not due:
+            return False
+        clock.pending[:] = [p for p in clock.pending if not (p[0] == topic and p[1] <= upto)]
+        clock.dirty_wm = True
+        for _topic, _ckpt, writer, count, wm, idle in due:
+            self.on_barrier_watermark(topic, writer, count, wm, idle)
+        if clock.dirty_wm:
+            self._advance(clock, self.cursor.now_ms)
+        return True
+
+    def on_barrier_without_event_time(self, topic: str) -> None:
+        """An upstream writer of ``topic`` has no event time: its records' times count."""
+        if topic not in self.record_time_inputs:
+            self.record_time_inputs.add(topic)
+            log.warning(
+                "an upstream app writing this input has no event time: its watermark "
+                "follows the records' times (declare watermarks on the upstream's inputs "
+                "to carry them across)",
+                extra={"topic": topic},
+            )
+        clock = self.clock()
+        if topic in clock.internal:
+            clock.internal.discard(topic)
+            clock.record["internal"] = sorted(clock.internal)
+            clock.dirty_wm = True
+            self._advance(clock, self.cursor.now_ms)
 
     def _input_watermark(self, clock: _Clock, topic: str, now_ms: int) -> tuple[int, bool] | None:
         """(watermark, idle) of one input partition; ``None``: it does not take part.

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from processors._time import _EVENT, NO_WATERMARK, TimeService
+from processors._time import _EVENT, NO_WATERMARK, TimerContext, TimeService
 from processors.exceptions import ConfigError
 from state.codecs import Codec
 from state.primitives import ValueState
@@ -363,7 +363,7 @@ class WindowOperator:
         self, key: Any, value: Any, ctx: Any, windows: list[tuple[int, int]]
     ) -> None:
         time = self.time
-        wm = time.watermark()
+        wm = time.operator_watermark()
         lateness = self.lateness
         live = [(s, e) for s, e in windows if e - 1 + lateness > wm]
         if not live:
@@ -388,7 +388,7 @@ class WindowOperator:
 
     def _on_session_record(self, key: Any, value: Any, ctx: Any, gap: int) -> None:
         time = self.time
-        wm = time.watermark()
+        wm = time.operator_watermark()
         lateness = self.lateness
         ts = ctx.event_time
         start, end = ts, ts + gap
@@ -444,9 +444,22 @@ class WindowOperator:
         self.store.update([n, first, last, acc])
 
     def _emit(self, key: Any, start: int, end: int, acc: Any, ctx: Any) -> None:
+        """Pass a window's result on, with the event time ``end - 1`` (also for updates)."""
         nxt = self.nxt
-        for out in self.agg.results(key, start, end, acc):
-            nxt(key, out, ctx)
+        timer_ctx = isinstance(ctx, TimerContext)
+        saved = ctx.event_time if timer_ctx else ctx._event_time  # noqa: SLF001 - same package
+        if timer_ctx:
+            ctx.event_time = end - 1
+        else:
+            ctx._event_time = end - 1  # noqa: SLF001 - same package
+        try:
+            for out in self.agg.results(key, start, end, acc):
+                nxt(key, out, ctx)
+        finally:
+            if timer_ctx:
+                ctx.event_time = saved
+            else:
+                ctx._event_time = saved  # noqa: SLF001 - same package
 
     # -- per timer --------------------------------------------------------------------------
 
