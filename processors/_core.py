@@ -173,6 +173,8 @@ class RunnerCore:
         self._epoch_out = 0  # records emitted in the open epoch
         self._epoch_dlq = 0  # records dead-lettered in the open epoch
         self._last_epoch_records = 0
+        #: Timers to dead-letter instead of running on the replay: (key, time, name) -> cause.
+        self._poison_timers: dict[tuple[bytes | None, int, str], BaseException] = {}
         #: Records to dead-letter instead of processing on the replay: coords -> cause.
         self._poison: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
         self._commit_now = False

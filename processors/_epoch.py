@@ -184,6 +184,7 @@ class EpochMixin(SavepointMixin):
             self._savepoint_committed(savepoint, manifests)
         for g in self._kgs:
             self._kg_committed[g] = self._kg_state(g)
+        self._poison_timers.clear()  # dead-lettered timers are deleted in this commit
         if self._poison:  # dead-lettered records behind the committed positions are done
             self._poison = {
                 k: v for k, v in self._poison.items() if k[2] >= self._committed.get(k[:2], 0)

@@ -92,6 +92,10 @@ class _Rewind(Exception):  # noqa: N818 - internal control flow
     """User code raised: abort the epoch and replay with the record dead-lettered."""
 
 
+class _TimerRewind(BaseException):  # noqa: N818 - internal control flow (past user code)
+    """A timer wrote state its codec cannot encode: replay with the timer dead-lettered."""
+
+
 class Runner(BarrierMixin):
     """Runs an :class:`App` until stopped; one instance of the app's consumer group."""
 
@@ -475,6 +479,12 @@ class Runner(BarrierMixin):
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
+                except _TimerRewind:
+                    self._slow = None
+                    self._abort_epoch(
+                        "user code (a timer) wrote state that cannot be encoded: replaying "
+                        "with the timer dead-lettered"
+                    )
                 except AbortEpoch as exc:
                     self._abort_epoch(str(exc))
                 except _StaticMemberFenced as exc:
@@ -928,16 +938,39 @@ class Runner(BarrierMixin):
 
     # -- timer hooks (processors._time.TimerHooks) -----------------------------------------
 
-    def timer_started(self) -> None:
-        """A timer callback starts: an output rejection from now on is the timer's."""
+    def timer_started(self, raw_key: bytes | None, t: int, name: str) -> bool:
+        """A timer callback starts: an output rejection from now on is the timer's.
+
+        Returns ``False`` for a timer poisoned by an earlier attempt of this epoch (its
+        state could not be encoded): it is dead-lettered instead of run.
+        """
+        poisoned = self._poison_timers.get((raw_key, t, name))
+        if poisoned is not None:
+            self._timer_failed(raw_key, t, name, poisoned)
+            self._commit_now = True  # keep the replay span short
+            return False
         self._record_error_outside = self._record_error
         self._record_error = None
+        return True
 
     def timer_done(self, raw_key: bytes | None, t: int, name: str) -> None:
-        """A timer callback returned; if one of its outputs was rejected, dead-letter it."""
+        """A timer callback returned; if one of its outputs was rejected, dead-letter it.
+
+        Raises:
+            _TimerRewind: while replaying to find unencodable state, this timer wrote
+                some (the epoch is replayed without it).
+        """
         rejected, self._record_error = self._record_error, self._record_error_outside
         if rejected is not None and self._producer_error is None:
             self._timer_failed(raw_key, t, name, rejected)
+        if self._check_writes:
+            svc = self.app.time_service
+            assert svc is not None
+            kg = self._kgs.get(svc.handle.cache.db.key_group)
+            bad = None if kg is None else self._state_write_error(kg.caches, raw_key)
+            if bad is not None:
+                self._poison_timers[(raw_key, t, name)] = bad
+                raise _TimerRewind
 
     def timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
         """A timer callback raised."""

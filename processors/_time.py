@@ -316,8 +316,8 @@ def _chain_order(name: str) -> tuple[int, int, str]:
 class TimerHooks(Protocol):
     """What the runtime does around each timer callback."""
 
-    def timer_started(self) -> None:
-        """A callback is about to run."""
+    def timer_started(self, raw_key: bytes | None, t: int, name: str) -> bool:
+        """A callback is about to run; ``False``: skip it (it was dead-lettered)."""
 
     def timer_done(self, raw_key: bytes | None, t: int, name: str) -> None:
         """It returned (it may still have had an output rejected)."""
@@ -476,8 +476,8 @@ class TimeService:
                 self.firing_at = t if event else None
                 for name in sorted(names, key=_chain_order) if len(names) > 1 else names:
                     tctx.name = name[1:] if name.startswith("u") else name
-                    if hooks is not None:
-                        hooks.timer_started()
+                    if hooks is not None and not hooks.timer_started(raw_key, t, tctx.name):
+                        continue  # poisoned: dead-lettered instead of run
                     try:
                         self._dispatch(raw_key, t, name, tctx)
                     except ConfigError:

@@ -1,0 +1,32 @@
+"""A timer that writes state its codec cannot encode (the timer-poison test app).
+
+Input ``LOCKGATE_INPUT_TOPIC``: key = string, value ``{"seq": <int>}``, event time = record
+timestamp (monotonous). Each record sets an event-time timer of its key 10 ms later; the
+timer stores the fired time and emits ``{"t": <time>}`` to ``LOCKGATE_OUTPUT_TOPIC`` —
+except for key ``poison``, whose timer stores a set (JSON cannot encode it).
+"""
+
+import os
+from typing import Any
+
+from processors import App, Context, Watermarks
+from state import ValueState
+
+INPUT = os.environ.get("LOCKGATE_INPUT_TOPIC", "jobs")
+OUTPUT = os.environ.get("LOCKGATE_OUTPUT_TOPIC", "fired")
+
+app = App("bad-timer-state")
+last: ValueState[Any] = app.value_state("last")
+
+
+@app.process(INPUT, outputs=[OUTPUT], watermarks=Watermarks.monotonous())
+def schedule(key: str, value: dict[str, Any], ctx: Context) -> None:
+    """Set a timer 10 ms after the record."""
+    ctx.timers.set_event_time(ctx.event_time + 10)
+
+
+@app.on_timer
+def fired(key: str, ctx: Any) -> None:
+    """Store and emit the fired time (a set for ``poison``: not encodable)."""
+    last.update({ctx.timestamp} if key == "poison" else ctx.timestamp)
+    ctx.emit(OUTPUT, key, {"t": ctx.timestamp})
