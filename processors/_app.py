@@ -430,7 +430,6 @@ def _timed(
         if headers:  # written by another lockgate app? (its key_by sends its event time)
             for name, raw in headers:
                 if name == EVENT_TIME_HEADER:
-                    internal = True
                     if extract is None:
                         ts = int(raw)
                 elif name == "lockgate-writer":

@@ -47,7 +47,10 @@ class Context:
         if self._timers is None:
             from processors.exceptions import ConfigError  # noqa: PLC0415 - error path only
 
-            raise ConfigError("ctx.timers needs a timer handler: declare one with @app.on_timer")
+            raise ConfigError(
+                "ctx.timers and ctx.watermark need event time or timers: declare "
+                "watermarks= on an input, or a timer handler with @app.on_timer"
+            )
         return self._timers
 
     @property

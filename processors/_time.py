@@ -271,7 +271,16 @@ class TimerContext:
     epoch, ``timers`` sets more timers. There is no record: ``topic``/``offset`` are ``None``.
     """
 
-    __slots__ = ("_emit", "event_time", "key", "name", "partition", "timers", "watermark")
+    __slots__ = (
+        "_emit",
+        "event_time",
+        "key",
+        "name",
+        "partition",
+        "raw_key",
+        "timers",
+        "watermark",
+    )
 
     def __init__(self, emit: Callable[..., None], timers: Timers) -> None:
         self._emit = emit
@@ -280,6 +289,8 @@ class TimerContext:
         self.watermark = NO_WATERMARK
         self.partition = -1
         self.key: Any = None
+        #: The serialized key the timer belongs to.
+        self.raw_key: bytes | None = None
         self.name = ""
 
     topic = None
@@ -291,11 +302,6 @@ class TimerContext:
     def timestamp(self) -> int:
         """The timer's time (ms)."""
         return self.event_time
-
-    @property
-    def raw_key(self) -> bytes | None:
-        """The serialized key the timer belongs to."""
-        return None
 
     def emit(
         self, topic: str, key: Any, value: Any, headers: Any = None, timestamp: int | None = None
@@ -473,6 +479,7 @@ class TimeService:
                 tctx.event_time = t
                 tctx.watermark = clock.wm
                 tctx.key = self.decode_key(raw_key)
+                tctx.raw_key = raw_key
                 self.firing_at = t if event else None
                 for name in sorted(names, key=_chain_order) if len(names) > 1 else names:
                     tctx.name = name[1:] if name.startswith("u") else name
@@ -650,7 +657,7 @@ class TimeService:
         writers'); it counts only when every input is idle.
         """
         writers = clock.writers.get(topic)
-        if not writers and topic in clock.internal:
+        if not writers and topic in clock.internal and self.reads_barriers:
             return NO_WATERMARK, False  # no barrier yet: record times say nothing of others
         if writers:
             expected = clock.expected.get(topic, {})

@@ -356,7 +356,9 @@ class WindowOperator:
             ("lockgate-late-watermark", str(wm)),
             ("lockgate-late-event-time", str(ctx.event_time)),
         ]
-        headers.extend(msg.headers() or [])
+        # The input's own headers, but not the writer's: the late topic is not an
+        # internal topic (a lockgate app reading it would wait for that writer's barriers).
+        headers.extend(h for h in msg.headers() or [] if h[0] != "lockgate-writer")
         ctx.emit(self.late_topic, msg.key(), msg.value(), headers)
 
     def _on_time_record(

@@ -91,7 +91,7 @@ def test_downstream_windows_fire_on_upstream_watermarks(
         if idle_ms:
             got = read_all(kafka_bootstrap, out, expected=len(expected), timeout=90, idle=3)
         else:
-            got = read_all(kafka_bootstrap, out, expected=None, timeout=25, idle=25)
+            got = read_all(kafka_bootstrap, out, expected=None, timeout=12, idle=12)
         late = read_all(kafka_bootstrap, f"{out}.late", timeout=5, idle=1)
         codes = [p.terminate(60) for p in procs]
     except BaseException:
