@@ -115,3 +115,70 @@ def test_downstream_windows_fire_on_upstream_watermarks(
         f"{len(got)} windows for {len(expected)} expected; missing {missing} (base {base})\n{logs}"
     )
     assert counts == expected, logs
+
+
+def test_three_stages_forward_the_final_watermark(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A middle stage re-announces a watermark that moved after its last barrier.
+
+    The source is never idle: after its data it sends no barrier any more, and its last
+    barrier moves the middle's watermark only after the middle forwarded that barrier.
+    Only a re-announced barrier lets the last stage fire its final windows.
+    """
+    inp, rep, rep2, out = (unique(p) for p in ("et3-in", "et3-rep", "et3-rep2", "et3-out"))
+    create_topic(kafka_bootstrap, inp, PARTITIONS)
+    create_topic(kafka_bootstrap, rep, 2)
+    create_topic(kafka_bootstrap, rep2, 2)
+    rng = random.Random(8)
+    users = _users({0, 1, 2})
+    base = (int(time.time() * 1000) - 600_000) // WINDOW_MS * WINDOW_MS
+    records = [
+        (rng.choice(users), {"ts": base + seq * 7, "region": f"r{rng.randrange(3)}", "seq": seq})
+        for seq in range(1200)
+    ]
+    _produce(kafka_bootstrap, inp, records)
+    # The source's watermark ends at the last ts - 101: every window but the last fires.
+    last_ts = base + 1199 * 7
+    expected = Counter(
+        (v["region"], v["ts"] // WINDOW_MS * WINDOW_MS)
+        for _, v in records
+        if v["ts"] // WINDOW_MS * WINDOW_MS + WINDOW_MS - 1 <= last_ts - 101
+    )
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_REPART_TOPIC": rep,
+        "LOCKGATE_REPART2_TOPIC": rep2,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_INSTANCE_ID": "i1",
+        "LOCKGATE_HTTP_PORT": "0",
+    }
+    procs = [
+        AppProcess(
+            f"tests.integration.apps.et_three:{name}",
+            {
+                **env,
+                "LOCKGATE_APP_NAME": unique(f"et3-{name}"),
+                "LOCKGATE_STATE_DIR": str(tmp_path / name),
+            },
+            tmp_path / f"{name}.log",
+        ).start()
+        for name in ("source", "middle", "last")
+    ]
+    try:
+        got = read_all(kafka_bootstrap, out, expected=len(expected), timeout=90, idle=3)
+        late = read_all(kafka_bootstrap, f"{out}.late", timeout=3, idle=1)
+        codes = [p.terminate(60) for p in procs]
+    except BaseException:
+        for p in procs:
+            print(p.log_text()[-3000:])
+        raise
+    logs = "\n".join(p.log_text()[-2000:] for p in procs)
+    assert late == [], logs
+    counts: Counter[tuple[str, int]] = Counter()
+    for m in got:
+        v = orjson.loads(m.value())
+        counts[(m.key().decode(), v["start"])] += v["count"]
+    assert len(got) == len(expected), f"{sorted(set(expected) - set(counts))}\n{logs}"
+    assert counts == expected, logs
+    assert codes == [0, 0, 0], logs
