@@ -746,10 +746,7 @@ class Runner(BarrierMixin):
             if self._producer_error is not None:
                 # The producer refused a record (e.g. the transaction is in an abortable
                 # state): not the record's fault, even if user code swallowed the error.
-                err, self._producer_error = self._producer_error, None
-                if err.fatal():
-                    raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
-                raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
+                self._raise_producer_error()
             if self._record_error is not None:
                 # An output of this record can never be written, and user code caught
                 # the error: the record still failed.
@@ -900,6 +897,19 @@ class Runner(BarrierMixin):
             raise FatalKafkaError(detail)
         log.warning("consumer error", extra={"error": err.name(), "detail": err.str()})
 
+    def _raise_producer_error(self) -> None:
+        """The producer refused an output (not its record's or timer's fault).
+
+        Raises:
+            FatalKafkaError: the producer is in a fatal state.
+            AbortEpoch: otherwise (the transaction went abortable): replay the epoch.
+        """
+        err, self._producer_error = self._producer_error, None
+        assert err is not None
+        if err.fatal():
+            raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
+        raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
+
     def _apply_watermarks(self, update: WatermarkUpdate) -> None:
         """Apply upstream barrier watermarks to the bound key group (timers may fire)."""
         svc = self.app.time_service
@@ -907,10 +917,7 @@ class Runner(BarrierMixin):
         if svc.apply_pending(update.topic, update.checkpoint):
             self._epoch_active = True
         if self._producer_error is not None:  # a timer's output was refused
-            err, self._producer_error = self._producer_error, None
-            if err.fatal():
-                raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
-            raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
+            self._raise_producer_error()
 
     def _tick_timers(self) -> None:
         """Fire due processing-time timers; let idleness advance watermarks.
@@ -930,10 +937,7 @@ class Runner(BarrierMixin):
             self._writer_header = self._writer_headers[g]
             svc.tick(now_ms)
             if self._producer_error is not None:
-                err, self._producer_error = self._producer_error, None
-                if err.fatal():
-                    raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
-                raise AbortEpoch(f"produce failed: {err.name()}: {err.str()}")
+                self._raise_producer_error()
         self.metrics.records_out_attempts += self._epoch_out - out_before
 
     # -- timer hooks (processors._time.TimerHooks) -----------------------------------------

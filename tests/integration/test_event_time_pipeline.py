@@ -5,7 +5,8 @@ its key group 2 never sees an event time. With an idleness timeout it announces 
 idle in its barriers, the downstream leaves it out of the minimum and its windows fire;
 the counts must equal a group-by of the input. Without idleness key group 2 holds every
 downstream watermark back, and nothing fires. (The apps, tests/integration/apps/et_pipeline.py,
-declare env=["LOCKGATE_REPART_TOPIC", "LOCKGATE_IDLE_MS"].)
+declare env=["LOCKGATE_REPART_TOPIC", "LOCKGATE_IDLE_MS"]; apps/et_three.py
+env=["LOCKGATE_REPART_TOPIC", "LOCKGATE_REPART2_TOPIC"].)
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ WINDOW_MS = 1000
 def _users(parts: set[int]) -> list[str]:
     return [
         u for u in (f"user{i}" for i in range(200)) if key_group(u.encode(), PARTITIONS) in parts
+    ]
+
+
+def _start(module: str, apps: tuple[str, ...], env: dict[str, str], tmp: Path) -> list[AppProcess]:
+    """Start one instance of each app of ``tests/integration/apps/<module>.py``."""
+    return [
+        AppProcess(
+            f"tests.integration.apps.{module}:{name}",
+            {**env, "LOCKGATE_APP_NAME": unique(name), "LOCKGATE_STATE_DIR": str(tmp / name)},
+            tmp / f"{name}.log",
+        ).start()
+        for name in apps
     ]
 
 
@@ -75,18 +88,7 @@ def test_downstream_windows_fire_on_upstream_watermarks(
         "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
         "LOCKGATE_INSTANCE_ID": "i1",
     }
-    procs = [
-        AppProcess(
-            f"tests.integration.apps.et_pipeline:{name}",
-            {
-                **env,
-                "LOCKGATE_APP_NAME": unique(f"et-{name}"),
-                "LOCKGATE_STATE_DIR": str(tmp_path / name),
-            },
-            tmp_path / f"{name}.log",
-        ).start()
-        for name in ("upstream", "downstream")
-    ]
+    procs = _start("et_pipeline", ("upstream", "downstream"), env, tmp_path)
     try:
         if idle_ms:
             got = read_all(kafka_bootstrap, out, expected=len(expected), timeout=90, idle=3)
@@ -153,18 +155,7 @@ def test_three_stages_forward_the_final_watermark(kafka_bootstrap: str, tmp_path
         "LOCKGATE_INSTANCE_ID": "i1",
         "LOCKGATE_HTTP_PORT": "0",
     }
-    procs = [
-        AppProcess(
-            f"tests.integration.apps.et_three:{name}",
-            {
-                **env,
-                "LOCKGATE_APP_NAME": unique(f"et3-{name}"),
-                "LOCKGATE_STATE_DIR": str(tmp_path / name),
-            },
-            tmp_path / f"{name}.log",
-        ).start()
-        for name in ("source", "middle", "last")
-    ]
+    procs = _start("et_three", ("source", "middle", "last"), env, tmp_path)
     try:
         got = read_all(kafka_bootstrap, out, expected=len(expected), timeout=90, idle=3)
         late = read_all(kafka_bootstrap, f"{out}.late", timeout=3, idle=1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Producer
 
+from tests.integration._util import app_env
 from tests.support.kafka import create_topic, read_all, unique
 from tests.support.procs import AppProcess
 
@@ -23,23 +24,15 @@ N = 300
 def test_processing_time_timers_fire_once_and_failures_are_dead_lettered(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    inp, out, app = unique("pt-in"), unique("pt-out"), unique("pt-app")
+    env = app_env(kafka_bootstrap, unique, tmp_path, "pt", LOCKGATE_HTTP_PORT="0")
+    inp, out = env["LOCKGATE_INPUT_TOPIC"], env["LOCKGATE_OUTPUT_TOPIC"]
+    app = env["LOCKGATE_APP_NAME"]
     create_topic(kafka_bootstrap, inp, 3)
     p = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
     for seq in range(N):
         value = {"seq": seq, "boom": seq % 50 == 7}
         p.produce(inp, orjson.dumps(value), f"k{seq % 17}".encode())
     assert p.flush(30) == 0
-    env = {
-        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "LOCKGATE_APP_NAME": app,
-        "LOCKGATE_INPUT_TOPIC": inp,
-        "LOCKGATE_OUTPUT_TOPIC": out,
-        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
-        "LOCKGATE_INSTANCE_ID": "i1",
-        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
-        "LOCKGATE_HTTP_PORT": "0",
-    }
     proc = AppProcess("tests.integration.apps.proc_timers:app", env, tmp_path / "i1.log").start()
     booms = {seq for seq in range(N) if seq % 50 == 7}
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Producer
 
+from tests.integration._util import app_env
 from tests.support.kafka import create_topic, read_all, unique
 from tests.support.procs import AppProcess
 
@@ -22,7 +23,9 @@ from tests.support.procs import AppProcess
 def test_a_timer_with_unencodable_state_is_dead_lettered(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    inp, out, app = unique("tp-in"), unique("tp-out"), unique("tp-app")
+    env = app_env(kafka_bootstrap, unique, tmp_path, "tp", LOCKGATE_HTTP_PORT="0")
+    inp, out = env["LOCKGATE_INPUT_TOPIC"], env["LOCKGATE_OUTPUT_TOPIC"]
+    app = env["LOCKGATE_APP_NAME"]
     create_topic(kafka_bootstrap, inp, 1)
     p = Producer({"bootstrap.servers": kafka_bootstrap})
     base = 1_700_000_000_000
@@ -31,16 +34,6 @@ def test_a_timer_with_unencodable_state_is_dead_lettered(
         key = keys[i % 4]
         p.produce(inp, orjson.dumps({"seq": i}), key.encode(), timestamp=base + i * 100)
     assert p.flush(30) == 0
-    env = {
-        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "LOCKGATE_APP_NAME": app,
-        "LOCKGATE_INPUT_TOPIC": inp,
-        "LOCKGATE_OUTPUT_TOPIC": out,
-        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
-        "LOCKGATE_INSTANCE_ID": "i1",
-        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
-        "LOCKGATE_HTTP_PORT": "0",
-    }
     spec = "tests.integration.apps.bad_timer_state:app"
     proc = AppProcess(spec, env, tmp_path / "i1.log").start()
     # Record i's timer (at base + i*100 + 10) fires once record i+1 moves the watermark.
