@@ -196,10 +196,6 @@ class Admin:
             for m in result.members
         }
 
-    def describe_group_async(self, group: str, timeout: float = 10.0) -> Any:
-        """Start describing ``group`` (never blocks); read it with :func:`group_state`."""
-        return self._admin.describe_consumer_groups([group], request_timeout=timeout)[group]
-
     def input_partitions(self, topics: Iterable[str]) -> int:
         """Return P, the common partition count of the input topics.
 
@@ -343,20 +339,3 @@ class Admin:
 
 #: librdkafka's "reached the end of the partition" event code.
 PARTITION_EOF: int = KafkaError._PARTITION_EOF  # noqa: SLF001 - public constant, underscored name
-
-
-def group_state(done: Any) -> tuple[str, dict[str, set[tuple[str, int]]]]:
-    """The state name (e.g. ``STABLE``) and members' partitions of a finished description.
-
-    Raises:
-        KafkaException: the group could not be described.
-    """
-    result = done.result(timeout=0)
-    members = {
-        (m.group_instance_id or m.member_id): {
-            (tp.topic, tp.partition)
-            for tp in (m.assignment.topic_partitions if m.assignment else [])
-        }
-        for m in result.members
-    }
-    return str(result.state).rsplit(".", 1)[-1], members

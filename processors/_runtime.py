@@ -47,14 +47,15 @@ from processors._control import (
 from processors._core import where
 from processors._errors import AbortEpoch, Stopping
 from processors._globals import GlobalTables
+from processors._group_probe import GroupProbe
 from processors._health import HealthServer
 from processors._interleave import Interleaver
 from processors._kafka import (
     CHANGELOG_CONFIG,
     PARTITION_EOF,
     Admin,
+    admin_config,
     consumer_config,
-    group_state,
     restore_consumer_config,
 )
 from processors._keygroups import Restorer
@@ -124,7 +125,7 @@ class Runner(BarrierMixin):
         )
         self._next_strand_check = time.monotonic() + _STRAND_CHECK_S
         self._stranded_since: float | None = None
-        self._strand_future: Any = None
+        self._group_probe: GroupProbe | None = None
         self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
@@ -289,21 +290,24 @@ class Runner(BarrierMixin):
         and subscribes again: its join with new metadata makes the coordinator rebalance.
         """
         now = time.monotonic()
-        assert self._admin is not None
-        # Never blocks the loop: the description is asked for, and read when it is done.
-        if self._strand_future is None:
-            self._strand_future = self._admin.describe_group_async(self.name)
+        # Never blocks the loop: the description is asked for, and read when it is done,
+        # from a child process (librdkafka may abort a process whose DescribeConsumerGroups
+        # meets a dropped connection: processors/_group_probe.py).
+        probe = self._group_probe
+        if probe is None:
+            probe = self._group_probe = GroupProbe(admin_config(self.settings))
+        if not probe.request(self.name):
+            self._next_strand_check = now + _STRAND_CHECK_S  # the probe restarts later
             return
-        if not self._strand_future.done():
+        answer = probe.result()
+        if answer is None:
             return
-        future, self._strand_future = self._strand_future, None
         self._next_strand_check = now + _STRAND_CHECK_S
         topic = self.app.subscribed_input
-        try:
-            state, members = group_state(future)
-        except Exception as exc:  # noqa: BLE001 - best effort: look again later
-            log.debug("describing the group failed: %s", exc)
+        if isinstance(answer, str):  # best effort: look again later
+            log.debug("describing the group failed: %s", answer)
             return
+        state, members = answer
         owned = {p for parts in members.values() for t, p in parts if t == topic}
         stranded = sorted(set(range(self._partitions)) - owned)
         if state != "STABLE" or not stranded or not members:
@@ -555,6 +559,8 @@ class Runner(BarrierMixin):
         return code
 
     def _close(self, graceful: bool) -> None:
+        if self._group_probe is not None:
+            self._group_probe.close()
         if not graceful:
             # Never commit on the way out after a failure, and end the transaction before
             # the consumer leaves the group, so a new owner does not wait for it.

@@ -1,0 +1,171 @@
+"""Describe the consumer group from a helper process, so a librdkafka abort cannot kill us.
+
+librdkafka (2.16 and earlier; confluentinc/librdkafka#4605, fix proposed in #5397) can
+abort the whole process (``rd_kafka_enq_once_del_source_return: Assertion
+eonce->refcnt > 0``) when a coordinator-targeted Admin request — DescribeConsumerGroups —
+meets a dropped connection. The runtime describes its group every few seconds to heal
+stranded partitions (``Runner._heal_stranded_partitions``), so under network faults an
+in-process AdminClient took instances down (seen in the network-fault chaos test). The
+probe runs that AdminClient in a child process: if librdkafka aborts there, the child
+dies, the instance logs it and starts another child later.
+
+Use: :meth:`GroupProbe.request` (never blocks), then :meth:`GroupProbe.result` on later
+loop iterations until it returns something.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import time
+from typing import IO, Any
+
+log = logging.getLogger("lockgate.runtime")
+
+#: (state name, {member: {(topic, partition)}}) or an error text.
+Description = tuple[str, dict[str, set[tuple[str, int]]]]
+
+_RESTART_AFTER_S = 10.0
+
+
+def _serve(stdin: IO[str], stdout: IO[str]) -> None:  # pragma: no cover - runs in the child
+    """The child: the client config on the first line, then one group per line."""
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - only in the child
+
+    admin = AdminClient(json.loads(stdin.readline()))
+    for line in stdin:
+        group, timeout = json.loads(line)
+        try:
+            fut = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+            desc = fut.result(timeout=timeout + 5)
+            members = {
+                (m.group_instance_id or m.member_id): [
+                    [tp.topic, tp.partition]
+                    for tp in (m.assignment.topic_partitions if m.assignment else [])
+                ]
+                for m in desc.members
+            }
+            answer: Any = ["ok", str(desc.state).rsplit(".", 1)[-1], members]
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            answer = ["error", f"{type(exc).__name__}: {exc}", None]
+        stdout.write(json.dumps(answer) + "\n")
+        stdout.flush()
+
+
+class GroupProbe:
+    """A child process that describes consumer groups (see the module docs).
+
+    The client configuration (it may hold credentials) goes to the child on its stdin,
+    never on its command line.
+    """
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self._conf = {k: v for k, v in conf.items() if isinstance(v, (str, int, float, bool))}
+        self._proc: subprocess.Popen[str] | None = None
+        self._pending = False
+        self._down_since: float | None = None
+        self._buf = ""
+        self.crashes = 0
+
+    def _start(self) -> bool:
+        now = time.monotonic()
+        if self._down_since is not None and now - self._down_since < _RESTART_AFTER_S:
+            return False
+        self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "processors._group_probe"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._buf = ""
+        self._down_since = None
+        return self._send(self._conf)
+
+    def _send(self, obj: Any) -> bool:
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(json.dumps(obj) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            self._died(str(exc))
+            return False
+        return True
+
+    def _died(self, why: str) -> None:
+        self.crashes += 1
+        code = None if self._proc is None else self._proc.poll()
+        log.warning(
+            "the group probe process died; starting another one later",
+            extra={"reason": why, "exitcode": code},
+        )
+        self.close()
+        self._down_since = time.monotonic()
+
+    def request(self, group: str, timeout_s: float = 10.0) -> bool:
+        """Ask for a description of ``group`` (no-op while one is pending).
+
+        Returns whether a request is pending now.
+        """
+        if self._pending:
+            return True
+        if (self._proc is None or self._proc.poll() is not None) and not self._start():
+            return False
+        if not self._send([group, timeout_s]):
+            return False
+        self._pending = True
+        return True
+
+    def result(self) -> Description | str | None:
+        """The answer to the pending request when it arrived (an error text on failure).
+
+        ``None``: not there yet (or nothing pending). Never blocks.
+        """
+        proc = self._proc
+        if not self._pending or proc is None or proc.stdout is None:
+            return None
+        fd = proc.stdout.fileno()
+        while "\n" not in self._buf:
+            ready, _, _ = select.select([fd], [], [], 0)
+            if not ready:
+                if proc.poll() is not None:
+                    self._pending = False
+                    self._died(f"exit code {proc.returncode}")
+                    return "the probe process died"
+                return None
+            chunk = os.read(fd, 65536).decode()
+            if not chunk:
+                self._pending = False
+                self._died(f"exit code {proc.poll()}")
+                return "the probe process died"
+            self._buf += chunk
+        line, self._buf = self._buf.split("\n", 1)
+        self._pending = False
+        kind, first, members = json.loads(line)
+        if kind != "ok":
+            return str(first)
+        return first, {m: {(t, p) for t, p in parts} for m, parts in members.items()}
+
+    def close(self) -> None:
+        """Stop the child (idempotent)."""
+        self._pending = False
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+
+
+if __name__ == "__main__":  # pragma: no cover - the child
+    _serve(sys.stdin, sys.stdout)
