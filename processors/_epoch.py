@@ -573,6 +573,7 @@ class EpochMixin(SavepointMixin):
                 (timeout, stuck state, hung call) replaces the producer instead.
         """
         log.warning("aborting epoch", extra={"reason": reason})
+        self._announced.clear()  # what the aborted barriers said never reached anyone
         self._consecutive_aborts += 1
         if self._consecutive_aborts > _MAX_CONSECUTIVE_ABORTS and not reason.startswith("user"):
             raise FatalKafkaError(

@@ -30,6 +30,8 @@ log = logging.getLogger("lockgate.runtime")
 Description = tuple[str, dict[str, set[tuple[str, int]]]]
 
 _RESTART_AFTER_S = 10.0
+#: A child that has not answered a request by then is killed and replaced.
+_ANSWER_WITHIN_S = 60.0
 
 
 def _serve(stdin: IO[str], stdout: IO[str]) -> None:  # pragma: no cover - runs in the child
@@ -69,6 +71,7 @@ class GroupProbe:
         self._pending = False
         self._down_since: float | None = None
         self._buf = ""
+        self._sent_at = 0.0
         self.crashes = 0
 
     def _start(self) -> bool:
@@ -119,6 +122,7 @@ class GroupProbe:
         if not self._send([group, timeout_s]):
             return False
         self._pending = True
+        self._sent_at = time.monotonic()
         return True
 
     def result(self) -> Description | str | None:
@@ -129,6 +133,10 @@ class GroupProbe:
         proc = self._proc
         if not self._pending or proc is None or proc.stdout is None:
             return None
+        if time.monotonic() - self._sent_at > _ANSWER_WITHIN_S:
+            self._pending = False
+            self._died("no answer in time")
+            return "the probe process did not answer"
         fd = proc.stdout.fileno()
         while "\n" not in self._buf:
             ready, _, _ = select.select([fd], [], [], 0)
@@ -146,10 +154,14 @@ class GroupProbe:
             self._buf += chunk
         line, self._buf = self._buf.split("\n", 1)
         self._pending = False
-        kind, first, members = json.loads(line)
-        if kind != "ok":
-            return str(first)
-        return first, {m: {(t, p) for t, p in parts} for m, parts in members.items()}
+        try:
+            kind, first, members = json.loads(line)
+            if kind != "ok":
+                return str(first)
+            return first, {m: {(t, p) for t, p in parts} for m, parts in members.items()}
+        except (ValueError, TypeError) as exc:  # not our answer: treat the child as broken
+            self._died(f"unreadable answer: {exc}")
+            return "the probe process answered garbage"
 
     def close(self) -> None:
         """Stop the child (idempotent)."""

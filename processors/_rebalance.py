@@ -78,6 +78,7 @@ class RebalanceMixin(EpochMixin):
         return [TopicPartition(t, g) for g in groups for t in self._inputs]
 
     def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._announced.clear()  # re-announce watermarks to whoever reads them now
         if not partitions:
             consumer.incremental_assign(partitions)
             self.metrics.joined = True

@@ -134,6 +134,7 @@ class Runner(BarrierMixin):
         self._ctx = Context(self._emit, None if svc is None else svc.timers)
         self._tick_time = svc is not None and svc.needs_tick
         self._record_error_outside: BaseException | None = None
+        self._timer_blamable = False  # see timer_started
         if svc is not None:
             svc.emit = self._emit
             svc.hooks = self  # timer_started / timer_done / timer_failed
@@ -961,7 +962,29 @@ class Runner(BarrierMixin):
             return False
         self._record_error_outside = self._record_error
         self._record_error = None
+        # While replaying to find unencodable state: a key whose state is bad already
+        # (written by the record that moved the watermark) is not this timer's doing.
+        self._timer_blamable = self._check_writes and self._key_state_error(raw_key) is None
         return True
+
+    def _key_state_error(self, raw_key: bytes | None) -> BaseException | None:
+        """The encode error of the bound key group's pending writes of ``raw_key``."""
+        svc = self.app.time_service
+        assert svc is not None
+        kg = self._kgs.get(svc.handle.cache.db.key_group)
+        return None if kg is None else self._state_write_error(kg.caches, raw_key)
+
+    def _check_timer_writes(self, raw_key: bytes | None, t: int, name: str) -> None:
+        """While replaying to find unencodable state, blame this timer if it wrote some.
+
+        Raises:
+            _TimerRewind: it did (the epoch is replayed with the timer dead-lettered).
+        """
+        if self._check_writes and self._timer_blamable:
+            bad = self._key_state_error(raw_key)
+            if bad is not None:
+                self._poison_timers[(raw_key, t, name)] = bad
+                raise _TimerRewind
 
     def timer_done(self, raw_key: bytes | None, t: int, name: str) -> None:
         """A timer callback returned; if one of its outputs was rejected, dead-letter it.
@@ -971,20 +994,14 @@ class Runner(BarrierMixin):
                 some (the epoch is replayed without it).
         """
         rejected, self._record_error = self._record_error, self._record_error_outside
+        self._check_timer_writes(raw_key, t, name)
         if rejected is not None and self._producer_error is None:
             self._timer_failed(raw_key, t, name, rejected)
-        if self._check_writes:
-            svc = self.app.time_service
-            assert svc is not None
-            kg = self._kgs.get(svc.handle.cache.db.key_group)
-            bad = None if kg is None else self._state_write_error(kg.caches, raw_key)
-            if bad is not None:
-                self._poison_timers[(raw_key, t, name)] = bad
-                raise _TimerRewind
 
     def timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
-        """A timer callback raised."""
+        """A timer callback raised (its unencodable writes are found the same way)."""
         self._record_error = self._record_error_outside
+        self._check_timer_writes(raw_key, t, name)
         self._timer_failed(raw_key, t, name, exc)
 
     def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:

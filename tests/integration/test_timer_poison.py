@@ -1,10 +1,15 @@
-"""A timer whose state cannot be encoded is dead-lettered, not a crash loop.
+"""Unencodable state around timers is dead-lettered on the right culprit, never a crash loop.
 
-tests/integration/apps/bad_timer_state.py: every record sets an event-time timer 10 ms
-later; the timer of key ``poison`` stores a set under the JSON codec. The epoch's commit
-fails to encode it, the runtime replays the epoch checking each record's and each timer's
-writes, and dead-letters that timer (stage ``timer``, ``StateEncodeError``) while every
-other timer's output commits exactly once and the instance stops cleanly.
+tests/integration/apps/bad_timer_state.py, one partition, records 100 ms apart in blocks
+``a, poison, raise, mixed, mixed(bad), b``. The epoch's commit fails to encode the sets;
+the runtime replays it checking each record's and each timer's writes:
+
+- ``poison``'s timer (stores a set) and ``raise``'s (stores a set, then raises) are
+  dead-lettered (stage ``timer``, ``StateEncodeError``);
+- the bad ``mixed`` record is dead-lettered (stage ``state``), and the timer of the good
+  ``mixed`` record right before it — which that bad record's watermark fires, after the bad
+  write — is not blamed: its output commits once;
+- every other timer's output commits exactly once, and the instance stops cleanly.
 """
 
 from __future__ import annotations
@@ -19,8 +24,17 @@ from tests.integration._util import app_env
 from tests.support.kafka import create_topic, read_all, unique
 from tests.support.procs import AppProcess
 
+BLOCK = [
+    ("a", False),
+    ("poison", False),
+    ("raise", False),
+    ("mixed", False),
+    ("mixed", True),
+    ("b", False),
+]
 
-def test_a_timer_with_unencodable_state_is_dead_lettered(
+
+def test_unencodable_state_around_timers_is_dead_lettered(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     env = app_env(kafka_bootstrap, unique, tmp_path, "tp", LOCKGATE_HTTP_PORT="0")
@@ -29,33 +43,42 @@ def test_a_timer_with_unencodable_state_is_dead_lettered(
     create_topic(kafka_bootstrap, inp, 1)
     p = Producer({"bootstrap.servers": kafka_bootstrap})
     base = 1_700_000_000_000
-    keys = ["a", "b", "poison", "c"]
-    for i in range(40):
-        key = keys[i % 4]
-        p.produce(inp, orjson.dumps({"seq": i}), key.encode(), timestamp=base + i * 100)
+    records = [(key, bad) for _ in range(7) for key, bad in BLOCK]
+    for i, (key, bad) in enumerate(records):
+        value = orjson.dumps({"seq": i, "bad": bad})
+        p.produce(inp, value, key.encode(), timestamp=base + i * 100)
     assert p.flush(30) == 0
-    spec = "tests.integration.apps.bad_timer_state:app"
-    proc = AppProcess(spec, env, tmp_path / "i1.log").start()
-    # Record i's timer (at base + i*100 + 10) fires once record i+1 moves the watermark.
-    expected = Counter(
-        (keys[i % 4], base + i * 100 + 10) for i in range(39) if keys[i % 4] != "poison"
-    )
-    poisoned = {base + i * 100 + 10 for i in range(39) if keys[i % 4] == "poison"}
+    # Record i's timer (base + i*100 + 10) fires once a later record moves the watermark.
+    last = len(records) - 1
+    timers = [
+        (key, base + i * 100 + 10) for i, (key, bad) in enumerate(records) if not bad and i < last
+    ]
+    expected = Counter(t for t in timers if t[0] not in ("poison", "raise"))
+    poisoned = {t for t in timers if t[0] in ("poison", "raise")}
+    bad_records = {i for i, (_, bad) in enumerate(records) if bad}
+    proc = AppProcess(
+        "tests.integration.apps.bad_timer_state:app", env, tmp_path / "i1.log"
+    ).start()
+    n_dead = len(poisoned) + len(bad_records)
     try:
         got = read_all(kafka_bootstrap, out, expected=sum(expected.values()), timeout=60, idle=2)
-        dead = read_all(kafka_bootstrap, f"{app}.dlq", expected=len(poisoned), timeout=30, idle=1)
+        dead = read_all(kafka_bootstrap, f"{app}.dlq", expected=n_dead, timeout=30, idle=2)
         code = proc.terminate(60)
     except BaseException:
         print(proc.log_text()[-4000:])
         raise
     log = proc.log_text()[-4000:]
     assert Counter((m.key().decode(), orjson.loads(m.value())["t"]) for m in got) == expected, log
-    times = set()
+    dead_timers, dead_records = set(), set()
     for m in dead:
         headers = {k: v.decode() for k, v in m.headers() or []}
-        assert headers["lockgate-error-stage"] == "timer", headers
         assert headers["lockgate-error-type"] == "StateEncodeError", headers
-        assert m.key() == b"poison"
-        times.add(int(headers["lockgate-timer-time"]))
-    assert times == poisoned, log
+        if headers["lockgate-error-stage"] == "timer":
+            dead_timers.add((m.key().decode(), int(headers["lockgate-timer-time"])))
+        else:
+            assert headers["lockgate-error-stage"] == "state", headers
+            dead_records.add(orjson.loads(m.value())["seq"])
+    assert dead_timers == poisoned, log
+    assert dead_records == bad_records, log
+    assert len(dead) == n_dead, log
     assert code == 0, log

@@ -1,9 +1,11 @@
-"""A timer that writes state its codec cannot encode (the timer-poison test app).
+"""Timers and unencodable state (the timer-poison test app).
 
-Input ``LOCKGATE_INPUT_TOPIC``: key = string, value ``{"seq": <int>}``, event time = record
-timestamp (monotonous). Each record sets an event-time timer of its key 10 ms later; the
-timer stores the fired time and emits ``{"t": <time>}`` to ``LOCKGATE_OUTPUT_TOPIC`` —
-except for key ``poison``, whose timer stores a set (JSON cannot encode it).
+Input ``LOCKGATE_INPUT_TOPIC``: key = string, value ``{"seq": <int>, "bad": <bool>}``,
+event time = record timestamp (monotonous). A record with ``bad`` stores a set (JSON
+cannot encode it: the record is dead-lettered); every other record sets an event-time
+timer of its key 10 ms later. The timer stores the fired time and emits ``{"t": <time>}``
+to ``LOCKGATE_OUTPUT_TOPIC`` — except for key ``poison``, whose timer stores a set, and key
+``raise``, whose timer stores a set and then raises.
 """
 
 import os
@@ -21,12 +23,18 @@ last: ValueState[Any] = app.value_state("last")
 
 @app.process(INPUT, outputs=[OUTPUT], watermarks=Watermarks.monotonous())
 def schedule(key: str, value: dict[str, Any], ctx: Context) -> None:
-    """Set a timer 10 ms after the record."""
+    """Set a timer 10 ms after the record (or store something unencodable)."""
+    if value.get("bad"):
+        last.update({value["seq"]})
+        return
     ctx.timers.set_event_time(ctx.event_time + 10)
 
 
 @app.on_timer
 def fired(key: str, ctx: Any) -> None:
-    """Store and emit the fired time (a set for ``poison``: not encodable)."""
-    last.update({ctx.timestamp} if key == "poison" else ctx.timestamp)
+    """Store and emit the fired time (a set for ``poison`` and ``raise``)."""
+    if key != "mixed":  # mixed's timers write nothing: a bad value there is the record's
+        last.update({ctx.timestamp} if key in ("poison", "raise") else ctx.timestamp)
+    if key == "raise":
+        raise RuntimeError("after an unencodable write")
     ctx.emit(OUTPUT, key, {"t": ctx.timestamp})
