@@ -1,0 +1,867 @@
+"""One backfill task: a key group's operator chain over a bounded input, exactly once.
+
+Runs inside a Spark task (or any process): the app's own handlers, state handles,
+codecs, watermarks and timers, on a fresh local RocksDB, over
+
+* a Kafka offset range per input partition of the key group (read_committed, ending at
+  an offset at or below the last stable offset: transaction markers and aborted records
+  leave gaps that the reader steps over), co-partitioned inputs merged as the live
+  runtime's interleaver does (smallest record timestamp at the heads, ties: the input
+  declared first, each partition in offset order); or
+* archived records (rows), already re-keyed to this key group and ordered.
+
+**Processing time is record time.** A backfill replays history, so the clock that TTL,
+processing-time timers and idleness read is the timestamp of the record in progress
+(never going back), not the wall clock: the same input gives the same state and
+outputs in every attempt.
+
+**Exactly once into Kafka.** Outputs (and dead letters) go out in transactions of a
+producer whose ``transactional.id`` is ``<app>.backfill.<job>.<key group>``; each
+transaction also carries a progress record (``<job>/<key group>`` -> steps done) to the
+job's progress topic. A retried attempt first fences the earlier one
+(``init_transactions`` aborts its open transaction), reads the committed progress, and
+replays the steps the earlier attempts committed with every output suppressed — only
+to rebuild the state, which is deterministic — before it produces again. A *step* is
+one input record taken (processed or dead-lettered), with what its watermark fired.
+
+**Parquet output** has no transactions: a retried attempt starts over and replaces the
+earlier attempt's file (written under a temporary name, renamed at the end).
+
+**A record whose user code raises** is dead-lettered as live: the transaction since the
+last commit is aborted and the steps since then are replayed without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from processors._app import App
+from processors._context import Context, Headers
+from processors._core import CONTROL_HEADER, error_headers
+from processors._errors import Kind, classify, describe
+from processors._kafka import producer_config, restore_consumer_config
+from processors._keygroups import KeyGroup
+from processors._settings import OnError, Settings
+from processors.exceptions import ConfigError, UserCodeError
+from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
+from state.rocksdb.store import RocksDBBackend
+from state.savepoint import SavepointStore
+
+log = logging.getLogger("lockgate.backfill")
+
+#: Steps between TTL sweeps and processing-time timer ticks (fixed: the same steps in
+#: every attempt, so replays rebuild the same state).
+SWEEP_EVERY = 1000
+TICK_EVERY = 100
+#: A partition that neither delivers nor reports its end for this long fails the task.
+_STALL_S = 120.0
+#: Buffered records per input partition above which it is paused (multi-input merge).
+_PAUSE_AT = 20_000
+_RESUME_AT = 2_000
+
+
+@dataclass(frozen=True)
+class Range:
+    """Input records ``[start, end)`` of partition ``key group`` of ``topic``."""
+
+    topic: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What one backfill task runs (picklable; shipped to a Spark executor).
+
+    Attributes:
+        job: the job id (also the id of the savepoint the job writes).
+        app_spec: ``module:attribute`` of the App (imported in the task).
+        app_name: the app name (``LOCKGATE_APP_NAME`` or the App's own).
+        key_group: the key group this task runs.
+        key_groups: the app's key-group count.
+        ranges: the Kafka input (one range per input topic), empty for archived input.
+        savepoint_url: where the job's savepoint goes.
+        progress_topic: the job's progress topic (Kafka output).
+        output_dir: Parquet output directory; ``None``: outputs go to Kafka.
+        commit_every: steps per transaction at most.
+        local_dir: parent of the task's scratch RocksDB (default: the temp dir).
+    """
+
+    job: str
+    app_spec: str
+    app_name: str
+    key_group: int
+    key_groups: int
+    ranges: tuple[Range, ...]
+    savepoint_url: str
+    progress_topic: str
+    output_dir: str | None = None
+    commit_every: int = 5000
+    local_dir: str | None = None
+
+
+@dataclass
+class TaskResult:
+    """What a finished task reports to the driver."""
+
+    key_group: int
+    records: int
+    outputs: int
+    dead_letters: int
+    resumed_from: int
+    seconds: float
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the result as plain data."""
+        return {
+            "key_group": self.key_group,
+            "records": self.records,
+            "outputs": self.outputs,
+            "dead_letters": self.dead_letters,
+            "resumed_from": self.resumed_from,
+            "seconds": self.seconds,
+            "manifest": self.manifest,
+        }
+
+
+class ArchivedRecord:
+    """An archived input record, with the accessors of a Kafka message."""
+
+    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._key, self._value, self._timestamp = key, value, timestamp
+        self._headers = headers
+
+    def topic(self) -> str:
+        """The input topic."""
+        return self._topic
+
+    def partition(self) -> int:
+        """The key group (or the archived partition)."""
+        return self._partition
+
+    def offset(self) -> int:
+        """The archived offset (or the row's position)."""
+        return self._offset
+
+    def key(self) -> bytes | None:
+        """The raw key."""
+        return self._key
+
+    def value(self) -> bytes | None:
+        """The raw value."""
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        """(create-time type, ms)."""
+        return (1, self._timestamp)
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        """The headers."""
+        return self._headers
+
+    def error(self) -> None:
+        """Archived records carry no error."""
+        return None
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` and return the App (the current dir on sys.path).
+
+    Raises:
+        ConfigError: the spec is malformed, the module cannot be imported, or the
+            attribute is not an App.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"expected MODULE:APP (e.g. examples.running_sum:app), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attr, None)
+    if not isinstance(app, App):
+        raise ConfigError(f"{spec} is not a lockgate App")
+    return app
+
+
+def check_backfillable(app: App) -> None:
+    """Refuse what a backfill task cannot run the same way as live.
+
+    Raises:
+        ConfigError: the app repartitions with ``key_by`` (an internal topic between
+            two stages of one app) or reads global tables.
+    """
+    internal = sorted(t for t, spec in app.outputs.items() if spec.internal)
+    if internal:
+        raise ConfigError(
+            f"app {app.name!r} repartitions with key_by (internal topics {internal}): a "
+            "backfill runs one stage; split the stages into apps and backfill each"
+        )
+    if app.global_tables:
+        raise ConfigError(
+            f"app {app.name!r} reads global tables {sorted(app.global_tables)}: backfill "
+            "does not load global tables yet"
+        )
+
+
+class _Poisoned(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """A step's user code raised: abort and replay the chunk without it."""
+
+    def __init__(self, step: int, error: Exception, stage: str) -> None:
+        super().__init__(f"step {step}: {type(error).__name__}: {error}")
+        self.step, self.error, self.stage = step, error, stage
+
+
+class _Sink:
+    """Where a task's outputs go: a Kafka transaction or a Parquet file."""
+
+    produced = 0
+
+    def begin(self) -> None:
+        """Start a unit of output (a transaction)."""
+
+    def put(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | str]] | None,
+        timestamp: int | None,
+    ) -> None:
+        """Add one record to the open unit."""
+        raise NotImplementedError
+
+    def commit(self, steps: int, done: bool) -> None:
+        """Make the open unit durable together with the progress ``steps``."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Drop the open unit."""
+        raise NotImplementedError
+
+    def committed_steps(self) -> int:
+        """Steps a previous attempt committed (0: none)."""
+        return 0
+
+    def close(self, ok: bool) -> None:
+        """Release the sink; ``ok``: the task finished."""
+
+
+class KafkaSink(_Sink):
+    """Transactional output with the job's progress record in every transaction."""
+
+    def __init__(self, settings: Settings, spec: TaskSpec) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.txn_id = f"{spec.app_name}.backfill.{spec.job}.{spec.key_group}"
+        conf = producer_config(settings, spec.app_name, self.txn_id)
+        conf["client.id"] = f"{spec.app_name}-backfill-{spec.key_group}"
+        self.producer = Producer(conf)
+        self._progress_key = f"{spec.job}/{spec.key_group}".encode()
+        self._open = False
+        self._pending = 0
+        self._timeout_s = max(30.0, settings.transaction_timeout_ms / 1000)
+        # Fences earlier attempts of this task and aborts their open transaction.
+        self.producer.init_transactions(self._timeout_s * 2)
+
+    def committed_steps(self) -> int:
+        """Read the progress this task's earlier attempts committed."""
+        conf = restore_consumer_config(self.settings, self.spec.app_name)
+        conf["client.id"] = f"{self.spec.app_name}-backfill-progress"
+        consumer = Consumer(conf)
+        try:
+            tp = TopicPartition(self.spec.progress_topic, 0)
+            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+            if high <= low:
+                return 0
+            consumer.assign([TopicPartition(self.spec.progress_topic, 0, low)])
+            steps = 0
+            deadline = time.monotonic() + _STALL_S
+            while True:
+                msg = consumer.poll(1.0)
+                if msg is None:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"progress topic {self.spec.progress_topic} did not reach its end"
+                        )
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - public code
+                        return steps
+                    raise KafkaException(err)
+                raw = msg.value()
+                if msg.key() == self._progress_key and raw:
+                    steps = int(orjson.loads(raw)["steps"])
+                deadline = time.monotonic() + _STALL_S
+        finally:
+            consumer.close()
+
+    def begin(self) -> None:
+        """Begin a transaction (once per chunk)."""
+        if not self._open:
+            self.producer.begin_transaction()
+            self._open = True
+
+    def put(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | str]] | None,
+        timestamp: int | None,
+    ) -> None:
+        """Produce one record into the open transaction (waits while the queue is full)."""
+        self.begin()
+        kw: dict[str, Any] = {}
+        if headers:
+            kw["headers"] = headers
+        if timestamp is not None:
+            kw["timestamp"] = timestamp
+        while True:
+            try:
+                self.producer.produce(topic, value, key, **kw)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self._pending += 1
+
+    def commit(self, steps: int, done: bool) -> None:
+        """Commit the open transaction together with the progress record."""
+        self.begin()
+        progress = orjson.dumps({"steps": steps, "done": done})
+        self.producer.produce(self.spec.progress_topic, progress, self._progress_key, partition=0)
+        self.producer.commit_transaction(self._timeout_s)
+        self._open = False
+        self.produced += self._pending
+        self._pending = 0
+
+    def abort(self) -> None:
+        """Abort the open transaction (outputs since the last commit vanish)."""
+        if self._open and self._pending:
+            # librdkafka counts a partition as part of the transaction once its
+            # AddPartitionsToTxn is *sent* and may send the abort's EndTxn before the
+            # coordinator processed it; the coordinator then rejects EndTxn on an Empty
+            # transaction with a fatal INVALID_TXN_STATE (librdkafka#4849). A delivered
+            # record proves its partition was added: wait for the deliveries first.
+            self.producer.flush(self._timeout_s)
+        self._pending = 0
+        if self._open:
+            self.producer.abort_transaction(self._timeout_s)
+            self._open = False
+
+    def close(self, ok: bool) -> None:
+        """Abort what is open and flush."""
+        with contextlib.suppress(KafkaException):
+            self.abort()
+        self.producer.flush(10)
+
+
+class ParquetSink(_Sink):
+    """Outputs of one key group into ``<dir>/key_group=<g>/part-0.parquet``.
+
+    Columns: ``topic`` (string), ``key``, ``value`` (binary), ``timestamp`` (int64,
+    null when the emit set none), ``headers`` (list of (key, value) structs) and
+    ``seq`` (the output's position in the key group's output, from 0).
+    """
+
+    _BATCH = 10_000
+
+    def __init__(self, spec: TaskSpec) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert spec.output_dir is not None
+        self._pa, self._pq = pa, pq
+        self.final = Path(spec.output_dir) / f"key_group={spec.key_group}" / "part-0.parquet"
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=self.final.parent)
+        os.close(fd)
+        self.tmp = Path(tmp)
+        header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+        self.schema = pa.schema(
+            [
+                ("topic", pa.string()),
+                ("key", pa.binary()),
+                ("value", pa.binary()),
+                ("timestamp", pa.int64()),
+                ("headers", pa.list_(header)),
+                ("seq", pa.int64()),
+            ]
+        )
+        self.writer = pq.ParquetWriter(str(self.tmp), self.schema)
+        self._open: list[tuple[Any, ...]] = []
+        self._ready: list[tuple[Any, ...]] = []
+
+    def put(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | str]] | None,
+        timestamp: int | None,
+    ) -> None:
+        """Buffer one record in the open unit."""
+        hs = None
+        if headers:
+            hs = [{"key": k, "value": v.encode() if isinstance(v, str) else v} for k, v in headers]
+        self._open.append((topic, key, value, timestamp, hs))
+
+    def commit(self, steps: int, done: bool) -> None:
+        """Move the open unit to the file."""
+        self._ready.extend(self._open)
+        self._open.clear()
+        if len(self._ready) >= self._BATCH or done:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._ready:
+            return
+        start = self.produced
+        cols = list(zip(*self._ready, strict=True))
+        table = self._pa.Table.from_arrays(
+            [
+                self._pa.array(cols[0], self._pa.string()),
+                self._pa.array(cols[1], self._pa.binary()),
+                self._pa.array(cols[2], self._pa.binary()),
+                self._pa.array(cols[3], self._pa.int64()),
+                self._pa.array(cols[4], self.schema.field("headers").type),
+                self._pa.array(range(start, start + len(self._ready)), self._pa.int64()),
+            ],
+            schema=self.schema,
+        )
+        self.writer.write_table(table)
+        self.produced += len(self._ready)
+        self._ready.clear()
+
+    def abort(self) -> None:
+        """Drop the open unit."""
+        self._open.clear()
+
+    def close(self, ok: bool) -> None:
+        """Close the file; move it into place when the task finished."""
+        self.writer.close()
+        if ok:
+            os.replace(self.tmp, self.final)
+        else:
+            self.tmp.unlink(missing_ok=True)
+
+
+def _is_control(msg: Any) -> bool:
+    headers = msg.headers()
+    if not headers:
+        return False
+    return any(name == CONTROL_HEADER for name, _ in headers)
+
+
+def kafka_steps(settings: Settings, spec: TaskSpec, inputs: tuple[str, ...]) -> Iterator[Any]:
+    """Yield the key group's input records in live order (see the module docs).
+
+    Control records (barriers of upstream lockgate apps) are skipped.
+
+    Raises:
+        TimeoutError: a partition neither delivered nor reported its end for 120 s.
+        KafkaException: the consumer failed.
+    """
+    g = spec.key_group
+    ranges = {r.topic: r for r in spec.ranges if r.end > r.start}
+    if not ranges:
+        return
+    conf = restore_consumer_config(settings, spec.app_name)
+    conf["client.id"] = f"{spec.app_name}-backfill-{g}"
+    conf["fetch.wait.max.ms"] = 100
+    consumer = Consumer(conf)
+    rank = {t: i for i, t in enumerate(inputs)}
+    queues: dict[str, deque[Any]] = {t: deque() for t in ranges}
+    done: set[str] = set()
+    paused: set[str] = set()
+    try:
+        consumer.assign([TopicPartition(t, g, r.start) for t, r in ranges.items()])
+        deadline = time.monotonic() + _STALL_S
+
+        def fetch() -> None:
+            nonlocal deadline
+            msgs = consumer.consume(1000, 0.5)
+            if not msgs and time.monotonic() > deadline:
+                waiting = sorted(t for t in ranges if t not in done)
+                raise TimeoutError(
+                    f"key group {g}: {waiting} delivered nothing and reported no end for "
+                    f"{_STALL_S:.0f}s (topic deleted or truncated?)"
+                )
+            for msg in msgs:
+                topic = str(msg.topic())
+                if topic in done:
+                    continue
+                end = ranges[topic].end
+                offset = msg.offset() or 0
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - public code
+                        if offset >= end:  # past any marker gap: nothing more below end
+                            done.add(topic)
+                        continue
+                    raise KafkaException(err)
+                deadline = time.monotonic() + _STALL_S
+                if offset >= end:
+                    done.add(topic)
+                    continue
+                if not _is_control(msg):
+                    queues[topic].append(msg)
+                if offset == end - 1:
+                    done.add(topic)
+                if len(queues[topic]) > _PAUSE_AT and topic not in paused:
+                    consumer.pause([TopicPartition(topic, g)])
+                    paused.add(topic)
+            for topic in list(paused):
+                if len(queues[topic]) < _RESUME_AT:
+                    consumer.resume([TopicPartition(topic, g)])
+                    paused.discard(topic)
+
+        while True:
+            # Every input that can still deliver must show its head before one is taken.
+            while any(not queues[t] and t not in done for t in ranges):
+                fetch()
+            heads = [(q[0].timestamp()[1], rank[t], t) for t, q in queues.items() if q]
+            if not heads:
+                return
+            _, _, topic = min(heads)
+            yield queues[topic].popleft()
+    finally:
+        consumer.close()
+
+
+class BackfillTask:
+    """Runs one key group (see the module docs)."""
+
+    def __init__(self, settings: Settings, spec: TaskSpec, *, attempt: int = 0) -> None:
+        self.settings = settings
+        self.spec = spec
+        self.attempt = attempt
+        self.app = load_app(spec.app_spec)
+        check_backfillable(self.app)
+        self.name = spec.app_name
+        self.g = spec.key_group
+        self.inputs = self.app.input_topics
+        self.handlers = self.app.handlers()
+        self.handles = self.app.stores
+        self.outputs = self.app.outputs
+        self.dlq = f"{self.name}.dlq"
+        self._root = Path(
+            tempfile.mkdtemp(prefix=f"lockgate-backfill-{self.g}-", dir=spec.local_dir)
+        )
+        self.backend = RocksDBBackend(self._root)
+        db = self.backend.open(self.name, self.g, list(self.handles))
+        self.kg = KeyGroup(self.g, db, self.handles)
+        self.kg.bind()  # the only key group of this process: bound once
+        svc = self.app.time_service
+        self.svc = svc
+        self.ctx = Context(self._emit, None if svc is None else svc.timers)
+        if svc is not None:
+            svc.emit = self._emit
+            svc.on_error = self._timer_failed
+            svc.decode_key = self.app.key_codec.decode
+            svc.reads_barriers = False  # upstream barriers are not read: record times count
+        self.sink: _Sink = _Sink()
+        self.emitting = False
+        self.records = 0
+        self.dead = 0
+        self._clock = 0
+        #: ``dead`` and ``_clock`` at the start of the open chunk (restored by a replay).
+        self._chunk_dead = 0
+        self._chunk_clock = 0
+        self._crash_at = _crash_point(self.g, attempt)
+
+    # -- emits ------------------------------------------------------------------------------
+
+    def _emit(
+        self, topic: str, key: Any, value: Any, headers: Headers, timestamp: int | None = None
+    ) -> None:
+        spec = self.outputs.get(topic)
+        if spec is None:
+            raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
+        raw_key = None if key is None else spec.key.encode(key)
+        data = None if value is None else spec.value.encode(value)
+        if not self.emitting:
+            return
+        hs: list[tuple[str, bytes | str]] | None
+        if headers is None:
+            hs = None
+        elif isinstance(headers, dict):
+            hs = list(headers.items())
+        else:
+            hs = list(headers)
+        try:
+            self.sink.put(topic, raw_key, data, hs, timestamp)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, KafkaError) and classify(err) is Kind.RECORD:
+                raise _OutputRejected(
+                    f"output to {topic} cannot be written: {describe(err)}"
+                ) from exc
+            raise
+
+    def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
+        if self.settings.on_error is OnError.FAIL:
+            raise UserCodeError(f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc}")
+        self.dead += 1
+        if not self.emitting:
+            return
+        headers: list[tuple[str, bytes | str]] = [
+            ("lockgate-error-type", type(exc).__name__),
+            ("lockgate-error-message", str(exc)[:2000]),
+            ("lockgate-error-stage", "timer"),
+            ("lockgate-timer-time", str(t)),
+            ("lockgate-timer-name", name),
+        ]
+        self.sink.put(self.dlq, raw_key, None, headers, None)
+
+    def _dead_letter(self, msg: Any, exc: BaseException, stage: str) -> None:
+        if self.settings.on_error is OnError.FAIL:
+            where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+            raise UserCodeError(
+                f"record {where} failed in {stage}: {type(exc).__name__}: {exc} "
+                "(on_error=fail; use dlq to dead-letter such records)"
+            ) from exc
+        self.dead += 1
+        if self.emitting:
+            self.sink.put(self.dlq, msg.key(), msg.value(), error_headers(msg, exc, stage), None)
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _step(self, index: int, msg: Any, poison: dict[int, _Poisoned]) -> None:
+        """Take input record number ``index`` (process or dead-letter it)."""
+        ts = msg.timestamp()[1]
+        if ts > self._clock:
+            self._clock = ts
+        cursor = self.app.cursor
+        cursor.now_ms = self._clock
+        if index % SWEEP_EVERY == 0 and index:
+            sweep_key_group(self.kg.caches, self.handles, self._clock, DEFAULT_SWEEP_BUDGET)
+        if self.svc is not None and index % TICK_EVERY == 0 and index:
+            self.svc.tick(self._clock)
+        bad = poison.get(index)
+        if bad is not None:
+            self._dead_letter(msg, bad.error, bad.stage)
+            return
+        topic = msg.topic()
+        raw_key = msg.key()
+        cursor.key = raw_key
+        self.ctx.message = msg
+        kcodec, vcodec = self.app.input_codecs(topic)
+        try:
+            key = None if raw_key is None else kcodec.decode(raw_key)
+            raw_value = msg.value()
+            value = None if raw_value is None else vcodec.decode(raw_value)
+        except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
+            self._dead_letter(msg, exc, "deserialize")
+            return
+        try:
+            self.handlers[topic](key, value, self.ctx)
+        except (ConfigError, UserCodeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            raise _Poisoned(index, exc, "process") from exc
+
+    def _local_commit(self) -> None:
+        """Move the caches' changes into the local database."""
+        writes = {name: cache.drain() for name, cache in self.kg.caches.items()}
+        self.kg.db.apply({n: w for n, w in writes.items() if w}, {})
+        for cache in self.kg.caches.values():
+            cache.trim(200_000)
+
+    def run(self, steps: Iterable[Any], sink: _Sink) -> TaskResult:
+        """Run every step, committing as it goes; export the final state.
+
+        Raises:
+            UserCodeError: user code failed under ``LOCKGATE_ON_ERROR=fail``.
+            ConfigError: a programming error in the app (e.g. emit to an undeclared
+                output).
+            KafkaException: the output or the input failed (the task fails; a retry
+                resumes from the last commit).
+        """
+        started = time.monotonic()
+        self.sink = sink
+        ok = False
+        try:
+            resume = sink.committed_steps()
+            chunk: list[Any] = []
+            chunk_start = 0
+            poison: dict[int, _Poisoned] = {}
+            index = 0
+            txn_started = time.monotonic()
+            max_txn_s = self.settings.transaction_timeout_ms / 1000 / 3
+            for msg in steps:
+                chunk.append(msg)
+                self.emitting = index >= resume
+                try:
+                    self._step(index, msg, poison)
+                except (_Poisoned, _OutputRejected) as bad:
+                    failed = bad if isinstance(bad, _Poisoned) else _Poisoned(index, bad, "process")
+                    self._replay(chunk, chunk_start, resume, poison, failed)
+                index += 1
+                self.records = index
+                if index == self._crash_at:
+                    log.error("injected crash (test)", extra={"key_group": self.g, "step": index})
+                    os._exit(137)
+                full = len(chunk) >= self.spec.commit_every
+                if full or (index > resume and time.monotonic() - txn_started > max_txn_s):
+                    self._commit(index, resume, done=False)
+                    chunk.clear()
+                    chunk_start = index
+                    poison.clear()
+                    txn_started = time.monotonic()
+            self.emitting = True
+            self._commit(index, resume, done=True)
+            manifest = self._export()
+            ok = True
+            return TaskResult(
+                key_group=self.g,
+                records=self.records,
+                outputs=sink.produced,
+                dead_letters=self.dead,
+                resumed_from=resume,
+                seconds=round(time.monotonic() - started, 3),
+                manifest=manifest,
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                sink.close(ok)
+            self.kg.close()
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def _commit(self, index: int, resume: int, done: bool) -> None:
+        if done and index < resume:
+            raise RuntimeError(
+                f"key group {self.g}: an earlier attempt committed {resume} steps, the input "
+                f"now has {index}: the input changed under the job (retention, deletion?)"
+            )
+        if index > resume or done:
+            self.sink.commit(index, done)
+        self._local_commit()
+        self._chunk_dead = self.dead
+        self._chunk_clock = self._clock
+
+    def _replay(
+        self,
+        chunk: list[Any],
+        chunk_start: int,
+        resume: int,
+        poison: dict[int, _Poisoned],
+        failed: _Poisoned,
+    ) -> None:
+        """Abort the open unit; replay the chunk with ``failed`` dead-lettered instead."""
+        while True:
+            poison[failed.step] = failed
+            self.sink.abort()
+            self.kg.discard()
+            self.dead = self._chunk_dead
+            self._clock = self._chunk_clock
+            try:
+                for offset, msg in enumerate(chunk):
+                    i = chunk_start + offset
+                    self.emitting = i >= resume
+                    try:
+                        self._step(i, msg, poison)
+                    except _OutputRejected as exc:
+                        raise _Poisoned(i, exc, "process") from exc
+            except _Poisoned as again:  # another record (or the same, non-deterministic)
+                failed = again
+                continue
+            return
+
+    def _export(self) -> dict[str, Any]:
+        """Write the final state as the key group's slice of the job's savepoint."""
+        location = SavepointStore(self.spec.savepoint_url)
+        stores: dict[str, Any] = {}
+        db = self.kg.db
+        for name, handle in sorted(self.handles.items()):
+            written = location.write_store(self.spec.job, self.name, self.g, name, db.items(name))
+            stores[name] = {
+                "kind": handle.spec.kind,
+                "codec": handle.spec.codec.name,
+                **written.to_dict(),
+            }
+        manifest: dict[str, Any] = {
+            "savepoint": self.spec.job,
+            "app": self.name,
+            "key_group": self.g,
+            "checkpoint": 0,
+            "offsets": {r.topic: r.end for r in self.spec.ranges},
+            "align": {},
+            "stores": stores,
+            "error": None,
+            "stop": False,
+            "instance": "backfill",
+            "backfill": True,
+            "ts": int(time.time() * 1000),
+        }
+        location.write_manifest(self.spec.job, self.name, self.g, manifest)
+        return manifest
+
+
+class _OutputRejected(Exception):  # noqa: N818 - names what happened to the output
+    """The producer can never write an output of this record (e.g. it is too large)."""
+
+
+def _crash_point(g: int, attempt: int) -> int:
+    """Test fault injection: ``LOCKGATE_TEST_BACKFILL_CRASH=<g>:<step>`` kills attempt 0."""
+    raw = os.environ.get("LOCKGATE_TEST_BACKFILL_CRASH", "")
+    if not raw or attempt != 0:
+        return -1
+    kg, _, step = raw.partition(":")
+    return int(step) if int(kg) == g else -1
+
+
+def run_task(
+    settings: Settings,
+    spec: TaskSpec,
+    *,
+    attempt: int = 0,
+    rows: Iterable[ArchivedRecord] | None = None,
+) -> TaskResult:
+    """Run one backfill task to the end; return its result.
+
+    Args:
+        settings: the app's settings (bootstrap servers, client config, on_error).
+        spec: the task.
+        attempt: the Spark attempt number (0 first).
+        rows: archived input records of this key group in order; ``None``: read
+            ``spec.ranges`` from Kafka.
+
+    Raises:
+        See :meth:`BackfillTask.run`.
+    """
+    task = BackfillTask(settings, spec, attempt=attempt)
+    sink: _Sink = ParquetSink(spec) if spec.output_dir else KafkaSink(settings, spec)
+    steps: Iterable[Any] = kafka_steps(settings, spec, task.inputs) if rows is None else rows
+    return task.run(steps, sink)
