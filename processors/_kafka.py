@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported in cimpl
     AdminClient,
     ConfigResource,
@@ -274,6 +274,31 @@ class Admin:
         """
         return self._list_offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
 
+    def stable_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """Return the last stable offset of each partition (what read_committed reaches).
+
+        Every transaction below it is decided: committed records below it never change.
+
+        Raises:
+            FatalKafkaError: the offsets could not be read within 60 s.
+        """
+        return self._list_offsets(
+            tps,
+            OffsetSpec.latest(),  # type: ignore[no-untyped-call]
+            IsolationLevel.READ_COMMITTED,
+        )
+
+    def offsets_for_time(self, tps: list[TopicPartition], ts_ms: int) -> dict[tuple[str, int], int]:
+        """Return the first offset with a timestamp >= ``ts_ms`` of each partition.
+
+        ``-1`` for a partition without such a record.
+
+        Raises:
+            FatalKafkaError: the offsets could not be read within 60 s.
+        """
+        spec = OffsetSpec.for_timestamp(ts_ms)
+        return self._list_offsets(tps, spec, IsolationLevel.READ_COMMITTED)
+
     def start_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Return the log start offset (the first readable offset) of each partition.
 
@@ -282,7 +307,12 @@ class Admin:
         """
         return self._list_offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
 
-    def _list_offsets(self, tps: list[TopicPartition], spec: Any) -> dict[tuple[str, int], int]:
+    def _list_offsets(
+        self,
+        tps: list[TopicPartition],
+        spec: Any,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> dict[tuple[str, int], int]:
         if not tps:
             return {}
         self._admin.poll(0)  # serve the admin client's log lines (librdkafka_logger)
@@ -291,7 +321,7 @@ class Admin:
         delay = 0.1
         while True:
             try:
-                futs = self._admin.list_offsets(req, request_timeout=10)
+                futs = self._admin.list_offsets(req, isolation_level=isolation, request_timeout=10)
                 return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
             except KafkaException as exc:
                 err = exc.args[0]

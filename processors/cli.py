@@ -155,6 +155,112 @@ def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: boo
 
 
 @main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option(
+    "--from",
+    "from_",
+    metavar="POS",
+    help="First records: earliest (default), a time or offsets:p=o,...",
+)
+@click.option(
+    "--until",
+    metavar="POS",
+    help="End (exclusive): now (default: the last stable offsets), a time or offsets:p=o,...",
+)
+@click.option(
+    "--archive",
+    metavar="PATH",
+    help="Read archived Parquet (key, value, timestamp[, topic, partition, offset]), not Kafka.",
+)
+@click.option(
+    "--live-from",
+    "live_from",
+    metavar="POS",
+    help="With --archive: where the live app starts reading Kafka afterwards.",
+)
+@click.option(
+    "--output-parquet",
+    "output_parquet",
+    metavar="DIR",
+    help="Write outputs to Parquet files in DIR instead of the output topics.",
+)
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable)."
+)
+@click.option(
+    "--resume", metavar="ID", help="Re-run a failed job (Kafka output) with its original plan."
+)
+@click.option(
+    "--commit-every",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Input records per transaction at most.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as JSON (the id stays the last line).",
+)
+def backfill(
+    app_spec: str,
+    from_: str | None,
+    until: str | None,
+    archive: str | None,
+    live_from: str | None,
+    output_parquet: str | None,
+    master: str,
+    conf: tuple[str, ...],
+    resume: str | None,
+    commit_every: int,
+    as_json: bool,
+) -> None:
+    """Replay history of MODULE:APP on Spark; end with a savepoint to continue live from.
+
+    Progress goes to stderr; the last line of stdout is the savepoint id, for
+    `lockgate run MODULE:APP --from-savepoint ID`. Exit 2: bad arguments or
+    configuration; 1: the job failed (Kafka output: --resume ID continues it).
+    """
+    from processors.backfill import BackfillError, parse_position, run_backfill
+
+    app = load_app(app_spec)
+    settings = _settings(app)
+    configure(settings.log_level, settings.log_format.value)
+    spark_conf: dict[str, str] = {}
+    for item in conf:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+        spark_conf[key] = value
+    try:
+        summary = run_backfill(
+            app_spec,
+            settings,
+            from_=None if from_ is None else parse_position(from_, "--from"),
+            until=None if until is None else parse_position(until, "--until"),
+            archive=archive,
+            live_from=None if live_from is None else parse_position(live_from, "--live-from"),
+            output_parquet=output_parquet,
+            master=master,
+            spark_conf=spark_conf,
+            resume=resume,
+            commit_every=commit_every,
+            report=lambda line: click.echo(line, err=True),
+        )
+    except (ConfigError, SavepointError) as exc:
+        click.echo(f"lockgate: {exc}", err=True)
+        sys.exit(2)
+    except (BackfillError, LockgateError, KafkaException) as exc:
+        click.echo(f"lockgate: {exc}", err=True)
+        sys.exit(1)
+    if as_json:
+        _json_out(summary)
+    click.echo(summary["savepoint"])
+
+
+@main.command()
 @click.argument("app_spec", metavar="[MODULE:APP]", required=False)
 def config(app_spec: str | None) -> None:
     """Check the configuration and print it as JSON (secrets masked).
