@@ -572,6 +572,13 @@ class BackfillTask:
         self.name = spec.app_name
         self.g = spec.key_group
         self.inputs = self.app.input_topics
+        planned = sorted({r.topic for r in spec.ranges})
+        if planned and planned != sorted(self.inputs):
+            raise ConfigError(
+                f"the app imported here reads {sorted(self.inputs)}, the job was planned for "
+                f"{planned}: the module reads its topics from the environment, which this "
+                "executor does not have (set spark.executorEnv.<VAR>)"
+            )
         self.handlers = self.app.handlers()
         self.handles = self.app.stores
         self.outputs = self.app.outputs

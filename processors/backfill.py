@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -63,6 +65,8 @@ __all__ = ["BackfillError", "Position", "parse_position", "progress_topic", "run
 log = logging.getLogger("lockgate.backfill")
 
 _COMPACT = {"cleanup.policy": "compact"}
+#: Variables never copied into the executors' environment.
+_SECRET_VAR = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|_KEY\b|KEY_PEM|JAAS", re.IGNORECASE)
 
 
 class BackfillError(Exception):
@@ -523,9 +527,17 @@ def run_backfill(
         from processors._sparkjob import spark_session
 
         top = app_spec.partition(":")[0].split(".")[0]
-        # Executors outside this process (any non-local master) import the code shipped.
-        ship = None if master.startswith("local") else ["processors", "state", top]
-        spark = spark_session(master, f"lockgate-backfill-{name}", conf=spark_conf, ship=ship)
+        conf = dict(spark_conf or {})
+        ship = None
+        if not master.startswith("local"):
+            # Executors outside this process import the code shipped, and the app module
+            # reads its LOCKGATE_* variables at import there: pass them (not secrets: the
+            # settings travel with the tasks, and Spark shows its configuration).
+            ship = ["processors", "state", top]
+            for var, value in os.environ.items():
+                if var.startswith("LOCKGATE_") and not _SECRET_VAR.search(var):
+                    conf.setdefault(f"spark.executorEnv.{var}", value)
+        spark = spark_session(master, f"lockgate-backfill-{name}", conf=conf, ship=ship)
     sc = spark.sparkContext
     reader: Callable[[], dict[int, int]] | None = None
     if kafka_out:

@@ -24,6 +24,9 @@ import pytest
 
 from processors._partitioner import key_group, murmur2
 from processors._sparkjob import code_archive, is_local_master
+from tests.support.checker import check, model
+from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
+from tests.support.procs import lockgate_cli
 from tests.support.spark_cluster import StandaloneCluster, session_members
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +87,9 @@ def _application(cluster: StandaloneCluster, app_name: str) -> dict[str, Any]:
 @pytest.mark.skipif(
     not (os.environ.get("JAVA_HOME") or shutil.which("java")), reason="needs a Java runtime"
 )
-def test_job_runs_in_the_executors_of_a_standalone_cluster(tmp_path: Path) -> None:
+def test_job_runs_in_the_executors_of_a_standalone_cluster(
+    tmp_path: Path, kafka_bootstrap: str, names: Any
+) -> None:
     app_name = f"lockgate-cluster-test-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "result.json"
     with StandaloneCluster(
@@ -112,6 +117,34 @@ def test_job_runs_in_the_executors_of_a_standalone_cluster(tmp_path: Path) -> No
         app = _application(cluster, app_name)
         assert app["state"] == "FINISHED"
         assert len(list(cluster.work_dir.glob(f"worker-*/{app['id']}/*"))) == 2
+
+        # lockgate backfill on the cluster: the app and lockgate shipped to the executors.
+        bf_app, inp, bf_out = names("cl-sum"), names("cl-sum-in"), names("cl-sum-out")
+        create_topic(kafka_bootstrap, inp, 2)
+        produce_numbers(kafka_bootstrap, inp, ((f"k{i % 13}", i % 7, i) for i in range(2000)))
+        env = {
+            "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "LOCKGATE_APP_NAME": bf_app,
+            "LOCKGATE_INPUT_TOPIC": inp,
+            "LOCKGATE_OUTPUT_TOPIC": bf_out,
+            "LOCKGATE_SAVEPOINT_DIR": str(tmp_path / "sp"),
+        }
+        t0 = time.monotonic()
+        bf = lockgate_cli(
+            env,
+            "backfill",
+            "examples.running_sum:app",
+            "--master",
+            cluster.master_url,
+            timeout=150,
+        )
+        print(f"backfill on the cluster: {time.monotonic() - t0:.1f} s")
+        assert bf.returncode == 0, bf.stderr[-5000:] + cluster.log_tails(30)
+        bf_run = _application(cluster, f"lockgate-backfill-{bf_app}")
+        assert bf_run["state"] == "FINISHED"
+        got = read_all(kafka_bootstrap, bf_out, expected=2000, idle=1)
+        problems = check(model(read_inputs(kafka_bootstrap, inp, 2000)), got)
+        assert problems == [] and len(got) == 2000, problems[:5]
 
     rows = sorted(result["rows"], key=lambda row: row["index"])
     assert [row["index"] for row in rows] == [0, 1, 2, 3]
