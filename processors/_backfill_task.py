@@ -261,6 +261,10 @@ class _Sink:
         """Add one record to the open unit."""
         raise NotImplementedError
 
+    def put_plain(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Add one record without headers or timestamp (the common case)."""
+        self.put(topic, key, value, None, None)
+
     def commit(self, steps: int, done: bool) -> None:
         """Make the open unit durable together with the progress ``steps``."""
         raise NotImplementedError
@@ -351,6 +355,19 @@ class KafkaSink(_Sink):
         while True:
             try:
                 self.producer.produce(topic, value, key, **kw)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self._pending += 1
+
+    def put_plain(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Produce one record without headers or timestamp into the open transaction."""
+        if not self._open:
+            self.begin()
+        produce = self.producer.produce
+        while True:
+            try:
+                produce(topic, value, key)
                 break
             except BufferError:
                 self.producer.poll(0.05)
@@ -547,6 +564,15 @@ def kafka_steps(settings: Settings, spec: TaskSpec, inputs: tuple[str, ...]) -> 
                     consumer.resume([TopicPartition(topic, g)])
                     paused.discard(topic)
 
+        if len(ranges) == 1:  # one input: its partition in offset order
+            (only,) = ranges
+            q = queues[only]
+            while True:
+                while not q and only not in done:
+                    fetch()
+                if not q:
+                    return
+                yield q.popleft()
         while True:
             # Every input that can still deliver must show its head before one is taken.
             while any(not queues[t] and t not in done for t in ranges):
@@ -581,6 +607,13 @@ class BackfillTask:
             )
         self.handlers = self.app.handlers()
         self.handles = self.app.stores
+        self._ttl = any(h.spec.ttl_ms for h in self.handles.values())
+        self.cursor = self.app.cursor
+        self._decoders = {}
+        for t in self.inputs:
+            kcodec, vcodec = self.app.input_codecs(t)
+            self._decoders[t] = (kcodec.decode, vcodec.decode)
+        self._encoders = {t: (o.key.encode, o.value.encode) for t, o in self.app.outputs.items()}
         self.outputs = self.app.outputs
         self.dlq = f"{self.name}.dlq"
         self._root = Path(
@@ -613,15 +646,25 @@ class BackfillTask:
     def _emit(
         self, topic: str, key: Any, value: Any, headers: Headers, timestamp: int | None = None
     ) -> None:
-        spec = self.outputs.get(topic)
-        if spec is None:
+        codecs = self._encoders.get(topic)
+        if codecs is None:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
-        raw_key = None if key is None else spec.key.encode(key)
-        data = None if value is None else spec.value.encode(value)
+        raw_key = None if key is None else codecs[0](key)
+        data = None if value is None else codecs[1](value)
         if not self.emitting:
             return
         hs: list[tuple[str, bytes | str]] | None
         if headers is None:
+            if timestamp is None:
+                try:
+                    self.sink.put_plain(topic, raw_key, data)
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if isinstance(err, KafkaError) and classify(err) is Kind.RECORD:
+                        reason = f"output to {topic} cannot be written: {describe(err)}"
+                        raise _OutputRejected(reason) from exc
+                    raise
+                return
             hs = None
         elif isinstance(headers, dict):
             hs = list(headers.items())
@@ -670,25 +713,27 @@ class BackfillTask:
         ts = msg.timestamp()[1]
         if ts > self._clock:
             self._clock = ts
-        cursor = self.app.cursor
+        cursor = self.cursor
         cursor.now_ms = self._clock
-        if index % SWEEP_EVERY == 0 and index:
-            sweep_key_group(self.kg.caches, self.handles, self._clock, DEFAULT_SWEEP_BUDGET)
-        if self.svc is not None and index % TICK_EVERY == 0 and index:
-            self.svc.tick(self._clock)
-        bad = poison.get(index)
-        if bad is not None:
-            self._dead_letter(msg, bad.error, bad.stage)
-            return
+        if index and (index % TICK_EVERY == 0):
+            if self._ttl and index % SWEEP_EVERY == 0:
+                sweep_key_group(self.kg.caches, self.handles, self._clock, DEFAULT_SWEEP_BUDGET)
+            if self.svc is not None:
+                self.svc.tick(self._clock)
+        if poison:
+            bad = poison.get(index)
+            if bad is not None:
+                self._dead_letter(msg, bad.error, bad.stage)
+                return
         topic = msg.topic()
         raw_key = msg.key()
         cursor.key = raw_key
         self.ctx.message = msg
-        kcodec, vcodec = self.app.input_codecs(topic)
+        kdec, vdec = self._decoders[topic]
         try:
-            key = None if raw_key is None else kcodec.decode(raw_key)
+            key = None if raw_key is None else kdec(raw_key)
             raw_value = msg.value()
-            value = None if raw_value is None else vcodec.decode(raw_value)
+            value = None if raw_value is None else vdec(raw_value)
         except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
             self._dead_letter(msg, exc, "deserialize")
             return
@@ -741,7 +786,12 @@ class BackfillTask:
                     log.error("injected crash (test)", extra={"key_group": self.g, "step": index})
                     os._exit(137)
                 full = len(chunk) >= self.spec.commit_every
-                if full or (index > resume and time.monotonic() - txn_started > max_txn_s):
+                late = (
+                    not index & 255
+                    and index > resume
+                    and time.monotonic() - txn_started > max_txn_s
+                )
+                if full or late:
                     self._commit(index, resume, done=False)
                     chunk.clear()
                     chunk_start = index
