@@ -96,7 +96,7 @@ class TaskSpec:
         key_groups: the app's key-group count.
         ranges: the Kafka input (one range per input topic), empty for archived input.
         savepoint_url: where the job's savepoint goes.
-        progress_topic: the job's progress topic (Kafka output).
+        progress_topic: the job's progress topic (Kafka output; partition = key group).
         output_dir: Parquet output directory; ``None``: outputs go to Kafka.
         commit_every: steps per transaction at most.
         local_dir: parent of the task's scratch RocksDB (default: the temp dir).
@@ -304,11 +304,12 @@ class KafkaSink(_Sink):
         conf["client.id"] = f"{self.spec.app_name}-backfill-progress"
         consumer = Consumer(conf)
         try:
-            tp = TopicPartition(self.spec.progress_topic, 0)
+            g = self.spec.key_group
+            tp = TopicPartition(self.spec.progress_topic, g)
             low, high = consumer.get_watermark_offsets(tp, timeout=30)
             if high <= low:
                 return 0
-            consumer.assign([TopicPartition(self.spec.progress_topic, 0, low)])
+            consumer.assign([TopicPartition(self.spec.progress_topic, g, low)])
             steps = 0
             deadline = time.monotonic() + _STALL_S
             while True:
@@ -377,7 +378,10 @@ class KafkaSink(_Sink):
         """Commit the open transaction together with the progress record."""
         self.begin()
         progress = orjson.dumps({"steps": steps, "done": done})
-        self.producer.produce(self.spec.progress_topic, progress, self._progress_key, partition=0)
+        # Partition = key group: only this task's transactions hold back its stable offset.
+        self.producer.produce(
+            self.spec.progress_topic, progress, self._progress_key, partition=self.spec.key_group
+        )
         self.producer.commit_transaction(self._timeout_s)
         self._open = False
         self.produced += self._pending

@@ -11,6 +11,7 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported in cimpl
     AdminClient,
     ConfigResource,
+    NewPartitions,
     NewTopic,
     OffsetSpec,
     ResourceType,
@@ -251,6 +252,27 @@ class Admin:
         while not self._all_led(specs):
             if time.monotonic() > deadline:
                 raise TopicError(f"topics {sorted(specs)} did not get leaders within {timeout}s")
+            time.sleep(0.1)
+
+    def grow_partitions(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
+        """Give ``topic`` at least ``partitions`` partitions (never fewer than it has).
+
+        Raises:
+            TopicError: the partitions cannot be added.
+        """
+        have = self.partitions_of([topic]).get(topic, 0)
+        if have >= partitions:
+            return
+        futs = self._admin.create_partitions([NewPartitions(topic, partitions)])
+        for fut in futs.values():
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                raise TopicError(f"cannot grow {topic} to {partitions} partitions: {exc}") from exc
+        deadline = time.monotonic() + timeout
+        while self.partitions_of([topic]).get(topic, 0) < partitions or not self._all_led([topic]):
+            if time.monotonic() > deadline:
+                raise TopicError(f"{topic} did not get {partitions} led partitions in {timeout}s")
             time.sleep(0.1)
 
     def _all_led(self, topics: Iterable[str]) -> bool:

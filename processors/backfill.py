@@ -222,7 +222,7 @@ def _write_plan(settings: Settings, topic: str, name: str, job: str, plan: dict[
 
 
 def _read_progress(
-    settings: Settings, topic: str, name: str, job: str
+    settings: Settings, topic: str, name: str, job: str, partitions: int
 ) -> tuple[dict[str, Any] | None, dict[int, int]]:
     """Return the job's plan and the committed steps per key group (read to the end)."""
     conf = restore_consumer_config(settings, name)
@@ -232,7 +232,8 @@ def _read_progress(
     steps: dict[int, int] = {}
     prefix = f"{job}/".encode()
     try:
-        consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
+        consumer.assign([TopicPartition(topic, q, -2) for q in range(partitions)])  # BEGINNING
+        at_end: set[int] = set()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             msg = consumer.poll(1.0)
@@ -241,7 +242,10 @@ def _read_progress(
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - public code
-                    return plan, steps
+                    at_end.add(msg.partition() or 0)
+                    if len(at_end) == partitions:
+                        return plan, steps
+                    continue
                 raise BackfillError(f"cannot read {topic}: {err.str()}")
             key, raw = msg.key() or b"", msg.value()
             if not key.startswith(prefix) or not raw:
@@ -451,14 +455,17 @@ def run_backfill(
             spec.topic: (spec.partitions or p, {}) for spec in app.outputs.values()
         }
         specs_topics[f"{name}.dlq"] = (p, {})
-        specs_topics[topic] = (1, dict(_COMPACT))
+        # One partition per key group: a task reads its progress to the last stable offset,
+        # which only its own transactions may hold back.
+        specs_topics[topic] = (p, dict(_COMPACT))
         admin.ensure_topics(specs_topics)
+        admin.grow_partitions(topic, p)
     plan: dict[str, Any] | None = None
     if resume is not None:
         if not kafka_out:
             raise ConfigError("--resume continues a job with Kafka output; rerun a Parquet job")
         job = check_savepoint_id(resume)
-        plan, done_steps = _read_progress(settings, topic, name, job)
+        plan, done_steps = _read_progress(settings, topic, name, job, p)
         if plan is None:
             raise ConfigError(f"--resume {job}: no backfill job with that id in {topic}")
         if plan.get("app_spec") != app_spec:
@@ -543,7 +550,7 @@ def run_backfill(
     if kafka_out:
 
         def reader() -> dict[int, int]:
-            return _read_progress(settings, topic, name, job)[1]
+            return _read_progress(settings, topic, name, job, key_groups)[1]
 
     progress = _Progress(say, sc, job, total, reader, progress_every_s)
     progress.start()
