@@ -47,7 +47,7 @@ docs: $(STAMP) ## Regenerate docs/configuration.md from the settings model
 test: $(STAMP) ## Everything: lint, types, unit, integration, deploy, containers, short chaos
 	$(MAKE) --no-print-directory lint typecheck
 	docker/ensure-engine.sh
-	$(BIN)/pytest -p no:cacheprovider -q -ra $(PYTEST_ARGS) tests
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) tests
 
 test-fast: $(STAMP) ## Unit tests only (no broker)
 	$(BIN)/pytest -q tests/unit
