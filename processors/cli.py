@@ -509,3 +509,8 @@ def savepoint_describe(savepoint_id: str, as_json: bool) -> None:
                     f"    store {name}: {s.get('entries')} entries, {s.get('bytes')} bytes, "
                     f"sha256 {s.get('sha256')}"
                 )
+
+
+from processors._spark_cli import rescale  # noqa: E402
+
+savepoint.add_command(rescale)
