@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -72,26 +71,17 @@ def parse_topics(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, str]:
 
 
 def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
-    """Start a Spark session on ``master`` bound to 127.0.0.1, UI off (needs pyspark).
+    """Start a Spark session on ``master`` (needs pyspark), UI off.
 
-    ``conf`` adds (or overrides) Spark configuration.
+    Local masters bind to 127.0.0.1; any other master gets lockgate's packages shipped to
+    its executors (they read the savepoint files). ``conf`` adds (or overrides) Spark
+    configuration.
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from processors._sparkjob import spark_session as build
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName("lockgate-savepoint-rescale")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    settings = {"spark.ui.showConsoleProgress": "false", **(conf or {})}
+    ship = None if master.startswith("local") else ["processors", "state"]
+    session = build(master, "lockgate-savepoint-rescale", conf=settings, ship=ship)
     session.sparkContext.setLogLevel("WARN")
     return session
 
