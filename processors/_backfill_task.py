@@ -12,8 +12,13 @@ codecs, watermarks and timers, on a fresh local RocksDB, over
 
 **Processing time is record time.** A backfill replays history, so the clock that TTL,
 processing-time timers and idleness read is the timestamp of the record in progress
-(never going back), not the wall clock: the same input gives the same state and
-outputs in every attempt.
+(never going back, never past the job's planning time), not the wall clock. Expired
+entries read as absent, as live; the backfill runs no TTL sweep (what a sweep removes
+depends on where commits fall), the live app's sweep removes them after the hand-over.
+With deterministic user code, every attempt rebuilds the same state: what the state
+depends on is a function of the records and their order only, not of where commits or
+replays fall (the event-time clock's idleness bookkeeping, which is not stored, is put
+back when a chunk is replayed).
 
 **Exactly once into Kafka.** Outputs (and dead letters) go out in transactions of a
 producer whose ``transactional.id`` is ``<app>.backfill.<job>.<key group>``; each
@@ -27,8 +32,12 @@ one input record taken (processed or dead-lettered), with what its watermark fir
 **Parquet output** has no transactions: a retried attempt starts over and replaces the
 earlier attempt's file (written under a temporary name, renamed at the end).
 
-**A record whose user code raises** is dead-lettered as live: the transaction since the
-last commit is aborted and the steps since then are replayed without it.
+**A record whose user code raises** (or whose output the producer can never write) is
+dead-lettered as live: the transaction since the last commit is aborted and the steps
+since then are replayed without it. The progress record lists the steps dead-lettered
+so far, so a retry dead-letters the same steps without running them again (an output
+rejection is not repeated by a replay that writes nothing). A producer failure that is
+not the record's fault (:class:`SinkFailed`) fails the task; Spark's retry resumes.
 """
 
 from __future__ import annotations
@@ -58,15 +67,13 @@ from processors._kafka import producer_config, restore_consumer_config
 from processors._keygroups import KeyGroup
 from processors._settings import OnError, Settings
 from processors.exceptions import ConfigError, UserCodeError
-from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
 from state.rocksdb.store import RocksDBBackend
 from state.savepoint import SavepointStore
 
 log = logging.getLogger("lockgate.backfill")
 
-#: Steps between TTL sweeps and processing-time timer ticks (fixed: the same steps in
-#: every attempt, so replays rebuild the same state).
-SWEEP_EVERY = 1000
+#: Steps between processing-time timer ticks (fixed: the same steps in every attempt, so
+#: replays rebuild the same state).
 TICK_EVERY = 100
 #: A partition that neither delivers nor reports its end for this long fails the task.
 _STALL_S = 120.0
@@ -100,6 +107,9 @@ class TaskSpec:
         output_dir: Parquet output directory; ``None``: outputs go to Kafka.
         commit_every: steps per transaction at most.
         local_dir: parent of the task's scratch RocksDB (default: the temp dir).
+        clock_ceiling_ms: the processing-time clock (record time) never passes this
+            (the job's planning time): a record stamped in the future does not expire
+            state or fire processing-time timers early.
     """
 
     job: str
@@ -113,6 +123,7 @@ class TaskSpec:
     output_dir: str | None = None
     commit_every: int = 5000
     local_dir: str | None = None
+    clock_ceiling_ms: int | None = None
 
 
 @dataclass
@@ -234,6 +245,14 @@ def check_backfillable(app: App) -> None:
         )
 
 
+class SinkFailed(BaseException):  # noqa: N818 - escapes user code's except Exception
+    """The output failed for a reason that is not the record's.
+
+    The task fails; a retry resumes from the last commit. A BaseException so that user
+    code and the step's error handling cannot mistake it for the record's failure.
+    """
+
+
 class _Poisoned(Exception):  # noqa: N818 - a control-flow signal, not an error
     """A step's user code raised: abort and replay the chunk without it."""
 
@@ -265,17 +284,17 @@ class _Sink:
         """Add one record without headers or timestamp (the common case)."""
         self.put(topic, key, value, None, None)
 
-    def commit(self, steps: int, done: bool) -> None:
-        """Make the open unit durable together with the progress ``steps``."""
+    def commit(self, steps: int, done: bool, skipped: list[int] | None = None) -> None:
+        """Make the open unit durable with the progress ``steps`` (and dead-lettered steps)."""
         raise NotImplementedError
 
     def abort(self) -> None:
         """Drop the open unit."""
         raise NotImplementedError
 
-    def committed_steps(self) -> int:
-        """Steps a previous attempt committed (0: none)."""
-        return 0
+    def committed_steps(self) -> tuple[int, list[int]]:
+        """Steps a previous attempt committed and the steps it dead-lettered (none: 0)."""
+        return 0, []
 
     def close(self, ok: bool) -> None:
         """Release the sink; ``ok``: the task finished."""
@@ -298,37 +317,59 @@ class KafkaSink(_Sink):
         # Fences earlier attempts of this task and aborts their open transaction.
         self.producer.init_transactions(self._timeout_s * 2)
 
-    def committed_steps(self) -> int:
-        """Read the progress this task's earlier attempts committed."""
+    def committed_steps(self) -> tuple[int, list[int]]:
+        """Read the progress this task's earlier attempts committed (after fencing them).
+
+        Reads partition ``key group`` of the progress topic up to its high watermark as
+        it was after ``init_transactions``: a read_committed consumer's end is the last
+        stable offset, which an open transaction of another job of the same app could
+        hold below this task's last commit; waiting for that transaction to end (at most
+        its timeout) is what makes the last commit visible.
+
+        Returns:
+            (steps committed, steps dead-lettered in them).
+        """
+        g = self.spec.key_group
+        tp = TopicPartition(self.spec.progress_topic, g)
+        probe_conf = restore_consumer_config(self.settings, self.spec.app_name)
+        probe_conf["isolation.level"] = "read_uncommitted"
+        probe = Consumer(probe_conf)
+        try:
+            low, high = probe.get_watermark_offsets(tp, timeout=30, cached=False)
+        finally:
+            probe.close()
+        if high <= low:
+            return 0, []
         conf = restore_consumer_config(self.settings, self.spec.app_name)
         conf["client.id"] = f"{self.spec.app_name}-backfill-progress"
         consumer = Consumer(conf)
+        steps, skipped = 0, list[int]()
+        deadline = time.monotonic() + 2 * self._timeout_s + 60
         try:
-            g = self.spec.key_group
-            tp = TopicPartition(self.spec.progress_topic, g)
-            low, high = consumer.get_watermark_offsets(tp, timeout=30)
-            if high <= low:
-                return 0
             consumer.assign([TopicPartition(self.spec.progress_topic, g, low)])
-            steps = 0
-            deadline = time.monotonic() + _STALL_S
             while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"progress of key group {g} in {self.spec.progress_topic} did not "
+                        f"reach offset {high} (a transaction stays open?)"
+                    )
                 msg = consumer.poll(1.0)
                 if msg is None:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"progress topic {self.spec.progress_topic} did not reach its end"
-                        )
                     continue
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:  # noqa: SLF001 - public code
-                        return steps
+                        if (msg.offset() or 0) >= high:
+                            return steps, skipped
+                        continue  # held at the last stable offset: wait
                     raise KafkaException(err)
                 raw = msg.value()
                 if msg.key() == self._progress_key and raw:
-                    steps = int(orjson.loads(raw)["steps"])
-                deadline = time.monotonic() + _STALL_S
+                    progress = orjson.loads(raw)
+                    steps = int(progress["steps"])
+                    skipped = [int(i) for i in progress.get("skipped", ())]
+                if (msg.offset() or 0) >= high - 1:
+                    return steps, skipped
         finally:
             consumer.close()
 
@@ -353,31 +394,41 @@ class KafkaSink(_Sink):
             kw["headers"] = headers
         if timestamp is not None:
             kw["timestamp"] = timestamp
+        deadline = 0.0
         while True:
             try:
                 self.producer.produce(topic, value, key, **kw)
                 break
             except BufferError:
-                self.producer.poll(0.05)
+                deadline = self._queue_full(deadline)
         self._pending += 1
+
+    def _queue_full(self, deadline: float) -> float:
+        now = time.monotonic()
+        deadline = deadline or now + self._timeout_s
+        if now > deadline:
+            raise SinkFailed(f"the producer queue stayed full for {self._timeout_s:.0f}s")
+        self.producer.poll(0.05)
+        return deadline
 
     def put_plain(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         """Produce one record without headers or timestamp into the open transaction."""
         if not self._open:
             self.begin()
         produce = self.producer.produce
+        deadline = 0.0
         while True:
             try:
                 produce(topic, value, key)
                 break
             except BufferError:
-                self.producer.poll(0.05)
+                deadline = self._queue_full(deadline)
         self._pending += 1
 
-    def commit(self, steps: int, done: bool) -> None:
+    def commit(self, steps: int, done: bool, skipped: list[int] | None = None) -> None:
         """Commit the open transaction together with the progress record."""
         self.begin()
-        progress = orjson.dumps({"steps": steps, "done": done})
+        progress = orjson.dumps({"steps": steps, "done": done, "skipped": skipped or []})
         # Partition = key group: only this task's transactions hold back its stable offset.
         self.producer.produce(
             self.spec.progress_topic, progress, self._progress_key, partition=self.spec.key_group
@@ -458,7 +509,7 @@ class ParquetSink(_Sink):
             hs = [{"key": k, "value": v.encode() if isinstance(v, str) else v} for k, v in headers]
         self._open.append((topic, key, value, timestamp, hs))
 
-    def commit(self, steps: int, done: bool) -> None:
+    def commit(self, steps: int, done: bool, skipped: list[int] | None = None) -> None:
         """Move the open unit to the file."""
         self._ready.extend(self._open)
         self._open.clear()
@@ -521,6 +572,7 @@ def kafka_steps(settings: Settings, spec: TaskSpec, inputs: tuple[str, ...]) -> 
     conf = restore_consumer_config(settings, spec.app_name)
     conf["client.id"] = f"{spec.app_name}-backfill-{g}"
     conf["fetch.wait.max.ms"] = 100
+    conf["auto.offset.reset"] = "error"  # a start deleted by retention fails, never skips
     consumer = Consumer(conf)
     rank = {t: i for i, t in enumerate(inputs)}
     queues: dict[str, deque[Any]] = {t: deque() for t in ranges}
@@ -551,6 +603,11 @@ def kafka_steps(settings: Settings, spec: TaskSpec, inputs: tuple[str, ...]) -> 
                         if offset >= end:  # past any marker gap: nothing more below end
                             done.add(topic)
                         continue
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:  # noqa: SLF001
+                        raise RuntimeError(
+                            f"key group {g}: {topic} offset {ranges[topic].start} is no longer "
+                            f"in the log (deleted by retention?): {err.str()}"
+                        )
                     raise KafkaException(err)
                 deadline = time.monotonic() + _STALL_S
                 if offset >= end:
@@ -611,7 +668,6 @@ class BackfillTask:
             )
         self.handlers = self.app.handlers()
         self.handles = self.app.stores
-        self._ttl = any(h.spec.ttl_ms for h in self.handles.values())
         self.cursor = self.app.cursor
         self._decoders = {}
         for t in self.inputs:
@@ -644,6 +700,15 @@ class BackfillTask:
         self._chunk_dead = 0
         self._chunk_clock = 0
         self._crash_at = _crash_point(self.g, attempt)
+        #: Processing time (record time) never passes the job's planning time.
+        self._ceiling = spec.clock_ceiling_ms if spec.clock_ceiling_ms is not None else 1 << 62
+        #: Steps dead-lettered in committed chunks (replayed as dead letters, never re-run:
+        #: an output rejection or non-deterministic user code would not fail again).
+        self._skip: set[int] = set()
+        #: Idleness bookkeeping of the event-time clock at the open chunk's start (it is
+        #: not stored; a chunk replay puts it back, so the replay sees the same clock).
+        self._chunk_idle: tuple[dict[str, int], int | None] | None = None
+        self._compacted: frozenset[str] = frozenset()
 
     # -- emits ------------------------------------------------------------------------------
 
@@ -655,34 +720,50 @@ class BackfillTask:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
         raw_key = None if key is None else codecs[0](key)
         data = None if value is None else codecs[1](value)
+        if raw_key is None and topic in self._compacted:
+            raise _OutputRejected(
+                f"output to {topic} has no key: the topic is compacted "
+                "(cleanup.policy=compact), so the broker refuses keyless records"
+            )
         if not self.emitting:
             return
-        hs: list[tuple[str, bytes | str]] | None
-        if headers is None:
-            if timestamp is None:
-                try:
-                    self.sink.put_plain(topic, raw_key, data)
-                except KafkaException as exc:
-                    err = exc.args[0]
-                    if isinstance(err, KafkaError) and classify(err) is Kind.RECORD:
-                        reason = f"output to {topic} cannot be written: {describe(err)}"
-                        raise _OutputRejected(reason) from exc
-                    raise
-                return
-            hs = None
-        elif isinstance(headers, dict):
-            hs = list(headers.items())
-        else:
-            hs = list(headers)
         try:
+            if headers is None and timestamp is None:
+                self.sink.put_plain(topic, raw_key, data)
+                return
+            hs: list[tuple[str, bytes | str]] | None
+            if headers is None:
+                hs = None
+            elif isinstance(headers, dict):
+                hs = list(headers.items())
+            else:
+                hs = list(headers)
             self.sink.put(topic, raw_key, data, hs, timestamp)
         except KafkaException as exc:
             err = exc.args[0]
             if isinstance(err, KafkaError) and classify(err) is Kind.RECORD:
-                raise _OutputRejected(
-                    f"output to {topic} cannot be written: {describe(err)}"
-                ) from exc
-            raise
+                reason = f"output to {topic} cannot be written: {describe(err)}"
+                raise _OutputRejected(reason) from exc
+            raise SinkFailed(f"output to {topic}: {exc}") from exc
+
+    def _put_dead(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | str]],
+    ) -> None:
+        """Write a dead letter; one too large to write goes without its value."""
+        try:
+            try:
+                self.sink.put(self.dlq, key, value, headers, None)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not (isinstance(err, KafkaError) and classify(err) is Kind.RECORD):
+                    raise
+                note = ("lockgate-error-value-dropped", f"{describe(err)}"[:500])
+                self.sink.put(self.dlq, key, None, [*headers, note], None)
+        except KafkaException as exc:
+            raise SinkFailed(f"dead letter to {self.dlq}: {exc}") from exc
 
     def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
         if self.settings.on_error is OnError.FAIL:
@@ -697,7 +778,7 @@ class BackfillTask:
             ("lockgate-timer-time", str(t)),
             ("lockgate-timer-name", name),
         ]
-        self.sink.put(self.dlq, raw_key, None, headers, None)
+        self._put_dead(raw_key, None, headers)
 
     def _dead_letter(self, msg: Any, exc: BaseException, stage: str) -> None:
         if self.settings.on_error is OnError.FAIL:
@@ -708,7 +789,7 @@ class BackfillTask:
             ) from exc
         self.dead += 1
         if self.emitting:
-            self.sink.put(self.dlq, msg.key(), msg.value(), error_headers(msg, exc, stage), None)
+            self._put_dead(msg.key(), msg.value(), error_headers(msg, exc, stage))
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -716,18 +797,18 @@ class BackfillTask:
         """Take input record number ``index`` (process or dead-letter it)."""
         ts = msg.timestamp()[1]
         if ts > self._clock:
-            self._clock = ts
+            self._clock = min(ts, self._ceiling)
         cursor = self.cursor
         cursor.now_ms = self._clock
-        if index and (index % TICK_EVERY == 0):
-            if self._ttl and index % SWEEP_EVERY == 0:
-                sweep_key_group(self.kg.caches, self.handles, self._clock, DEFAULT_SWEEP_BUDGET)
-            if self.svc is not None:
-                self.svc.tick(self._clock)
-        if poison:
+        if self.svc is not None and index and index % TICK_EVERY == 0:
+            self.svc.tick(self._clock)
+        if poison or self._skip:
             bad = poison.get(index)
             if bad is not None:
                 self._dead_letter(msg, bad.error, bad.stage)
+                return
+            if index in self._skip:
+                self._dead_letter(msg, _Replayed("dead-lettered by an earlier attempt"), "process")
                 return
         topic = msg.topic()
         raw_key = msg.key()
@@ -748,10 +829,29 @@ class BackfillTask:
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             raise _Poisoned(index, exc, "process") from exc
 
-    def _local_commit(self) -> None:
-        """Move the caches' changes into the local database."""
-        writes = {name: cache.drain() for name, cache in self.kg.caches.items()}
-        self.kg.db.apply({n: w for n, w in writes.items() if w}, {})
+    def _drain(self) -> dict[str, dict[bytes, bytes | None]]:
+        """Encode the open chunk's state changes (before its outputs commit).
+
+        Raises:
+            ConfigError: user code stored a value its store's codec cannot encode.
+        """
+        writes: dict[str, dict[bytes, bytes | None]] = {}
+        for name, cache in self.kg.caches.items():
+            try:
+                drained = cache.drain()
+            except Exception as exc:  # noqa: BLE001 - any codec failure
+                raise ConfigError(
+                    f"key group {self.g}: state of store {name!r} cannot be encoded with its "
+                    f"codec ({type(exc).__name__}: {exc}); nothing of this transaction was "
+                    "committed. Fix the app (store encodable values) and --resume the job"
+                ) from exc
+            if drained:
+                writes[name] = drained
+        return writes
+
+    def _apply(self, writes: dict[str, dict[bytes, bytes | None]]) -> None:
+        """Write the drained changes to the local database."""
+        self.kg.db.apply(writes, {})
         for cache in self.kg.caches.values():
             cache.trim(200_000)
 
@@ -769,7 +869,11 @@ class BackfillTask:
         self.sink = sink
         ok = False
         try:
-            resume = sink.committed_steps()
+            resume, skipped = sink.committed_steps()
+            self._skip = set(skipped)
+            self._compacted = (
+                self._compacted_outputs() if isinstance(sink, KafkaSink) else frozenset()
+            )
             chunk: list[Any] = []
             chunk_start = 0
             poison: dict[int, _Poisoned] = {}
@@ -796,14 +900,15 @@ class BackfillTask:
                     and time.monotonic() - txn_started > max_txn_s
                 )
                 if full or late:
-                    self._commit(index, resume, done=False)
+                    self._commit(index, resume, done=False, poison=poison)
                     chunk.clear()
                     chunk_start = index
                     poison.clear()
                     txn_started = time.monotonic()
             self.emitting = True
-            self._commit(index, resume, done=True)
+            self._commit(index, resume, done=True, poison=poison)
             manifest = self._export()
+            sink.close(True)  # a Parquet file that cannot be closed fails the task
             ok = True
             return TaskResult(
                 key_group=self.g,
@@ -815,22 +920,40 @@ class BackfillTask:
                 manifest=manifest,
             )
         finally:
-            with contextlib.suppress(Exception):
-                sink.close(ok)
+            if not ok:
+                with contextlib.suppress(Exception):
+                    sink.close(False)
             self.kg.close()
             shutil.rmtree(self._root, ignore_errors=True)
 
-    def _commit(self, index: int, resume: int, done: bool) -> None:
+    def _commit(self, index: int, resume: int, done: bool, poison: dict[int, _Poisoned]) -> None:
+        """End the chunk: encode state, commit outputs with the progress, apply state."""
         if done and index < resume:
             raise RuntimeError(
                 f"key group {self.g}: an earlier attempt committed {resume} steps, the input "
                 f"now has {index}: the input changed under the job (retention, deletion?)"
             )
+        writes = self._drain()
+        self._skip.update(poison)
         if index > resume or done:
-            self.sink.commit(index, done)
-        self._local_commit()
+            self.sink.commit(index, done, sorted(self._skip))
+        self._apply(writes)
         self._chunk_dead = self.dead
         self._chunk_clock = self._clock
+        if self.svc is not None:
+            clock = self.svc.clock()
+            self._chunk_idle = (dict(clock.last_seen), clock.idle_since)
+
+    def _compacted_outputs(self) -> frozenset[str]:
+        """The output topics with ``cleanup.policy=compact`` (keyless emits are refused)."""
+        from processors._kafka import Admin
+
+        admin = Admin(self.settings)
+        return frozenset(
+            t
+            for t in self.outputs
+            if "compact" in admin.topic_config(t).get("cleanup.policy", "").split(",")
+        )
 
     def _replay(
         self,
@@ -847,6 +970,10 @@ class BackfillTask:
             self.kg.discard()
             self.dead = self._chunk_dead
             self._clock = self._chunk_clock
+            if self.svc is not None and self._chunk_idle is not None:
+                clock = self.svc.clock()  # rebuilt from the committed state
+                clock.last_seen = dict(self._chunk_idle[0])
+                clock.idle_since = self._chunk_idle[1]
             try:
                 for offset, msg in enumerate(chunk):
                     i = chunk_start + offset
@@ -892,6 +1019,10 @@ class BackfillTask:
 
 class _OutputRejected(Exception):  # noqa: N818 - names what happened to the output
     """The producer can never write an output of this record (e.g. it is too large)."""
+
+
+class _Replayed(Exception):  # noqa: N818 - the reason shown for a replayed dead letter
+    """A step an earlier attempt dead-lettered (its dead letter is committed already)."""
 
 
 def _crash_point(g: int, attempt: int) -> int:

@@ -496,6 +496,7 @@ def run_backfill(
             "output_parquet": output_parquet,
             "ranges": {str(g): [[r.topic, r.start, r.end] for r in rs] for g, rs in ranges.items()},
             "created_ms": int(time.time() * 1000),
+            "commit_every": commit_every,
         }
         if kafka_out:
             _write_plan(settings, topic, name, job, plan)
@@ -516,7 +517,8 @@ def run_backfill(
             savepoint_url=settings.savepoint_dir,
             progress_topic=topic,
             output_dir=plan.get("output_parquet"),
-            commit_every=commit_every,
+            commit_every=int(plan.get("commit_every", commit_every)),
+            clock_ceiling_ms=int(plan["created_ms"]),
         )
         for g in range(key_groups)
     }
