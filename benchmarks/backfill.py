@@ -25,8 +25,10 @@ import uuid
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from benchmarks.quick_running_sum import run_and_time
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 2
@@ -45,38 +47,7 @@ def _produce(bs: str, topic: str, n: int) -> None:
 
 
 def _live(bs: str, env: dict[str, str], out: str, n: int) -> float:
-    lockgate = Path(sys.executable).parent / "lockgate"
-    proc = subprocess.Popen(
-        [str(lockgate), "run", "examples.running_sum:app"], env=env, cwd=ROOT,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"bench-reader-{uuid.uuid4().hex[:6]}",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    while True:
-        md = c.list_topics(out, timeout=10).topics[out]
-        if md.error is None and md.partitions:
-            break
-        time.sleep(0.2)
-    c.assign([TopicPartition(out, q, 0) for q in md.partitions])
-    got, first, last = 0, None, None
-    deadline = time.monotonic() + 600
-    while got < n and time.monotonic() < deadline and proc.poll() is None:
-        for m in c.consume(10000, 1.0):
-            if m.error():
-                continue
-            ts = m.timestamp()[1]
-            first = ts if first is None else min(first, ts)
-            last = ts if last is None else max(last, ts)
-            got += 1
-    proc.terminate()
-    proc.wait(60)
-    c.close()
+    got, first, last = run_and_time(bs, env, out, n)
     if got < n or first is None or last is None:
         raise SystemExit(f"live: only {got}/{n} outputs arrived")
     return n / ((last - first) / 1000)

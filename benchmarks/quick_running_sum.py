@@ -24,6 +24,48 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_and_time(
+    bs: str, env: dict[str, str], out: str, n: int
+) -> tuple[int, int | None, int | None]:
+    """Run ``lockgate run examples.running_sum:app`` until ``n`` outputs are committed.
+
+    Returns (outputs read, first output timestamp, last output timestamp); stops the app.
+    """
+    lockgate = Path(sys.executable).parent / "lockgate"
+    proc = subprocess.Popen(
+        [str(lockgate), "run", "examples.running_sum:app"], env=env, cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"quick-reader-{uuid.uuid4().hex[:6]}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    while True:
+        md = c.list_topics(out, timeout=10).topics[out]
+        if md.error is None and md.partitions:
+            break
+        time.sleep(0.2)
+    c.assign([TopicPartition(out, q, 0) for q in md.partitions])
+    got, first, last = 0, None, None
+    deadline = time.monotonic() + 600
+    while got < n and time.monotonic() < deadline and proc.poll() is None:
+        for m in c.consume(10000, 1.0):
+            if m.error():
+                continue
+            ts = m.timestamp()[1]
+            first = ts if first is None else min(first, ts)
+            last = ts if last is None else max(last, ts)
+            got += 1
+    proc.terminate()
+    proc.wait(60)
+    c.close()
+    return got, first, last
+
+
 def main() -> int:
     if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
@@ -55,38 +97,7 @@ def main() -> int:
         "LOCKGATE_HTTP_PORT": "0",
         "LOCKGATE_LOG_FORMAT": "console",
     }
-    lockgate = Path(sys.executable).parent / "lockgate"
-    proc = subprocess.Popen(
-        [str(lockgate), "run", "examples.running_sum:app"], env=env, cwd=ROOT,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"quick-reader-{rid}",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    while True:
-        md = c.list_topics(out, timeout=10).topics[out]
-        if md.error is None and md.partitions:
-            break
-        time.sleep(0.2)
-    c.assign([TopicPartition(out, q, 0) for q in md.partitions])
-    got, first, last = 0, None, None
-    deadline = time.monotonic() + 600
-    while got < n and time.monotonic() < deadline and proc.poll() is None:
-        for m in c.consume(10000, 1.0):
-            if m.error():
-                continue
-            ts = m.timestamp()[1]
-            first = ts if first is None else min(first, ts)
-            last = ts if last is None else max(last, ts)
-            got += 1
-    proc.terminate()
-    proc.wait(60)
-    c.close()
+    got, first, last = run_and_time(bs, env, out, n)
     if got < n or first is None or last is None:
         print(f"only {got}/{n} outputs arrived", file=sys.stderr)
         return 1

@@ -65,16 +65,18 @@ from processors._core import CONTROL_HEADER, error_headers
 from processors._errors import Kind, classify, describe
 from processors._kafka import producer_config, restore_consumer_config
 from processors._keygroups import KeyGroup
+from processors._record import Record
 from processors._settings import OnError, Settings
 from processors.exceptions import ConfigError, UserCodeError
 from state.rocksdb.store import RocksDBBackend
-from state.savepoint import SavepointStore
+from state.savepoint import SavepointStore, key_group_manifest
 
 log = logging.getLogger("lockgate.backfill")
 
 #: Steps between processing-time timer ticks (fixed: the same steps in every attempt, so
 #: replays rebuild the same state).
 TICK_EVERY = 100
+_NO_KW: dict[str, Any] = {}
 #: A partition that neither delivers nor reports its end for this long fails the task.
 _STALL_S = 120.0
 #: Buffered records per input partition above which it is paused (multi-input merge).
@@ -149,58 +151,6 @@ class TaskResult:
             "seconds": self.seconds,
             "manifest": self.manifest,
         }
-
-
-class ArchivedRecord:
-    """An archived input record, with the accessors of a Kafka message."""
-
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._value, self._timestamp = key, value, timestamp
-        self._headers = headers
-
-    def topic(self) -> str:
-        """The input topic."""
-        return self._topic
-
-    def partition(self) -> int:
-        """The key group (or the archived partition)."""
-        return self._partition
-
-    def offset(self) -> int:
-        """The archived offset (or the row's position)."""
-        return self._offset
-
-    def key(self) -> bytes | None:
-        """The raw key."""
-        return self._key
-
-    def value(self) -> bytes | None:
-        """The raw value."""
-        return self._value
-
-    def timestamp(self) -> tuple[int, int]:
-        """(create-time type, ms)."""
-        return (1, self._timestamp)
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        """The headers."""
-        return self._headers
-
-    def error(self) -> None:
-        """Archived records carry no error."""
-        return None
 
 
 def load_app(spec: str) -> App:
@@ -388,41 +338,34 @@ class KafkaSink(_Sink):
         timestamp: int | None,
     ) -> None:
         """Produce one record into the open transaction (waits while the queue is full)."""
-        self.begin()
         kw: dict[str, Any] = {}
         if headers:
             kw["headers"] = headers
         if timestamp is not None:
             kw["timestamp"] = timestamp
+        self._send(topic, key, value, kw)
+
+    def put_plain(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Produce one record without headers or timestamp into the open transaction."""
+        self._send(topic, key, value, _NO_KW)
+
+    def _send(self, topic: str, key: bytes | None, value: bytes | None, kw: dict[str, Any]) -> None:
+        if not self._open:
+            self.begin()
         deadline = 0.0
         while True:
             try:
                 self.producer.produce(topic, value, key, **kw)
                 break
             except BufferError:
-                deadline = self._queue_full(deadline)
-        self._pending += 1
-
-    def _queue_full(self, deadline: float) -> float:
-        now = time.monotonic()
-        deadline = deadline or now + self._timeout_s
-        if now > deadline:
-            raise SinkFailed(f"the producer queue stayed full for {self._timeout_s:.0f}s")
-        self.producer.poll(0.05)
-        return deadline
-
-    def put_plain(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        """Produce one record without headers or timestamp into the open transaction."""
-        if not self._open:
-            self.begin()
-        produce = self.producer.produce
-        deadline = 0.0
-        while True:
-            try:
-                produce(topic, value, key)
-                break
-            except BufferError:
-                deadline = self._queue_full(deadline)
+                # Queue full: let deliveries drain, bounded by the transaction timeout.
+                now = time.monotonic()
+                deadline = deadline or now + self._timeout_s
+                if now > deadline:
+                    raise SinkFailed(
+                        f"the producer queue stayed full for {self._timeout_s:.0f}s"
+                    ) from None
+                self.producer.poll(0.05)
         self._pending += 1
 
     def commit(self, steps: int, done: bool, skipped: list[int] | None = None) -> None:
@@ -999,20 +942,15 @@ class BackfillTask:
                 "codec": handle.spec.codec.name,
                 **written.to_dict(),
             }
-        manifest: dict[str, Any] = {
-            "savepoint": self.spec.job,
-            "app": self.name,
-            "key_group": self.g,
-            "checkpoint": 0,
-            "offsets": {r.topic: r.end for r in self.spec.ranges},
-            "align": {},
-            "stores": stores,
-            "error": None,
-            "stop": False,
-            "instance": "backfill",
-            "backfill": True,
-            "ts": int(time.time() * 1000),
-        }
+        manifest = key_group_manifest(
+            self.spec.job,
+            self.name,
+            self.g,
+            offsets={r.topic: r.end for r in self.spec.ranges},
+            stores=stores,
+            instance="backfill",
+            backfill=True,
+        )
         location.write_manifest(self.spec.job, self.name, self.g, manifest)
         return manifest
 
@@ -1039,7 +977,7 @@ def run_task(
     spec: TaskSpec,
     *,
     attempt: int = 0,
-    rows: Iterable[ArchivedRecord] | None = None,
+    rows: Iterable[Record] | None = None,
 ) -> TaskResult:
     """Run one backfill task to the end; return its result.
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import click
 from confluent_kafka import KafkaException
@@ -28,7 +28,9 @@ from state.cache import changelog_topic
 from state.savepoint import SavepointError, check_savepoint_id
 from state.spark import SavedApp, check_rewritable, load_saved_app, rewrite_savepoint
 
-__all__ = ["parse_topics", "rescale", "spark_session"]
+__all__ = ["parse_spark_conf", "parse_topics", "rescale", "spark_options", "spark_session"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -68,6 +70,36 @@ def parse_topics(pairs: Sequence[str], inputs: Sequence[str]) -> dict[str, str]:
     if clash:
         raise click.UsageError(f"--topic: target(s) {', '.join(clash)} repeat or are inputs")
     return mapping
+
+
+def spark_options(command: F) -> F:
+    """Add ``--master`` and ``--conf KEY=VALUE`` (repeatable) to a Spark command."""
+    conf = click.option(
+        "--conf",
+        "conf",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Spark configuration (repeatable).",
+    )
+    master = click.option(
+        "--master", default="local[2]", show_default=True, help="Spark master URL."
+    )
+    return master(conf(command))
+
+
+def parse_spark_conf(items: tuple[str, ...]) -> dict[str, str]:
+    """Return ``--conf KEY=VALUE`` items as a dict.
+
+    Raises:
+        click.BadParameter: an item is not KEY=VALUE.
+    """
+    conf: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+        conf[key] = value
+    return conf
 
 
 def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
@@ -149,10 +181,7 @@ def _plan(
     metavar="NAME",
     help="The name the rescaled app runs under (LOCKGATE_APP_NAME); default: the same.",
 )
-@click.option("--master", default="local[2]", show_default=True, help="The Spark master.")
-@click.option(
-    "--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable)."
-)
+@spark_options
 @click.option("--dry-run", is_flag=True, help="Check and print the plan; change nothing.")
 def rescale(
     savepoint_id: str,
@@ -174,12 +203,7 @@ def rescale(
     savepoint itself is not changed. Afterwards point the producers at the new topics
     and start the app on them with --from-savepoint NEW_ID (the last line of stdout).
     """
-    spark_conf: dict[str, str] = {}
-    for item in conf:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
-        spark_conf[key] = value
+    spark_conf = parse_spark_conf(conf)
     try:
         settings = load_settings()
     except LockgateError as exc:

@@ -46,7 +46,6 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from processors._app import App
 from processors._backfill_task import (
-    ArchivedRecord,
     Range,
     TaskSpec,
     check_backfillable,
@@ -56,6 +55,7 @@ from processors._backfill_task import (
 from processors._kafka import Admin, producer_config, restore_consumer_config
 from processors._ops import build_descriptor
 from processors._partitioner import key_group
+from processors._record import Record
 from processors._settings import Settings
 from processors.exceptions import ConfigError
 from state.savepoint import SavepointStore, check_savepoint_id, new_savepoint_id
@@ -376,7 +376,7 @@ def _archive_task(
 ) -> Callable[[int, Iterator[Any]], Iterator[dict[str, Any]]]:
     def task(index: int, rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
         records = (
-            ArchivedRecord(topic, index, off if off >= 0 else i, key, value, ts)
+            Record(topic, index, off if off >= 0 else i, key, value, ts)
             for i, (_, (topic, _part, off, key, value, ts)) in enumerate(rows)
         )
         yield run_task(settings, specs[index], attempt=_attempt(), rows=records).to_dict()

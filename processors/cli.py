@@ -33,6 +33,7 @@ from processors._ops import (
 )
 from processors._runtime import run_app
 from processors._settings import Settings, load_settings
+from processors._spark_cli import parse_spark_conf, spark_options
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
 from state.savepoint import SavepointError, check_savepoint_id
 
@@ -184,10 +185,7 @@ def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: boo
     metavar="DIR",
     help="Write outputs to Parquet files in DIR instead of the output topics.",
 )
-@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
-@click.option(
-    "--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable)."
-)
+@spark_options
 @click.option(
     "--resume", metavar="ID", help="Re-run a failed job (Kafka output) with its original plan."
 )
@@ -228,12 +226,7 @@ def backfill(
     app = load_app(app_spec)
     settings = _settings(app)
     configure(settings.log_level, settings.log_format.value)
-    spark_conf: dict[str, str] = {}
-    for item in conf:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
-        spark_conf[key] = value
+    spark_conf = parse_spark_conf(conf)
     try:
         summary = run_backfill(
             app_spec,

@@ -40,6 +40,7 @@ from processors._app import App
 from processors._context import Context, Headers
 from processors._keygroups import KeyGroup
 from processors._partitioner import key_group
+from processors._record import Record as _Record
 from processors._settings import OnError
 from processors.exceptions import ConfigError, UserCodeError
 from state.base.store import KeyGroupStore
@@ -85,46 +86,6 @@ class DeadLetter:
     timestamp: int
     error: BaseException
     stage: str
-
-
-class _Record:
-    """The record as the context sees it (the accessors of a Kafka message)."""
-
-    __slots__ = ("_headers", "_key", "_offset", "_partition", "_timestamp", "_topic", "_value")
-
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        ts: int,
-        headers: Any,
-    ) -> None:
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._key, self._value, self._timestamp, self._headers = key, value, ts, headers
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._timestamp)
-
-    def headers(self) -> Any:
-        return self._headers
 
 
 class _WatermarkStep:

@@ -54,6 +54,7 @@ __all__ = [
     "StoreFile",
     "check_compatible",
     "check_savepoint_id",
+    "key_group_manifest",
     "merged_items",
     "new_savepoint_id",
 ]
@@ -301,6 +302,42 @@ def merged_items(
 
 
 # ------------------------------------------------------------- compatibility
+
+
+def key_group_manifest(
+    savepoint_id: str,
+    app: str,
+    key_group: int,
+    *,
+    offsets: Mapping[str, int],
+    stores: Mapping[str, Any],
+    instance: str,
+    checkpoint: int = 0,
+    state_version: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Return a complete, restorable key-group manifest written outside the runtime.
+
+    The layout the runtime's own exports have (no alignment in progress, no error):
+    ``offsets`` are where the live app starts per input topic, ``stores`` the
+    :meth:`StoreFile.to_dict` of each store file with its ``kind`` and ``codec``;
+    ``instance`` names the writer; ``extra`` keys are added as they are.
+    """
+    return {
+        "savepoint": savepoint_id,
+        "app": app,
+        "key_group": key_group,
+        "checkpoint": checkpoint,
+        "offsets": dict(offsets),
+        "align": {},
+        "stores": dict(stores),
+        "state_version": state_version,
+        "error": None,
+        "stop": False,
+        "instance": instance,
+        "ts": int(time.time() * 1000),
+        **extra,
+    }
 
 
 def check_compatible(

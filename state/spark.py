@@ -42,6 +42,7 @@ from state.savepoint import (
     StoreFile,
     _check_name,
     check_savepoint_id,
+    key_group_manifest,
     new_savepoint_id,
 )
 
@@ -605,20 +606,16 @@ class _BootstrapWriter:
                 items = _strictly_increasing(self._entries(g, rows), name, g, self.key_codec)
             written = location.write_store(self.savepoint_id, self.app, g, name, items)
             stores[name] = {**schema, **written.to_dict()}
-        manifest = {
-            "savepoint": self.savepoint_id,
-            "app": self.app,
-            "key_group": g,
-            "checkpoint": self.checkpoint,
-            "offsets": self.offsets[g],
-            "align": {},
-            "stores": stores,
-            "state_version": self.state_version,
-            "error": None,
-            "stop": False,
-            "instance": "spark-bootstrap",
-            "ts": int(time.time() * 1000),
-        }
+        manifest = key_group_manifest(
+            self.savepoint_id,
+            self.app,
+            g,
+            checkpoint=self.checkpoint,
+            offsets=self.offsets[g],
+            stores=stores,
+            state_version=self.state_version,
+            instance="spark-bootstrap",
+        )
         location.write_manifest(self.savepoint_id, self.app, g, manifest)
         yield manifest
 
@@ -930,21 +927,17 @@ class _RekeyWriter:
             raise SavepointError(
                 f"internal error: store {head[0][0][1]!r} left over in key group {g}"
             )
-        manifest = {
-            "savepoint": self.savepoint_id,
-            "app": self.app,
-            "key_group": g,
-            "checkpoint": self.checkpoint,
-            "offsets": self.offsets[g],
-            "align": {},
-            "stores": stores,
-            "state_version": self.state_version,
-            "error": None,
-            "stop": False,
-            "instance": "spark-rewrite",
-            "rewritten_from": self.source,
-            "ts": int(time.time() * 1000),
-        }
+        manifest = key_group_manifest(
+            self.savepoint_id,
+            self.app,
+            g,
+            checkpoint=self.checkpoint,
+            offsets=self.offsets[g],
+            stores=stores,
+            state_version=self.state_version,
+            instance="spark-rewrite",
+            rewritten_from=self.source,
+        )
         location.write_manifest(self.savepoint_id, self.app, g, manifest)
         yield manifest
 
