@@ -9,7 +9,7 @@ KAFKA_PORT ?= $(or $(LOCKGATE_KAFKA_PORT),9092)
 CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
 
-.PHONY: help setup kafka-up kafka-down lint format typecheck test test-fast chaos run docs images bench clean
+.PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs images bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,10 +44,21 @@ typecheck: $(STAMP) ## mypy --strict on processors/ and state/
 docs: $(STAMP) ## Regenerate docs/configuration.md from the settings model
 	$(BIN)/python -m processors._configdoc > docs/configuration.md
 
-test: $(STAMP) ## Everything: lint, types, unit, integration, deploy, containers, short chaos
+test: $(STAMP) ## Everything: lint, types, unit, integration, deploy, containers, Spark, short chaos
 	$(MAKE) --no-print-directory lint typecheck
 	docker/ensure-engine.sh
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) tests
+	@# The Spark tier (its own broker, mostly JVM start-up) runs beside the rest, which
+	@# mostly waits on Kafka; its output is printed when both are done.
+	@mkdir -p build; rm -f build/spark-tier.log; \
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark \
+	  > build/spark-tier.log 2>&1 & spark=$$!; \
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) --ignore=tests/spark tests; \
+	main=$$?; wait $$spark; tier=$$?; \
+	echo "== Spark tier (tests/spark), exit $$tier:"; cat build/spark-tier.log; \
+	if [ $$main -ne 0 ] || [ $$tier -ne 0 ]; then echo "make test: FAILED (suite $$main, Spark tier $$tier)" >&2; exit 1; fi
+
+test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark
 
 test-fast: $(STAMP) ## Unit tests only (no broker)
 	$(BIN)/pytest -q tests/unit
