@@ -507,3 +507,10 @@ def savepoint_describe(savepoint_id: str, as_json: bool) -> None:
 from processors._spark_cli import rescale  # noqa: E402
 
 savepoint.add_command(rescale)
+
+from processors._ops_commands import dlq, reset, send, topics  # noqa: E402
+
+main.add_command(topics)
+main.add_command(send)
+main.add_command(dlq)
+main.add_command(reset)
