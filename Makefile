@@ -9,7 +9,7 @@ KAFKA_PORT ?= $(or $(LOCKGATE_KAFKA_PORT),9092)
 CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
 
-.PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs images bench clean
+.PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs docs-api images bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -44,8 +44,12 @@ typecheck: $(STAMP) ## mypy --strict on processors/ and state/
 docs: $(STAMP) ## Regenerate docs/configuration.md from the settings model
 	$(BIN)/python -m processors._configdoc > docs/configuration.md
 
+docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are errors) -> build/docs-api/index.html
+	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs/api build/docs-api
+	@echo "API reference: build/docs-api/index.html"
+
 test: $(STAMP) ## Everything: lint, types, unit, integration, deploy, containers, Spark, short chaos
-	$(MAKE) --no-print-directory lint typecheck
+	$(MAKE) --no-print-directory lint typecheck docs-api
 	docker/ensure-engine.sh
 	@# The Spark tier (its own broker, mostly JVM start-up) runs beside the rest, which
 	@# mostly waits on Kafka; its output is printed when both are done.

@@ -466,7 +466,7 @@ class TestDriver:
 
     @property
     def emitted(self) -> list[Emitted]:
-        """Every record emitted and not lost: the committed ones, then the open epoch's."""
+        """Every record emitted and not lost (the committed ones, then the open epoch's)."""
         return list(self._emitted)
 
     @property

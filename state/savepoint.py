@@ -63,7 +63,7 @@ __all__ = [
 DESCRIPTOR_FILE = "_savepoint.json"
 #: The key group manifest, in ``<root>/<savepoint id>/<app>/<key group>/``.
 MANIFEST_FILE = "manifest.json"
-#: Suffix of a store file: ``<store>.lgs``.
+#: Suffix of a store file (``<store>.lgs``).
 STORE_FILE_SUFFIX = ".lgs"
 #: The ``.lgs`` format version written (and the only one read) by this build.
 STORE_FORMAT_VERSION = 1

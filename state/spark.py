@@ -65,7 +65,7 @@ __all__ = [
 
 #: The store of watermarks and timers (the same name as ``processors._time.TIME_STORE``).
 TIME_STORE = "lockgate.time"
-#: Where a restored app starts reading one input: one offset for every key group (an
+#: Where a restored app starts reading one input, given as one offset for every key group (an
 #: int >= 0, or ``"earliest"`` for 0), a sequence with one offset per key group, or a
 #: mapping key group -> offset covering every key group.
 OffsetSpec = int | str | Sequence[int] | Mapping[int, int]
