@@ -11,6 +11,7 @@ from processors._partitioner import key_group, murmur2
 from processors._runtime import Runner, run_app
 from processors._settings import Guarantee, OnError, Settings, load_settings
 from processors._time import NO_WATERMARK, TimerContext, Timers, Watermarks
+from processors._topics import TopicConfig
 from processors.exceptions import (
     ConfigError,
     FatalKafkaError,
@@ -27,7 +28,7 @@ from processors.windows import (
     Tumbling,
     WindowResult,
 )
-from state.codecs import BYTES, JSON, PICKLE, STR, Codec
+from state.codecs import BYTES, JSON, PICKLE, STR, Codec, FaustRecord, Model
 
 __all__ = [
     "BYTES",
@@ -41,10 +42,12 @@ __all__ = [
     "Context",
     "Count",
     "CountAggregator",
+    "FaustRecord",
     "FatalKafkaError",
     "Global",
     "Guarantee",
     "LockgateError",
+    "Model",
     "OnError",
     "OutputSpec",
     "Runner",
@@ -54,6 +57,7 @@ __all__ = [
     "Stream",
     "TimerContext",
     "Timers",
+    "TopicConfig",
     "TopicError",
     "Tumbling",
     "UserCodeError",

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from processors._context import Context
 from processors._time import EVENT_TIME_HEADER, TIME_STORE, TimeService, Watermarks
+from processors._topics import TopicConfig
 from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
 from processors.windows import Assigner, WindowedStream, WindowOperator
@@ -71,6 +72,8 @@ class OutputSpec:
             the input's partition count).
         internal: read by another lockgate app: barrier records are written to it
             at every epoch end (DESIGN 6.2).
+        topic_config: the configuration the topic is created with and checked against
+            at start (declared with a :class:`TopicConfig`), or ``None``.
     """
 
     topic: str
@@ -78,6 +81,7 @@ class OutputSpec:
     value: Codec = JSON
     partitions: int | None = None
     internal: bool = False
+    topic_config: TopicConfig | None = None
 
 
 @dataclass
@@ -298,13 +302,23 @@ class Stream:
             self._app.output(late_topic, key=BYTES, value=BYTES)
         return results
 
-    def to(self, topic: str, *, key: Codec = STR, value: Codec = JSON, **kw: Any) -> Stream:
+    def to(
+        self, topic: str | TopicConfig, *, key: Codec = STR, value: Codec = JSON, **kw: Any
+    ) -> Stream:
         """Send the values that reach this point to ``topic`` with the record's key.
+
+        ``topic`` may be a :class:`TopicConfig` (its codecs and configuration; ``key``,
+        ``value`` and ``partitions`` are then not given).
 
         Raises:
             ConfigError: after :meth:`process`, or ``topic`` is not a legal topic name
                 (nothing is declared then).
         """
+        if isinstance(topic, TopicConfig):
+            _check_topic(topic.topic, "output topic")
+            self._add("to", topic.topic)
+            self._app.output(topic, **kw)
+            return self
         _check_topic(topic, "output topic")
         self._add("to", topic)
         self._app.output(topic, key=key, value=value, **kw)
@@ -658,7 +672,7 @@ class App:
     def process(
         self,
         *topics: str,
-        outputs: Iterable[str | OutputSpec] = (),
+        outputs: Iterable[str | OutputSpec | TopicConfig] = (),
         key: Codec = STR,
         value: Codec = JSON,
         timestamp: Callable[[Any], int] | None = None,
@@ -667,7 +681,9 @@ class App:
         """Decorator: ``fn(key, value, ctx)`` handles every record of the input topic.
 
         ``timestamp``/``watermarks`` enable event time as in :meth:`stream` (for
-        ``ctx.timers.set_event_time``).
+        ``ctx.timers.set_event_time``). ``outputs`` lists topic names (string keys,
+        JSON values), :class:`OutputSpec` or :class:`TopicConfig` (codecs and topic
+        configuration, docs/codecs.md).
 
         Raises:
             ConfigError: as :meth:`stream`, raised by ``@app.process(...)`` itself.
@@ -679,7 +695,7 @@ class App:
             raise TypeError(f"outputs must be a list of topics, e.g. outputs=[{outputs!r}]")
         outputs = list(outputs)
         for out in outputs:
-            _check_topic(out.topic if isinstance(out, OutputSpec) else out, "output topic")
+            _check_topic(out if isinstance(out, str) else out.topic, "output topic")
 
         def register(fn: Handler) -> Handler:
             _check_callable(fn, "@app.process")
@@ -687,6 +703,8 @@ class App:
             for out in outputs:
                 if isinstance(out, OutputSpec):
                     self._def.outputs[out.topic] = out
+                elif isinstance(out, TopicConfig):
+                    self.output(out)
                 else:
                     self.output(out)
             self.stream(
@@ -698,7 +716,7 @@ class App:
 
     def output(
         self,
-        topic: str,
+        topic: str | TopicConfig,
         *,
         key: Codec = STR,
         value: Codec = JSON,
@@ -707,9 +725,27 @@ class App:
     ) -> OutputSpec:
         """Declare an output topic (created when missing) with its codecs.
 
+        With a :class:`TopicConfig`, its codecs, partitions and topic configuration are
+        used (created with it, checked at start: docs/codecs.md).
+
         Raises:
-            ConfigError: ``topic`` is not a legal Kafka topic name.
+            ConfigError: ``topic`` is not a legal Kafka topic name, or a
+                :class:`TopicConfig` is given with ``key``, ``value`` or ``partitions``
+                (they belong in the TopicConfig).
         """
+        if isinstance(topic, TopicConfig):
+            cfg = topic
+            _check_topic(cfg.topic, "output topic")
+            if key is not STR or value is not JSON or partitions is not None:
+                raise ConfigError(
+                    f"output {cfg.topic!r}: give key=, value= and partitions= to its "
+                    "TopicConfig, not next to it"
+                )
+            spec = OutputSpec(
+                cfg.topic, cfg.key, cfg.value, cfg.partitions, internal, topic_config=cfg
+            )
+            self._def.outputs[cfg.topic] = spec
+            return spec
         _check_topic(topic, "output topic")
         spec = OutputSpec(topic, key, value, partitions, internal)
         self._def.outputs[topic] = spec

@@ -219,13 +219,31 @@ class Admin:
             )
         return counts.pop()
 
+    def layout_of(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, tuple[int, int]]:
+        """Return (partition count, replication factor) of each existing topic among ``topics``.
+
+        The replication factor is the smallest replica count of the topic's partitions.
+        """
+        md = self._admin.list_topics(timeout=timeout)
+        out = {}
+        for topic in topics:
+            tmd = md.topics.get(topic)
+            if tmd is not None and tmd.error is None and tmd.partitions:
+                replicas = min(len(p.replicas) for p in tmd.partitions.values())
+                out[topic] = (len(tmd.partitions), replicas)
+        return out
+
     def ensure_topics(
-        self, specs: dict[str, tuple[int, dict[str, str]]], timeout: float = 30.0
+        self,
+        specs: dict[str, tuple[int, dict[str, str]]],
+        timeout: float = 30.0,
+        replication: dict[str, int] | None = None,
     ) -> None:
         """Create the topics in ``specs`` (name -> (partitions, config)) that are missing.
 
         Existing topics are kept; a partition count that differs is an error for
-        changelogs (their partition g must be key group g).
+        changelogs (their partition g must be key group g). ``replication`` gives the
+        replication factor of some topics (the others get the broker's default).
         """
         existing = self.partitions_of(specs)
         for name, (partitions, _) in specs.items():
@@ -235,7 +253,12 @@ class Admin:
                     f"{partitions}: a changelog must match the input partition count"
                 )
         new = [
-            NewTopic(name, num_partitions=parts, replication_factor=-1, config=config)
+            NewTopic(
+                name,
+                num_partitions=parts,
+                replication_factor=(replication or {}).get(name, -1),
+                config=config,
+            )
             for name, (parts, config) in specs.items()
             if name not in existing
         ]

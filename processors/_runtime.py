@@ -60,6 +60,7 @@ from processors._kafka import (
 )
 from processors._keygroups import Restorer
 from processors._settings import GroupProtocol, OnError, Settings
+from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.cache import changelog_topic
 
@@ -195,15 +196,14 @@ class Runner(BarrierMixin):
         s = self.settings  # cross-field rules were checked by the Settings model
         self._admin = admin = Admin(s)
         self._partitions = p = admin.input_partitions(self._inputs)
-        topics: dict[str, tuple[int, dict[str, str]]] = {
-            spec.topic: (spec.partitions or p, {}) for spec in self.app.outputs.values()
-        }
+        topics, replication = output_topic_specs(self.app.outputs.values(), p)
         changelogs = [changelog_topic(self.name, n) for n in self._handles]
         topics.update({t: (p, dict(CHANGELOG_CONFIG)) for t in changelogs})
         topics[self._dlq] = (p, {})
         topics[self._control_topic] = (p, dict(CONTROL_CONFIG))
         topics[REGISTRY_TOPIC] = (1, dict(CONTROL_CONFIG))
-        admin.ensure_topics(topics)
+        admin.ensure_topics(topics, replication=replication)
+        check_output_topics(admin, output_topic_configs(self.app.outputs.values()))
         retention = admin.check_changelogs(changelogs)
         self._changelog_retention_ms = min(retention.values(), default=None)
         self._internal_partitions = dict(admin.partitions_of(self._internal_outputs))

@@ -57,6 +57,7 @@ from processors._ops import build_descriptor
 from processors._partitioner import key_group
 from processors._record import Record
 from processors._settings import Settings
+from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors.exceptions import ConfigError
 from state.savepoint import SavepointStore, check_savepoint_id, new_savepoint_id
 
@@ -451,14 +452,13 @@ def run_backfill(
     topic = progress_topic(name)
     kafka_out = output_parquet is None
     if kafka_out:
-        specs_topics: dict[str, tuple[int, dict[str, str]]] = {
-            spec.topic: (spec.partitions or p, {}) for spec in app.outputs.values()
-        }
+        specs_topics, replication = output_topic_specs(app.outputs.values(), p)
         specs_topics[f"{name}.dlq"] = (p, {})
         # One partition per key group: a task reads its progress to the last stable offset,
         # which only its own transactions may hold back.
         specs_topics[topic] = (p, dict(_COMPACT))
-        admin.ensure_topics(specs_topics)
+        admin.ensure_topics(specs_topics, replication=replication)
+        check_output_topics(admin, output_topic_configs(app.outputs.values()))
         admin.grow_partitions(topic, p)
     plan: dict[str, Any] | None = None
     if resume is not None:
