@@ -848,7 +848,7 @@ class App:
 
     @property
     def subscribed_input(self) -> str:
-        """The input whose partitions the consumer group assigns: the first stream.
+        """The input whose partitions the consumer group assigns (the first stream).
 
         Key group ``g`` takes partition ``g`` of every other input with it. The first
         *stream* (not the first declaration) so that adding a table to an app keeps its

@@ -154,8 +154,9 @@ class Runner(BarrierMixin):
         """Run until SIGTERM/SIGINT (exit code 0) or a fatal error (non-zero).
 
         Raises:
-            ConfigError, TopicError: the app or topics are misconfigured (before any
-                record is processed), or the health port is taken.
+            ConfigError: the app is misconfigured (before any record is processed), or
+                the health port is taken.
+            TopicError: the topics are misconfigured (before any record is processed).
         """
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
