@@ -8,6 +8,8 @@ STAMP := $(VENV)/.lockgate-installed
 KAFKA_PORT ?= $(or $(LOCKGATE_KAFKA_PORT),9092)
 CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
+#: Tests `make test` runs in its second lane, beside the rest.
+LANE_B := tests/spark tests/chaos/test_network_faults.py tests/integration/test_faust_word_count.py
 
 .PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs docs-api images bench clean
 
@@ -48,18 +50,20 @@ docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are er
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs/api build/docs-api
 	@echo "API reference: build/docs-api/index.html"
 
-test: $(STAMP) ## Everything: lint, types, unit, integration, deploy, containers, Spark, short chaos
+test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos
 	$(MAKE) --no-print-directory lint typecheck docs-api
 	docker/ensure-engine.sh
-	@# The Spark tier (its own broker, mostly JVM start-up) runs beside the rest, which
+	@# Two lanes, each with its own broker: the second (the Spark tier, mostly JVM start-up,
+	@# and the tests that run their own broker or peers) runs beside the first, which
 	@# mostly waits on Kafka; its output is printed when both are done.
-	@mkdir -p build; rm -f build/spark-tier.log; \
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark \
-	  > build/spark-tier.log 2>&1 & spark=$$!; \
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) --ignore=tests/spark tests; \
-	main=$$?; wait $$spark; tier=$$?; \
-	echo "== Spark tier (tests/spark), exit $$tier:"; cat build/spark-tier.log; \
-	if [ $$main -ne 0 ] || [ $$tier -ne 0 ]; then echo "make test: FAILED (suite $$main, Spark tier $$tier)" >&2; exit 1; fi
+	@mkdir -p build; rm -f build/lane-b.log; \
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) $(LANE_B) \
+	  > build/lane-b.log 2>&1 & laneb=$$!; \
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) \
+	  $(addprefix --ignore=,$(LANE_B)) tests; \
+	main=$$?; wait $$laneb; b=$$?; \
+	echo "== second lane ($(LANE_B)), exit $$b:"; cat build/lane-b.log; \
+	if [ $$main -ne 0 ] || [ $$b -ne 0 ]; then echo "make test: FAILED (first lane $$main, second lane $$b)" >&2; exit 1; fi
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark
