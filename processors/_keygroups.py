@@ -203,7 +203,14 @@ class Restorer:
                     err = msg.error()
                     if err is not None:
                         if err.code() == PARTITION_EOF:
-                            continue  # the LSO, not necessarily the end we need
+                            # The LSO, not necessarily the end we need; but every record
+                            # below it was read or skipped: also records deleted below the
+                            # log start (`lockgate reset` empties changelogs with
+                            # delete_records; the consumer's position does not say so).
+                            eof = msg.offset()
+                            if eof is not None and eof > position:
+                                position = eof
+                            continue
                         if err.fatal():
                             raise FatalKafkaError(f"changelog {topic}[{index}]: {err}")
                         log.warning("changelog read error (retrying)", extra={"error": str(err)})

@@ -41,7 +41,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported in cimpl
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from processors._app import App
 from processors._control import CONTROL_CONFIG, REGISTRY_TOPIC, control_topic
@@ -1139,6 +1145,74 @@ def _target_offsets(
     return {k: (v if v >= 0 else ends[k]) for k, v in found.items()}
 
 
+def _set_policy(client: AdminClient, topic: str, policy: str) -> None:
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    client.incremental_alter_configs([res])[res].result(30)
+
+
+def _delete_records(client: AdminClient, tps: Sequence[TopicPartition]) -> None:
+    """``delete_records`` up to each offset, retrying while a policy change propagates."""
+    deadline = time.monotonic() + 30
+    todo = list(tps)
+    while todo:
+        failed: list[tuple[TopicPartition, KafkaException]] = []
+        for tp, fut in client.delete_records(todo, request_timeout=30).items():
+            try:
+                fut.result(30)
+            except KafkaException as exc:
+                failed.append((tp, exc))
+        if not failed:
+            return
+        first, problem = failed[0]
+        err = problem.args[0] if problem.args else None
+        policy = isinstance(err, KafkaError) and err.code() == KafkaError.POLICY_VIOLATION
+        if not policy or time.monotonic() > deadline:
+            raise OpsError(f"deleting the records of {first.topic}[{first.partition}]: {problem}")
+        todo = [t for t, _ in failed]
+        time.sleep(0.5)
+
+
+def empty_changelogs(client: AdminClient, admin: Admin, tps: Sequence[TopicPartition]) -> None:
+    """Delete the records of changelog partitions below the given offsets.
+
+    Kafka refuses ``delete_records`` on a topic whose ``cleanup.policy`` lacks
+    ``delete`` (a compacted changelog), so ``delete`` is added to the policy for the
+    deletion and the original policy set back afterwards (also when it fails).
+
+    Raises:
+        OpsError: (exit code 1) records could not be deleted, or the policy not
+            restored (the message gives the command that restores it).
+    """
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp)
+    for topic, parts in sorted(by_topic.items()):
+        original = admin.topic_config(topic).get("cleanup.policy", "compact")
+        policies = original.split(",")
+        altered = "delete" not in policies
+        if altered:
+            _set_policy(client, topic, ",".join([*policies, "delete"]))
+        try:
+            _delete_records(client, parts)
+        finally:
+            if altered:
+                try:
+                    _set_policy(client, topic, original)
+                except KafkaException as exc:
+                    raise OpsError(
+                        f"{topic}: cannot set cleanup.policy back to {original} ({exc}); "
+                        "a changelog with cleanup.policy=delete loses state after its "
+                        "retention: run kafka-configs.sh --alter --entity-type topics "
+                        f"--entity-name {topic} --add-config cleanup.policy={original}"
+                    ) from exc
+
+
 @click.command("reset")
 @click.option("--app", "app_spec", required=True, metavar="MODULE:APP", help="The app.")
 @click.option(
@@ -1201,14 +1275,7 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
         for fut in futs.values():
             fut.result(30)
         deletes = [TopicPartition(t, g, hi) for (t, g), hi in highs.items() if hi > lows[(t, g)]]
-        if deletes:
-            for tp, fut in client.delete_records(deletes, request_timeout=30).items():
-                try:
-                    fut.result(30)
-                except KafkaException as exc:
-                    raise OpsError(
-                        f"deleting the records of {tp.topic}[{tp.partition}]: {exc}"
-                    ) from exc
+        empty_changelogs(client, admin, deletes)
         if has_local:
             shutil.rmtree(local)
     except (LockgateError, KafkaException) as exc:
