@@ -315,6 +315,7 @@ def test_reset_refused_while_running_then_recomputes(
     done = lockgate_cli(env, "reset", "--app", SPEC, "--to", "earliest", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not (tmp_path / "state" / app).exists()
+    assert _config(kafka_bootstrap, f"{app}.totals.changelog")["cleanup.policy"] == "compact"
 
     proc = AppProcess(SPEC, {**env, "LOCKGATE_LOG_LEVEL": "INFO"}, tmp_path / "app2.log").start()
     try:
