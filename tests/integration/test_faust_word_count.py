@@ -28,6 +28,10 @@ classic example's split agent) carries the send time, so the Faust app here pass
 sentence's timestamp itself; a Faust window has no completeness (its value changes with every
 record, there is no "final" output) and no late-record handling, while lockgate fires each
 window once on the watermark and keeps late words out of fired windows.
+
+The port reads its own variables (examples/word_count.py: App(..., env=[
+"LOCKGATE_SENTENCES_TOPIC", "LOCKGATE_WORDS_TOPIC", "LOCKGATE_COUNTS_TOPIC",
+"LOCKGATE_MINUTE_TOPIC", "LOCKGATE_WORD_WINDOW_MS"])).
 """
 
 from __future__ import annotations

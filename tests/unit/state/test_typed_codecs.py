@@ -277,15 +277,15 @@ print("ok", codec.name)
 
 
 @pytest.mark.skipif(
-    not os.environ.get("LOCKGATE_FAUST_PYTHON"),
-    reason="LOCKGATE_FAUST_PYTHON (a python with faust-streaming, never this venv) not set",
+    not os.environ.get("LOCKGATE_TEST_FAUST_PYTHON"),
+    reason="LOCKGATE_TEST_FAUST_PYTHON (a python with faust-streaming, never this venv) not set",
 )
 def test_faust_record_with_real_faust_streaming() -> None:
     """Runs faust-streaming in its own interpreter: it pins dependencies lockgate cannot."""
     site = [p for p in sys.path if p.endswith("site-packages")]
     out = subprocess.run(  # noqa: S603 - the interpreter the developer named
         [
-            os.environ["LOCKGATE_FAUST_PYTHON"],
+            os.environ["LOCKGATE_TEST_FAUST_PYTHON"],
             "-c",
             textwrap.dedent(_FAUST_SCRIPT),
             str(ROOT),
