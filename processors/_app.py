@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
 from processors.windows import Assigner, WindowedStream, WindowOperator
 from state.cache import KeyCursor
-from state.codecs import BYTES, JSON, STR, Codec
+from state.codecs import BYTES, JSON, STR, Codec, bind_codec
 from state.primitives import (
     AggregatingState,
     Aggregator,
@@ -82,6 +83,15 @@ class OutputSpec:
     partitions: int | None = None
     internal: bool = False
     topic_config: TopicConfig | None = None
+
+
+def _bound_output(spec: OutputSpec) -> OutputSpec:
+    """``spec`` with its codecs bound to its topic (:func:`state.codecs.bind_codec`)."""
+    key = bind_codec(spec.key, spec.topic, "key")
+    value = bind_codec(spec.value, spec.topic, "value")
+    if key is spec.key and value is spec.value:
+        return spec
+    return dataclasses.replace(spec, key=key, value=value)
 
 
 @dataclass
@@ -570,7 +580,13 @@ class App:
             raise TypeError("watermarks= takes a Watermarks (e.g. Watermarks.bounded(5000))")
         stream = Stream(self, checked)
         for topic in checked:
-            self._def.inputs[topic] = _Input(topic, key, value, stream=stream, timestamp=timestamp)
+            self._def.inputs[topic] = _Input(
+                topic,
+                bind_codec(key, topic, "key"),
+                bind_codec(value, topic, "value"),
+                stream=stream,
+                timestamp=timestamp,
+            )
             if timestamp is not None or watermarks is not None:
                 self._event_time(topic, watermarks or Watermarks())
         return stream
@@ -649,7 +665,9 @@ class App:
             store_name = f"table.{hashlib.sha256(checked.encode()).hexdigest()[:20]}"
         store: ValueState[list[list[Any]]] = self.value_state(store_name, ttl_ms=ttl_ms)
         table = Table(checked, store, retention_ms)
-        self._def.inputs[checked] = _Input(checked, key, value, table=table)
+        bound_key = bind_codec(key, checked, "key")
+        bound_value = bind_codec(value, checked, "value")
+        self._def.inputs[checked] = _Input(checked, bound_key, bound_value, table=table)
         if watermarks is not None:
             self._event_time(checked, watermarks)  # its record timestamps hold the watermark
         return table
@@ -702,7 +720,7 @@ class App:
             self._check_input(topics)
             for out in outputs:
                 if isinstance(out, OutputSpec):
-                    self._def.outputs[out.topic] = out
+                    self._def.outputs[out.topic] = _bound_output(out)
                 elif isinstance(out, TopicConfig):
                     self.output(out)
                 else:
@@ -744,10 +762,11 @@ class App:
             spec = OutputSpec(
                 cfg.topic, cfg.key, cfg.value, cfg.partitions, internal, topic_config=cfg
             )
+            spec = _bound_output(spec)
             self._def.outputs[cfg.topic] = spec
             return spec
         _check_topic(topic, "output topic")
-        spec = OutputSpec(topic, key, value, partitions, internal)
+        spec = _bound_output(OutputSpec(topic, key, value, partitions, internal))
         self._def.outputs[topic] = spec
         return spec
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pickle  # noqa: S403 - only used when the user opts in with PICKLE
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -26,7 +26,9 @@ __all__ = [
     "Codec",
     "DecodeError",
     "FaustRecord",
+    "Field",
     "Model",
+    "bind_codec",
     "codec_by_name",
 ]
 
@@ -100,6 +102,36 @@ class _Pickle:
     @staticmethod
     def decode(data: bytes) -> Any:
         return pickle.loads(data)  # noqa: S301 - opt-in codec, trusted state only
+
+
+#: Which part of a Kafka record a codec handles.
+Field = Literal["key", "value"]
+
+
+def bind_codec(codec: Codec, topic: str, field: Field) -> Codec:
+    """Return ``codec`` bound to the keys or values of ``topic``.
+
+    Codecs that need to know where their bytes live (the Schema Registry codecs of
+    :mod:`state.schema_registry`: the subject derives from the topic) define an
+    optional ``bind(topic, field) -> Codec``; the app calls this function when it
+    declares an input or output. Every other codec is returned unchanged, so plain
+    codecs need no ``bind``.
+
+    Args:
+        codec: any codec.
+        topic: the topic the codec reads or writes.
+        field: ``"key"`` or ``"value"``.
+
+    Raises:
+        TypeError: ``codec.bind`` returned something that is not a codec.
+    """
+    bind = getattr(codec, "bind", None)
+    if not callable(bind):
+        return codec
+    bound = bind(topic, field)
+    if not isinstance(bound, Codec):
+        raise TypeError(f"{codec!r}.bind() returned {bound!r}, which is not a codec")
+    return bound
 
 
 JSON: Codec = _Json()
