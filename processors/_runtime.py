@@ -63,6 +63,7 @@ from processors._settings import GroupProtocol, OnError, Settings
 from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.cache import changelog_topic
+from state.codecs import CodecUnavailable
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -739,6 +740,8 @@ class Runner(BarrierMixin):
                 key = None if raw_key is None else kdec(raw_key)
                 raw_value = msg.value()
                 value = None if raw_value is None else vdec(raw_value)
+            except CodecUnavailable:
+                raise  # e.g. the schema registry is down: not the record's fault, stop
             except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
                 self._bad_input(msg, exc, "deserialize")
                 continue

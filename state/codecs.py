@@ -24,6 +24,7 @@ __all__ = [
     "PICKLE",
     "STR",
     "Codec",
+    "CodecUnavailable",
     "DecodeError",
     "FaustRecord",
     "Field",
@@ -37,6 +38,15 @@ M = TypeVar("M", bound=BaseModel)
 
 class DecodeError(ValueError):
     """Raised by a codec when bytes cannot be decoded (e.g. invalid JSON or UTF-8)."""
+
+
+class CodecUnavailable(RuntimeError):
+    """Raised by a codec when a service it needs (e.g. a schema registry) cannot answer.
+
+    Not the record's fault: the runtime stops the task (the record is read again after
+    the restart) instead of dead-lettering it, as it does for :class:`DecodeError` and
+    any other decoding error.
+    """
 
 
 @runtime_checkable

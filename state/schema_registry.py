@@ -15,7 +15,7 @@ Decoding never crashes the runtime on bad input: bytes that are not in the wire 
 a schema id the registry does not know, or a payload that does not match its writer
 schema raise :class:`~state.codecs.DecodeError`, so the record is dead-lettered with
 that reason. A registry that cannot be reached (or answers with a server error) is not
-the record's fault: that error propagates.
+the record's fault: :class:`~state.codecs.CodecUnavailable` stops the task instead.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from state.codecs import Codec, DecodeError, Field
+from state.codecs import Codec, CodecUnavailable, DecodeError, Field
 
 __all__ = [
     "Avro",
@@ -274,9 +274,9 @@ class RegistryCodec:
         Raises:
             DecodeError: ``data`` is not in the Confluent wire format, names a schema id
                 the registry does not know, or does not match its writer schema.
-            confluent_kafka.schema_registry.SchemaRegistryError: the registry failed
-                otherwise (e.g. a server error): not the record's fault.
-            Exception: the registry cannot be reached (the HTTP client's error).
+            CodecUnavailable: the registry failed otherwise (a server error) or cannot
+                be reached: not the record's fault, the runtime stops instead of
+                dead-lettering it.
         """
         if len(data) < _HEADER or data[0] != _MAGIC:
             head = data[:1].hex() or "empty"
@@ -294,7 +294,10 @@ class RegistryCodec:
                 raise DecodeError(
                     f"{self.name}: unknown schema id {schema_id}: {exc.error_message}"
                 ) from exc
-            raise
+            raise CodecUnavailable(
+                f"{self.name}: the schema registry failed fetching schema id {schema_id}: "
+                f"HTTP {exc.http_status_code}: {exc.error_message}"
+            ) from exc
         except (sr.SerializationError, ValueError, TypeError, EOFError, IndexError) as exc:
             raise DecodeError(
                 f"{self.name}: cannot decode with schema id {schema_id}: {exc}"
@@ -303,6 +306,13 @@ class RegistryCodec:
             raise DecodeError(
                 f"{self.name}: cannot decode with schema id {schema_id}: {exc!r}"
             ) from exc
+        except Exception as exc:
+            if isinstance(exc, OSError) or type(exc).__module__.startswith(("httpx", "httpcore")):
+                raise CodecUnavailable(
+                    f"{self.name}: the schema registry at {self.registry.url} cannot be "
+                    f"reached: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise
 
 
 def _short(value: Any, limit: int = 60) -> str:

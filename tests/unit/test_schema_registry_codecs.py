@@ -273,3 +273,14 @@ def test_app_binds_codecs_of_inputs_and_outputs(registry: SchemaRegistry) -> Non
     assert outs["sums"].value.name == "avro:sums-value"
     assert outs["more"].value.name == "avro:more-value"
     assert outs["plain"].value is JSON
+
+
+def test_an_unreachable_registry_is_codec_unavailable_not_a_decode_error() -> None:
+    from state.codecs import CodecUnavailable
+
+    writer = Avro(SchemaRegistry("mock://unreachable-writer"), SUM_V1).bind("t", "value")
+    data = writer.encode({"amount": 1})
+    # Nothing listens on port 9 (discard) of 127.0.0.1 here: connection refused.
+    reader = Avro(SchemaRegistry("http://127.0.0.1:9")).bind("t", "value")
+    with pytest.raises(CodecUnavailable, match="cannot be reached"):
+        reader.decode(data)
