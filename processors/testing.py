@@ -45,6 +45,7 @@ from processors._settings import OnError
 from processors.exceptions import ConfigError, UserCodeError
 from state.base.store import KeyGroupStore
 from state.cache import DELETED
+from state.codecs import CodecUnavailable
 from state.memory.store import MemoryBackend
 from state.primitives import DEFAULT_SWEEP_BUDGET, live_value, sweep_key_group
 
@@ -352,6 +353,8 @@ class TestDriver:
         try:
             key = None if raw_key is None else kcodec.decode(raw_key)
             value = None if raw_value is None else vcodec.decode(raw_value)
+        except CodecUnavailable:
+            raise  # as the runtime: a service the codec needs is down, not bad input
         except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
             if self.on_error is OnError.FAIL:
                 self._lose_open_epoch()
