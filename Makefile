@@ -9,6 +9,9 @@ KAFKA_PORT ?= $(or $(LOCKGATE_KAFKA_PORT),9092)
 CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
 #: Tests `make test` runs in its second lane, beside the rest.
+#: The first lane's order: the kill/restart chaos tests, the most timing-sensitive, last
+#: (the second lane, JVM-heavy, has finished by then).
+LANE_A_ORDER := tests/unit tests/deploy tests/integration tests/containers tests/chaos
 LANE_B := tests/spark tests/chaos/test_network_faults.py tests/integration/test_faust_word_count.py
 
 .PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs docs-api images bench clean
@@ -60,7 +63,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) $(LANE_B) \
 	  > build/lane-b.log 2>&1 & laneb=$$!; \
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) \
-	  $(addprefix --ignore=,$(LANE_B)) tests; \
+	  $(addprefix --ignore=,$(LANE_B)) $(LANE_A_ORDER); \
 	main=$$?; wait $$laneb; b=$$?; \
 	echo "== second lane ($(LANE_B)), exit $$b:"; cat build/lane-b.log; \
 	if [ $$main -ne 0 ] || [ $$b -ne 0 ]; then echo "make test: FAILED (first lane $$main, second lane $$b)" >&2; exit 1; fi
