@@ -12,7 +12,9 @@ PYTEST_ARGS ?=
 #: The first lane's order: the kill/restart chaos tests, the most timing-sensitive, last
 #: (the second lane, JVM-heavy, has finished by then).
 LANE_A_ORDER := tests/unit tests/deploy tests/integration tests/containers tests/chaos
-LANE_B := tests/spark tests/chaos/test_network_faults.py tests/integration/test_faust_word_count.py
+LANE_B := tests/spark tests/chaos/test_network_faults.py tests/integration/test_faust_word_count.py \
+  tests/integration/test_schema_registry.py tests/integration/test_ops_commands.py \
+  tests/integration/test_typed_values.py
 
 .PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs docs-api images bench clean
 
