@@ -127,6 +127,7 @@ def main() -> int:
                 "LOCKGATE_HTTP_PORT": "0",
             }
             if kind == "avro":
+                # declared by the app: App(..., env=["LOCKGATE_SCHEMA_REGISTRY_URL"])
                 env["LOCKGATE_SCHEMA_REGISTRY_URL"] = url
             results[kind] = _run(bs, spec, env, out, n)
             print(f"{kind}: {n} records, {results[kind]:,.0f} records/s", flush=True)
