@@ -8,11 +8,9 @@ STAMP := $(VENV)/.lockgate-installed
 KAFKA_PORT ?= $(or $(LOCKGATE_KAFKA_PORT),9092)
 CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
-#: Tests `make test` runs in its second lane, beside the rest.
-#: The first lane's order: the kill/restart chaos tests, the most timing-sensitive, last
-#: (the second lane, JVM-heavy, has finished by then).
-LANE_A_ORDER := tests/unit tests/deploy tests/integration tests/containers tests/chaos
-LANE_B := tests/spark tests/chaos/test_network_faults.py tests/integration/test_faust_word_count.py \
+#: Tests `make test` runs in its second lane, beside the rest (the JVM-heavy Spark tier and
+#: the ecosystem tests that start their own registry or peer venv).
+LANE_B := tests/spark tests/integration/test_faust_word_count.py \
   tests/integration/test_schema_registry.py tests/integration/test_ops_commands.py \
   tests/integration/test_typed_values.py
 
@@ -65,7 +63,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) $(LANE_B) \
 	  > build/lane-b.log 2>&1 & laneb=$$!; \
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) \
-	  $(addprefix --ignore=,$(LANE_B)) $(LANE_A_ORDER); \
+	  $(addprefix --ignore=,$(LANE_B)) tests; \
 	main=$$?; wait $$laneb; b=$$?; \
 	echo "== second lane ($(LANE_B)), exit $$b:"; cat build/lane-b.log; \
 	if [ $$main -ne 0 ] || [ $$b -ne 0 ]; then echo "make test: FAILED (first lane $$main, second lane $$b)" >&2; exit 1; fi
