@@ -8,11 +8,6 @@ STAMP := $(VENV)/.lockgate-installed
 KAFKA_PORT ?= $(or $(LOCKGATE_KAFKA_PORT),9092)
 CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
-#: Tests `make test` runs in its second lane, beside the rest (the JVM-heavy Spark tier and
-#: the ecosystem tests that start their own registry or peer venv).
-LANE_B := tests/spark tests/integration/test_faust_word_count.py \
-  tests/integration/test_schema_registry.py tests/integration/test_ops_commands.py \
-  tests/integration/test_typed_values.py
 
 .PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs docs-api images bench clean
 
@@ -56,17 +51,9 @@ docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are er
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos
 	$(MAKE) --no-print-directory lint typecheck docs-api
 	docker/ensure-engine.sh
-	@# Two lanes, each with its own broker: the second (the Spark tier, mostly JVM start-up,
-	@# and the tests that run their own broker or peers) runs beside the first, which
-	@# mostly waits on Kafka; its output is printed when both are done.
-	@mkdir -p build; rm -f build/lane-b.log; \
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) $(LANE_B) \
-	  > build/lane-b.log 2>&1 & laneb=$$!; \
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) \
-	  $(addprefix --ignore=,$(LANE_B)) tests; \
-	main=$$?; wait $$laneb; b=$$?; \
-	echo "== second lane ($(LANE_B)), exit $$b:"; cat build/lane-b.log; \
-	if [ $$main -ne 0 ] || [ $$b -ne 0 ]; then echo "make test: FAILED (first lane $$main, second lane $$b)" >&2; exit 1; fi
+	@# One run: timing-sensitive chaos tests failed when a second pytest lane (Spark JVMs)
+	@# ran beside them on this 2-core machine.
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) tests
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark
