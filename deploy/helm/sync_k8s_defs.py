@@ -23,6 +23,7 @@ VERSION_KEY = "x-lockgate-kubernetes-version"
 K8S_PREFIX = "io.k8s."
 ROOTS = (
     "io.k8s.api.core.v1.Affinity",
+    "io.k8s.api.core.v1.Container",
     "io.k8s.api.core.v1.EnvFromSource",
     "io.k8s.api.core.v1.EnvVar",
     "io.k8s.api.core.v1.LocalObjectReference",
@@ -30,7 +31,24 @@ ROOTS = (
     "io.k8s.api.core.v1.ResourceRequirements",
     "io.k8s.api.core.v1.SecurityContext",
     "io.k8s.api.core.v1.Toleration",
+    "io.k8s.api.core.v1.TopologySpreadConstraint",
+    "io.k8s.api.core.v1.Volume",
+    "io.k8s.api.core.v1.VolumeMount",
+    "io.k8s.api.networking.v1.NetworkPolicyEgressRule",
+    "io.k8s.api.networking.v1.NetworkPolicyPeer",
 )
+
+
+#: Definitions replaced after copying: free-form objects no values file has a reason to fill
+#: (``managedFields`` entries, reachable through ephemeral volumes' claim templates) are closed,
+#: so that every object level of the schema rejects unknown keys.
+OVERRIDES: dict[str, Any] = {
+    "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1": {
+        "type": ["object", "null"],
+        "properties": {},
+        "additionalProperties": False,
+    },
+}
 
 
 def _strict_definitions(kube_version: str) -> dict[str, Any]:
@@ -72,7 +90,7 @@ def k8s_definitions(kube_version: str) -> dict[str, Any]:
         if name in result:
             continue
         refs: set[str] = set()
-        result[name] = _rewrite(source[name], refs)
+        result[name] = OVERRIDES.get(name) or _rewrite(source[name], refs)
         pending.extend(sorted(refs - result.keys()))
     return dict(sorted(result.items()))
 

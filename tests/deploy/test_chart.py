@@ -2,8 +2,9 @@
 
 Built-in kinds are validated with kubernetes-validate in strict mode (unknown fields rejected)
 against the oldest and the newest Kubernetes version it ships schemas for. ServiceMonitor,
-ScaledObject and TriggerAuthentication are CRDs it has no schema for: they are checked against
-the chart's own expectations (CRD_EXPECTATIONS below), not against the upstream CRD schemas.
+PrometheusRule, ScaledObject, TriggerAuthentication, KafkaUser and KafkaTopic are CRDs it has no
+schema for: they are checked against the chart's own expectations (CRD_EXPECTATIONS below), not
+against the upstream CRD schemas.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ VALUES_FILES = sorted(VALUES_DIR.glob("*.yaml"))
 MINIMAL = VALUES_DIR / "minimal.yaml"
 PRODUCTION = VALUES_DIR / "production.yaml"
 SINGLE = VALUES_DIR / "single-replica.yaml"
+STRIMZI = VALUES_DIR / "strimzi.yaml"
 
 _versions = sorted(set(kv_utils.all_versions()), key=lambda v: tuple(map(int, v.split("."))))
 KUBE_VERSIONS = [_versions[0], _versions[-1]]
@@ -48,7 +50,7 @@ _SECRET_REF = {
     "additionalProperties": False,
     "required": ["parameter", "name", "key"],
     "properties": {
-        "parameter": {"enum": ["username", "password", "ca", "cert", "key"]},
+        "parameter": {"enum": ["username", "password", "ca", "cert", "key", "keyPassword"]},
         "name": {"type": "string", "minLength": 1},
         "key": {"type": "string", "minLength": 1},
     },
@@ -157,8 +159,149 @@ CRD_EXPECTATIONS: dict[str, dict[str, Any]] = {
                 "additionalProperties": False,
                 "required": ["secretTargetRef"],
                 "properties": {
-                    "secretTargetRef": {"type": "array", "minItems": 1, "items": _SECRET_REF}
+                    "secretTargetRef": {"type": "array", "minItems": 1, "items": _SECRET_REF},
+                    # Parameters read from the scale target's container env (a literal username).
+                    "env": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["parameter", "name", "containerName"],
+                            "properties": {
+                                "parameter": {"const": "username"},
+                                "name": {"type": "string"},
+                                "containerName": {"const": "processor"},
+                            },
+                        },
+                    },
                 },
+            },
+        },
+    },
+}
+
+
+_DURATION = {"type": "string", "pattern": "^([0-9]+(ms|s|m|h))+$"}
+_STRIMZI_METADATA = {
+    "type": "object",
+    "required": ["name", "labels"],
+    "properties": {
+        "name": {"type": "string", "maxLength": 253, "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"},
+        "labels": {
+            "type": "object",
+            "required": ["strimzi.io/cluster"],
+            "additionalProperties": {"type": "string"},
+        },
+    },
+}
+_ACL = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["resource", "operations"],
+    "properties": {
+        "resource": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["type"],
+            "properties": {
+                "type": {"enum": ["topic", "group", "cluster", "transactionalId"]},
+                "name": {"type": "string", "minLength": 1},
+                "patternType": {"enum": ["literal", "prefix"]},
+            },
+        },
+        "operations": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+        "type": {"enum": ["allow", "deny"]},
+        "host": {"type": "string"},
+    },
+}
+CRD_EXPECTATIONS["PrometheusRule"] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "metadata": _METADATA,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "rules": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["alert", "expr"],
+                                    "properties": {
+                                        "alert": {"type": "string", "pattern": "^[A-Za-z]+$"},
+                                        "expr": {"type": "string"},
+                                        "for": _DURATION,
+                                        "labels": _LABELS,
+                                        "annotations": _LABELS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+CRD_EXPECTATIONS["KafkaUser"] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "kafka.strimzi.io/v1beta2"},
+        "metadata": _STRIMZI_METADATA,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["authentication", "authorization"],
+            "properties": {
+                "authentication": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["type"],
+                    "properties": {"type": {"enum": ["scram-sha-512", "tls", "tls-external"]}},
+                },
+                "authorization": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["type", "acls"],
+                    "properties": {
+                        "type": {"const": "simple"},
+                        "acls": {"type": "array", "minItems": 1, "items": _ACL},
+                    },
+                },
+            },
+        },
+    },
+}
+CRD_EXPECTATIONS["KafkaTopic"] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "kafka.strimzi.io/v1beta2"},
+        "metadata": _STRIMZI_METADATA,
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["topicName", "partitions", "replicas"],
+            "properties": {
+                "topicName": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
+                "partitions": {"type": "integer", "minimum": 1},
+                "replicas": {"type": "integer", "minimum": 1, "maximum": 32767},
+                "config": {"type": "object", "additionalProperties": {"type": "string"}},
             },
         },
     },
@@ -205,6 +348,7 @@ def test_every_values_file_is_tested() -> None:
         "minimal.yaml",
         "production.yaml",
         "single-replica.yaml",
+        "strimzi.yaml",
     }
 
 
@@ -303,8 +447,11 @@ def test_grace_period() -> None:
     prod = render(values_files=[PRODUCTION])
     assert _pod_spec(prod)["terminationGracePeriodSeconds"] == 90
     env = _env_map(prod)
-    needed_ms = int(env["LOCKGATE_CHECKPOINT_INTERVAL_MS"]["value"]) + int(
-        env["LOCKGATE_TRANSACTION_TIMEOUT_MS"]["value"]
+    # Finish the epoch, commit it, then the producer's final flush (10 s in _runtime._close).
+    needed_ms = (
+        int(env["LOCKGATE_CHECKPOINT_INTERVAL_MS"]["value"])
+        + int(env["LOCKGATE_TRANSACTION_TIMEOUT_MS"]["value"])
+        + 10_000
     )
     assert _pod_spec(prod)["terminationGracePeriodSeconds"] * 1000 > needed_ms
 
@@ -312,6 +459,10 @@ def test_grace_period() -> None:
 def test_grace_period_shorter_than_an_epoch_commit_is_refused() -> None:
     with pytest.raises(HelmError, match="terminationGracePeriodSeconds"):
         render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 10})
+    # 21 s > 1 s + 10 s, but not with the producer's 10 s flush on top.
+    with pytest.raises(HelmError, match=r"flush its producer"):
+        render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 21})
+    render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 22})
     tight = {"processing.checkpointIntervalMs": 5000, "processing.transactionTimeoutMs": 9000}
     with pytest.raises(HelmError, match="at least twice processing.checkpointIntervalMs"):
         render(values_files=[MINIMAL], set_values=tight)
@@ -360,7 +511,7 @@ def test_processing_values_become_env() -> None:
     assert plain["LOCKGATE_LOG_LEVEL"] == "DEBUG"
     assert plain["LOCKGATE_LOG_FORMAT"] == "console"
     assert plain["LOCKGATE_CONSUME_BATCH_SIZE"] == "500"  # from `env:`
-    assert "LOCKGATE_APP_NAME" not in _env_map(render(values_files=[MINIMAL]))
+    assert plain["LOCKGATE_KAFKA__SESSION_TIMEOUT_MS"] == "30000"  # kafka.sessionTimeoutMs
 
 
 def test_kafka_config_passes_through_as_env() -> None:
@@ -368,13 +519,15 @@ def test_kafka_config_passes_through_as_env() -> None:
         render(
             values_files=[MINIMAL],
             set_values={
-                "kafka.config.session\\.timeout\\.ms": 45000,
+                "kafka.config.fetch\\.max\\.bytes": 52428800,
                 "kafka.config.queue\\.buffering\\.max\\.messages": 1000000,
                 "kafka.config.socket\\.keepalive\\.enable": True,
                 "kafka.config.client\\.rack": "eu-west-1a",
             },
         )
     )
+    assert env["LOCKGATE_KAFKA__FETCH_MAX_BYTES"]["value"] == "52428800"
+    # The session timeout is a value of its own (default: librdkafka's 45 s).
     assert env["LOCKGATE_KAFKA__SESSION_TIMEOUT_MS"]["value"] == "45000"
     # Helm reads numbers as float64; the chart must not print 1e+06.
     assert env["LOCKGATE_KAFKA__QUEUE_BUFFERING_MAX_MESSAGES"]["value"] == "1000000"
@@ -405,10 +558,18 @@ def test_a_variable_set_twice_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("drop", "message"),
-    [("app", "app is required"), ("kafka", "kafka.bootstrapServers is required")],
+    [
+        ("app", "app is required"),
+        ("appName", "appName is required"),
+        ("kafka", "kafka.bootstrapServers is required"),
+    ],
 )
 def test_required_values(drop: str, message: str) -> None:
-    values = {"app": "examples.running_sum:app", "kafka": {"bootstrapServers": "k:9092"}}
+    values = {
+        "app": "examples.running_sum:app",
+        "appName": "sums",
+        "kafka": {"bootstrapServers": "k:9092"},
+    }
     del values[drop]
     with pytest.raises(HelmError, match=message):
         render(values)
@@ -517,7 +678,7 @@ def test_pdb_only_with_several_replicas(
 
 def test_optional_crds_are_off_by_default() -> None:
     kinds = {doc["kind"] for doc in render(values_files=[MINIMAL])}
-    assert not kinds & {"ServiceMonitor", "ScaledObject", "TriggerAuthentication"}
+    assert kinds == {"StatefulSet", "Service", "ServiceAccount"}
 
 
 def test_service_monitor_scrapes_metrics() -> None:
@@ -559,13 +720,17 @@ def test_keda_scales_the_statefulset_on_lag() -> None:
         "ca": ("kafka-cluster-ca", "ca.crt"),
         "cert": ("kafka-cluster-ca", "user.crt"),
         "key": ("kafka-cluster-ca", "user.key"),
+        "keyPassword": ("sums-key-password", "password"),  # the client key is encrypted
     }
+    # Scale-up is rate-limited by a policy whose period covers a restore.
+    scale_up = so["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleUp"]
+    assert scale_up["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 600}]
 
 
 def test_keda_without_credentials_has_no_trigger_authentication() -> None:
     docs = render(
         values_files=[MINIMAL],
-        set_values={"autoscaling.keda.enabled": True, "appName": "sums"},
+        set_values={"autoscaling.keda.enabled": True, "kafka.inputPartitions": 4},
     )
     [trigger] = one_manifest(docs, "ScaledObject")["spec"]["triggers"]
     assert "authenticationRef" not in trigger
@@ -573,14 +738,14 @@ def test_keda_without_credentials_has_no_trigger_authentication() -> None:
     assert not manifests(docs, "TriggerAuthentication")
 
 
-def test_keda_needs_the_consumer_group() -> None:
-    with pytest.raises(HelmError, match="autoscaling.keda needs the consumer group"):
+def test_keda_needs_the_partition_count() -> None:
+    with pytest.raises(HelmError, match="autoscaling.keda needs kafka.inputPartitions"):
         render(values_files=[MINIMAL], set_values={"autoscaling.keda.enabled": True})
     with pytest.raises(HelmError, match="minReplicaCount"):
         render(
             values_files=[MINIMAL],
             set_values={
-                "appName": "sums",
+                "kafka.inputPartitions": 8,
                 "autoscaling.keda.enabled": True,
                 "autoscaling.keda.minReplicaCount": 4,
                 "autoscaling.keda.maxReplicaCount": 2,

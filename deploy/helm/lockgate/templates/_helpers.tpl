@@ -70,6 +70,17 @@ Image tag: image.tag, else the chart's appVersion.
 {{- end }}
 
 {{/*
+Image reference: repository@digest when image.digest is set, else repository:tag.
+*/}}
+{{- define "lockgate.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (include "lockgate.imageTag" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Name of the headless Service that governs the StatefulSet.
 */}}
 {{- define "lockgate.headlessServiceName" -}}
@@ -129,10 +140,8 @@ SASL/TLS, then env and extraEnv. The StatefulSet template checks that no name ap
       fieldPath: metadata.name
 - name: LOCKGATE_BOOTSTRAP_SERVERS
   value: {{ required "kafka.bootstrapServers is required (comma separated host:port list)" .Values.kafka.bootstrapServers | quote }}
-{{- with .Values.appName }}
 - name: LOCKGATE_APP_NAME
-  value: {{ . | quote }}
-{{- end }}
+  value: {{ include "lockgate.appName" . | quote }}
 - name: LOCKGATE_STATE_DIR
   value: {{ include "lockgate.stateDir" . | quote }}
 - name: LOCKGATE_GUARANTEE
@@ -151,6 +160,8 @@ SASL/TLS, then env and extraEnv. The StatefulSet template checks that no name ap
   value: {{ .Values.logging.level | quote }}
 - name: LOCKGATE_LOG_FORMAT
   value: {{ .Values.logging.format | quote }}
+- name: LOCKGATE_KAFKA__SESSION_TIMEOUT_MS
+  value: {{ int64 .Values.kafka.sessionTimeoutMs | toString | quote }}
 {{- $config := .Values.kafka.config | default dict }}
 {{- range $key := keys $config | sortAlpha }}
 - name: {{ include "lockgate.kafkaEnvName" $key }}
@@ -166,11 +177,16 @@ SASL/TLS, then env and extraEnv. The StatefulSet template checks that no name ap
 {{- if .existingSecret }}
 - name: LOCKGATE_KAFKA__SASL_MECHANISM
   value: {{ .mechanism | quote }}
+{{- if .username }}
+- name: LOCKGATE_SASL_USERNAME
+  value: {{ .username | quote }}
+{{- else }}
 - name: LOCKGATE_SASL_USERNAME
   valueFrom:
     secretKeyRef:
       name: {{ .existingSecret | quote }}
       key: {{ .usernameKey | quote }}
+{{- end }}
 - name: LOCKGATE_SASL_PASSWORD
   valueFrom:
     secretKeyRef:
@@ -188,6 +204,13 @@ SASL/TLS, then env and extraEnv. The StatefulSet template checks that no name ap
   value: {{ printf "%s/tls.crt" $dir | quote }}
 - name: LOCKGATE_KAFKA__SSL_KEY_LOCATION
   value: {{ printf "%s/tls.key" $dir | quote }}
+{{- if .keyPasswordSecret }}
+- name: LOCKGATE_KAFKA__SSL_KEY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .keyPasswordSecret | quote }}
+      key: {{ .keyPasswordKey | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -205,29 +228,72 @@ Validations that the schema cannot express (relations between values). Renders n
 */}}
 {{- define "lockgate.validate" -}}
 {{- $_ := required "app is required: the App object to run, as module:attribute (e.g. examples.running_sum:app)" .Values.app }}
+{{- $_ := include "lockgate.appName" . }}
+{{- $parts := int64 .Values.kafka.inputPartitions }}
+{{- if and $parts (not .Values.autoscaling.keda.enabled) (gt (int64 .Values.replicaCount) $parts) }}
+{{- fail (printf "replicaCount (%d) exceeds kafka.inputPartitions (%d): an instance beyond the input partition count owns no key group" (int64 .Values.replicaCount) $parts) }}
+{{- end }}
+{{- with .Values.kafka.config }}
+{{- if hasKey . "heartbeat.interval.ms" }}
+{{- if ge (int64 (index . "heartbeat.interval.ms")) (int64 $.Values.kafka.sessionTimeoutMs) }}
+{{- fail (printf "kafka.config heartbeat.interval.ms (%d) must be lower than kafka.sessionTimeoutMs (%d)" (int64 (index . "heartbeat.interval.ms")) (int64 $.Values.kafka.sessionTimeoutMs)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $p := .Values.processing }}
 {{- if and (eq $p.guarantee "exactly_once") (lt (int64 $p.transactionTimeoutMs) (mul 2 (int64 $p.checkpointIntervalMs))) }}
 {{- fail (printf "processing.transactionTimeoutMs (%d) must be at least twice processing.checkpointIntervalMs (%d) with exactly_once: an epoch must fit well inside a transaction (the app refuses to start otherwise)" (int64 $p.transactionTimeoutMs) (int64 $p.checkpointIntervalMs)) }}
 {{- end }}
-{{- $needMs := add (int64 $p.checkpointIntervalMs) (int64 $p.transactionTimeoutMs) }}
+{{- $needMs := add (int64 $p.checkpointIntervalMs) (int64 $p.transactionTimeoutMs) (include "lockgate.closeBudgetMs" . | int64) }}
 {{- if le (mul (int64 .Values.terminationGracePeriodSeconds) 1000) $needMs }}
-{{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed processing.checkpointIntervalMs + processing.transactionTimeoutMs (%d ms) so that a stopping instance can finish or abort its epoch" (int64 .Values.terminationGracePeriodSeconds) $needMs) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed processing.checkpointIntervalMs + processing.transactionTimeoutMs + %d ms (%d ms) so that a stopping instance can finish and commit its epoch and flush its producer" (int64 .Values.terminationGracePeriodSeconds) (include "lockgate.closeBudgetMs" . | int64) $needMs) }}
 {{- end }}
 {{- with .Values.kafka.tls }}
 {{- if and .existingSecret (or (and .certKey (not .keyKey)) (and .keyKey (not .certKey))) }}
 {{- fail "kafka.tls.certKey and kafka.tls.keyKey must be set together (mutual TLS) or both be empty" }}
 {{- end }}
+{{- if and (not .existingSecret) (or .clientSecret .keyPasswordSecret) }}
+{{- fail "kafka.tls.clientSecret and kafka.tls.keyPasswordSecret need kafka.tls.existingSecret (the Secret with the CA certificate)" }}
+{{- end }}
+{{- if and .clientSecret (not (and .certKey .keyKey)) }}
+{{- fail "kafka.tls.clientSecret needs kafka.tls.certKey and kafka.tls.keyKey (its key names)" }}
+{{- end }}
+{{- if and .keyPasswordSecret (not (and .certKey .keyKey)) }}
+{{- fail "kafka.tls.keyPasswordSecret needs a client certificate (kafka.tls.certKey and kafka.tls.keyKey)" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.kafka.sasl.username (not .Values.kafka.sasl.existingSecret) }}
+{{- fail "kafka.sasl.username needs kafka.sasl.existingSecret (the Secret with the password)" }}
 {{- end }}
 {{- with .Values.autoscaling.keda }}
 {{- if .enabled }}
 {{- if gt (int64 .minReplicaCount) (int64 .maxReplicaCount) }}
 {{- fail (printf "autoscaling.keda.minReplicaCount (%d) exceeds maxReplicaCount (%d)" (int64 .minReplicaCount) (int64 .maxReplicaCount)) }}
 {{- end }}
-{{- if not (or .consumerGroup $.Values.appName) }}
-{{- fail "autoscaling.keda needs the consumer group: set appName (the group id is the app name) or autoscaling.keda.consumerGroup" }}
+{{- if not $parts }}
+{{- fail "autoscaling.keda needs kafka.inputPartitions (the input partition count): maxReplicaCount must not exceed it" }}
+{{- end }}
+{{- if gt (int64 .maxReplicaCount) $parts }}
+{{- fail (printf "autoscaling.keda.maxReplicaCount (%d) exceeds kafka.inputPartitions (%d): pods beyond the input partition count own no key group, and their restores and rebalances are for nothing" (int64 .maxReplicaCount) $parts) }}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The app name (LOCKGATE_APP_NAME, the consumer group id). Required: never derived from the release
+name, so that two releases cannot share a group, changelogs and transactional ids by accident.
+*/}}
+{{- define "lockgate.appName" -}}
+{{- required "appName is required: it is the consumer group id and the prefix of the app's internal topics and transactional ids; give each release its own (two releases with the same appName on one Kafka cluster fence each other)" .Values.appName }}
+{{- end }}
+
+{{/*
+What a graceful stop needs beyond finishing and committing the open epoch: the producer's final
+flush (processors/_runtime.py: flush(10) on close), in milliseconds.
+*/}}
+{{- define "lockgate.closeBudgetMs" -}}
+10000
 {{- end }}
 
 {{/*
@@ -239,4 +305,55 @@ Most replicas the app can run: maxReplicaCount under KEDA, else replicaCount.
 {{- else }}
 {{- int64 .Values.replicaCount }}
 {{- end }}
+{{- end }}
+
+{{/*
+Pod annotations that roll the pods when Kafka credentials change (values-driven revision, and
+with credentialRotation.lookupSecrets a checksum of the referenced Secrets' data read through
+helm's lookup at install/upgrade time). Renders YAML lines, or nothing.
+*/}}
+{{- define "lockgate.credentialAnnotations" -}}
+{{- with .Values.credentialRotation }}
+{{- if .revision }}
+lockgate.io/credentials-revision: {{ .revision | quote }}
+{{- end }}
+{{- if .lookupSecrets }}
+{{- $names := list $.Values.kafka.sasl.existingSecret $.Values.kafka.tls.existingSecret $.Values.kafka.tls.clientSecret $.Values.kafka.tls.keyPasswordSecret | compact | uniq | sortAlpha }}
+{{- $data := dict }}
+{{- range $names }}
+{{- $secret := lookup "v1" "Secret" $.Release.Namespace . }}
+{{- if $secret }}
+{{- $_ := set $data . ($secret.data | default dict) }}
+{{- end }}
+{{- end }}
+{{- if $data }}
+checksum/kafka-credentials: {{ toJson $data | sha256sum | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Default pod anti-affinity from podAntiAffinityPreset (unless affinity.podAntiAffinity is set).
+*/}}
+{{- define "lockgate.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) }}
+{{- if and (not (hasKey $affinity "podAntiAffinity")) (ne .Values.podAntiAffinityPreset "none") }}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "lockgate.selectorLabels" . | fromYaml)) }}
+{{- if eq .Values.podAntiAffinityPreset "hard" }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) }}
+{{- else }}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- end }}
+{{- if $affinity }}
+{{- toYaml $affinity }}
+{{- end }}
+{{- end }}
+
+{{/*
+KafkaTopic / resource name of a Kafka topic: lower case, characters outside [a-z0-9.-] as "-".
+*/}}
+{{- define "lockgate.topicResourceName" -}}
+{{- regexReplaceAll "[^a-z0-9.-]" (lower .) "-" | trunc 253 | trimSuffix "-" | trimSuffix "." }}
 {{- end }}
