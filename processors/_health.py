@@ -41,6 +41,7 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from processors._query import QueryService
 from processors.exceptions import ConfigError
 
 log = logging.getLogger("lockgate.http")
@@ -330,7 +331,8 @@ def startupz(m: Metrics) -> Probe:
 class MetricsCollector(Collector):
     """Reads a :class:`Metrics` at scrape time and yields Prometheus metric families.
 
-    Every series carries the labels ``app`` and ``instance``. Counter families are named
+    Every series carries the labels ``app`` and ``lockgate_instance`` (the instance id; not
+    ``instance``, which Prometheus sets to the scrape target). Counter families are named
     without ``_total`` here; the exposition appends it.
     """
 
@@ -341,7 +343,7 @@ class MetricsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield the families (called by ``generate_latest`` on the HTTP thread)."""
         m = self._m
-        names = ["app", "instance"]
+        names = ["app", "lockgate_instance"]
         labels = [m.app, m.instance]
 
         def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
@@ -456,11 +458,25 @@ def metrics_registry(metrics: Metrics) -> CollectorRegistry:
 
 
 def _handler(
-    metrics: Metrics, registry: CollectorRegistry, liveness_timeout_s: float
+    metrics: Metrics,
+    registry: CollectorRegistry,
+    liveness_timeout_s: float,
+    query: QueryService | None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server API
-            path = self.path.split("?", 1)[0]
+            path, _, query_string = self.path.partition("?")
+            if path == "/state" or path.startswith("/state/"):
+                if query is None:
+                    self._send(
+                        404,
+                        b'{"status":"queryable state is off (LOCKGATE_QUERY_ENABLED)"}\n',
+                        "application/json",
+                    )
+                    return
+                code, data, extra = query.handle(path, query_string, self.headers)
+                self._send(code, data, "application/json", extra)
+                return
             if path == "/metrics":
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
                 return
@@ -475,9 +491,13 @@ def _handler(
                 return
             self._send(probe.status, orjson.dumps(probe.body) + b"\n", "application/json")
 
-        def _send(self, code: int, data: bytes, ctype: str) -> None:
+        def _send(
+            self, code: int, data: bytes, ctype: str, extra: dict[str, str] | None = None
+        ) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
+            for name, value in (extra or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -500,13 +520,24 @@ class _Server(ThreadingHTTPServer):
 
 
 class HealthServer:
-    """Serves probes and ``/metrics`` on a daemon thread between :meth:`start` and :meth:`stop`."""
+    """Serves probes and ``/metrics`` on a daemon thread between :meth:`start` and :meth:`stop`.
 
-    def __init__(self, metrics: Metrics, host: str, port: int, liveness_timeout_ms: int) -> None:
+    With a :class:`~processors._query.QueryService` it also serves ``GET /state/...``
+    (queryable state); without one, those paths answer 404.
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        liveness_timeout_ms: int,
+        query: QueryService | None = None,
+    ) -> None:
         """Prepare the server; nothing is bound until :meth:`start`."""
         self._host = host
         self._port = port
-        handler = _handler(metrics, metrics_registry(metrics), liveness_timeout_ms / 1000)
+        handler = _handler(metrics, metrics_registry(metrics), liveness_timeout_ms / 1000, query)
         self._server = _Server((host, port), handler, bind_and_activate=False)
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="lockgate-http", daemon=True

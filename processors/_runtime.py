@@ -59,11 +59,14 @@ from processors._kafka import (
     restore_consumer_config,
 )
 from processors._keygroups import Restorer
+from processors._partitioner import key_group
+from processors._query import Answer, QueryService, StateQuery
 from processors._settings import GroupProtocol, OnError, Settings
 from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
-from state.cache import changelog_topic
+from state.cache import DELETED, changelog_topic
 from state.codecs import CodecUnavailable
+from state.primitives import live_value
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -97,6 +100,10 @@ class _Rewind(Exception):  # noqa: N818 - internal control flow
 
 class _TimerRewind(BaseException):  # noqa: N818 - internal control flow (past user code)
     """A timer wrote state its codec cannot encode: replay with the timer dead-lettered."""
+
+
+#: How long a group description answers /state routing before it is asked again.
+_OWNERS_FRESH_S = 10.0
 
 
 class Runner(BarrierMixin):
@@ -144,6 +151,20 @@ class Runner(BarrierMixin):
             svc.reads_barriers = self._interleaver is None  # multi-input apps do not align
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
+        #: Queryable state (LOCKGATE_QUERY_ENABLED): the hand-off from the HTTP thread,
+        #: and who owns which key group as the group's last description said.
+        self._query: QueryService | None = None
+        if settings.query_enabled:
+            key_codec = app.key_codec
+            token = settings.query_token
+            self._query = QueryService(
+                lambda text: key_codec.encode(text),
+                None if token is None else token.get_secret_value(),
+                settings.query_timeout_ms / 1000,
+            )
+        self._owner_probe: GroupProbe | None = None
+        self._owners: dict[int, str] = {}
+        self._owners_at = 0.0
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -167,7 +188,9 @@ class Runner(BarrierMixin):
             faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
         s = self.settings
         if s.http_port:
-            self._http = HealthServer(self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms)
+            self._http = HealthServer(
+                self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms, self._query
+            )
             self._http.start()
         try:
             try:
@@ -331,6 +354,83 @@ class Runner(BarrierMixin):
             self._consumer.unsubscribe()  # the revoke is served by the next consume()
             self._resubscribe = True
 
+    # -- queryable state --------------------------------------------------------------------
+
+    def _answer_query(self, q: StateQuery) -> Answer:
+        """Answer a ``/state`` query from the committed state (the loop thread only).
+
+        The key group's database holds committed state only (an epoch's changes are
+        applied after its transaction committed), so it is read directly, never the
+        epoch cache.
+        """
+        handle = self._handles.get(q.store)
+        if handle is None:
+            return Answer(
+                404, {"status": "unknown store", "store": q.store, "stores": sorted(self._handles)}
+            )
+        if not self._partitions:
+            return Answer(503, {"status": "starting"})
+        g = key_group(q.key, self._partitions)
+        where_ = {"store": q.store, "key": q.key_text, "key_group": g}
+        kg = self._kgs.get(g)
+        if kg is not None:
+            raw = kg.db.get(q.store, q.key)
+            if raw is None:
+                return Answer(404, {"status": "no value", **where_})
+            value = live_value(handle.spec, handle.spec.codec.decode(raw), int(time.time() * 1000))
+            if value is DELETED:  # expired (TTL): what the handle would read
+                return Answer(404, {"status": "no value (expired)", **where_})
+            return Answer(
+                200,
+                {
+                    "status": "ok",
+                    **where_,
+                    "value": value,
+                    "checkpoint": self._checkpoint,
+                    "instance": self.settings.instance_id,
+                },
+            )
+        return self._route_query(q, g, where_)
+
+    def _route_query(self, q: StateQuery, g: int, where_: dict[str, Any]) -> Answer:
+        """Forward to the owner of key group ``g`` when known and reachable, else say why."""
+        owner = self._owners.get(g)
+        fresh = time.monotonic() - self._owners_at < _OWNERS_FRESH_S
+        if owner is None or not fresh or owner == self.settings.instance_id:
+            assert self._query is not None
+            self._query.owners_wanted = True
+            return Answer(503, {"status": "owner unknown (rebalancing?); retry", **where_})
+        template = self.settings.query_peer_url
+        if q.forwarded or template is None or not self.settings.static_membership:
+            return Answer(
+                421, {"status": "not the owner of this key group", "owner": owner, **where_}
+            )
+        return Answer(200, where_, forward_to=template.replace("{instance}", owner))
+
+    def _refresh_owners(self) -> None:
+        """Learn who owns which key group from the group's description (never blocks).
+
+        Uses a :class:`GroupProbe` child (an in-process DescribeConsumerGroups can abort
+        the process: processors/_group_probe.py); asked only while queries miss.
+        """
+        assert self._query is not None
+        probe = self._owner_probe
+        if probe is None:
+            probe = self._owner_probe = GroupProbe(admin_config(self.settings))
+        if not probe.request(self.name):
+            return
+        answer = probe.result()
+        if answer is None:
+            return
+        self._query.owners_wanted = False
+        if isinstance(answer, str):
+            log.debug("describing the group for a state query failed: %s", answer)
+            return
+        topic = self.app.subscribed_input
+        _, members = answer
+        self._owners = {p: m for m, parts in members.items() for t, p in parts if t == topic}
+        self._owners_at = time.monotonic()
+
     def _check_group_subscriptions(self, admin: Admin) -> None:
         """Refuse to join while live members of the group consume another topic.
 
@@ -479,6 +579,11 @@ class Runner(BarrierMixin):
                         if self._released:
                             self._process([])
                     self._poll_requests()
+                    if self._query is not None:
+                        if self._query.pending:
+                            self._query.serve(self._answer_query)
+                        if self._query.owners_wanted:
+                            self._refresh_owners()
                     if self._tick_time:
                         self._tick_timers()
                     if self._heal_group and time.monotonic() >= self._next_strand_check:
@@ -562,8 +667,9 @@ class Runner(BarrierMixin):
         return code
 
     def _close(self, graceful: bool) -> None:
-        if self._group_probe is not None:
-            self._group_probe.close()
+        for probe in (self._group_probe, self._owner_probe):
+            if probe is not None:
+                probe.close()
         if not graceful:
             # Never commit on the way out after a failure, and end the transaction before
             # the consumer leaves the group, so a new owner does not wait for it.

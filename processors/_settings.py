@@ -323,6 +323,31 @@ class Settings(BaseSettings):
     liveness_timeout_ms: int = Field(
         60_000, ge=1000, description="/livez fails when the loop made no progress for this long."
     )
+    query_enabled: bool = Field(
+        False,
+        description=(
+            "Serve read-only GET /state/<store>/<key> on the HTTP port (committed state of "
+            "the key group this instance owns; see docs/operations.md)."
+        ),
+    )
+    query_token: SecretStr | None = Field(
+        None,
+        description=(
+            "Bearer token /state requests must carry (Authorization: Bearer <token>); "
+            "unset: no authentication (secret)."
+        ),
+    )
+    query_peer_url: str | None = Field(
+        None,
+        description=(
+            "How instances reach each other's HTTP port to forward a /state request to the "
+            "owner of the key, with {instance} for its instance id, e.g. "
+            "http://{instance}.<app>-headless:8080. Unset: answer 421 naming the owner."
+        ),
+    )
+    query_timeout_ms: int = Field(
+        5000, ge=100, description="How long a /state request waits for the processing loop."
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: LogFormat = Field(
         LogFormat.JSON, description="json (one object per line) or console."
@@ -352,7 +377,16 @@ class Settings(BaseSettings):
             raise ValueError("must be a non-empty id without spaces")
         return value
 
-    @field_validator("sasl_password")
+    @field_validator("query_peer_url")
+    @classmethod
+    def _peer_url(cls, value: str | None) -> str | None:
+        if value is not None and (
+            "{instance}" not in value or not value.startswith(("http://", "https://"))
+        ):
+            raise ValueError("must be an http(s) URL containing {instance}")
+        return value
+
+    @field_validator("sasl_password", "query_token")
     @classmethod
     def _password(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and _control_chars(value.get_secret_value()):
@@ -474,7 +508,7 @@ def _secret_values(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> 
     values = []
     for raw, value in environ.items():
         name = raw.upper()
-        if name == "LOCKGATE_SASL_PASSWORD" or (
+        if name.removeprefix(_PREFIX).lower() in _SECRET_FIELDS or (
             name.startswith(_KAFKA_PREFIX)
             and (not name.removeprefix(_KAFKA_PREFIX) or _is_secret_property(_kafka_property(name)))
         ):

@@ -289,9 +289,9 @@ def test_exposition_progress_age_and_blocked_call() -> None:
     m.blocked_deadline = 130.0
     m.blocked_in = "commit_transaction"
     registry_text = _text(MetricsCollector(m, clock=lambda: 110.0))
-    assert 'lockgate_last_progress_age_seconds{app="app",instance="app-0"} 10.0' in registry_text
+    assert 'lockgate_last_progress_age_seconds{app="app",lockgate_instance="app-0"} 10.0' in registry_text
     assert (
-        'lockgate_blocked_seconds{app="app",call="commit_transaction",instance="app-0"} 15.0'
+        'lockgate_blocked_seconds{app="app",call="commit_transaction",lockgate_instance="app-0"} 15.0'
         in registry_text
     )
     m.blocked_in = None
@@ -360,7 +360,7 @@ def test_server_metrics(served: tuple[Metrics, int]) -> None:
     code, ctype, body = _get(port, "/metrics")
     assert code == 200
     assert ctype.startswith("text/plain")
-    assert 'lockgate_records_in_total{app="app",instance="app-0"} 5.0' in body
+    assert 'lockgate_records_in_total{app="app",lockgate_instance="app-0"} 5.0' in body
     assert "# TYPE lockgate_records_in_total counter" in body
     if sys.platform == "linux":  # the process collector reads /proc
         assert "process_resident_memory_bytes" in body

@@ -1,0 +1,132 @@
+"""The /state hand-off between the HTTP thread and the loop (no broker: the loop is a thread)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from processors._query import Answer, QueryService, StateQuery, to_json
+from processors._settings import load_settings
+from processors.exceptions import ConfigError
+
+
+def _service(token: str | None = None, timeout_s: float = 2.0) -> QueryService:
+    return QueryService(lambda text: text.encode(), token, timeout_s)
+
+
+def _loop(svc: QueryService, answer: Any, stop: threading.Event) -> threading.Thread:
+    def run() -> None:
+        while not stop.is_set():
+            if svc.pending:
+                svc.serve(answer)
+            time.sleep(0.005)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_the_loop_answers_and_the_http_side_returns_it() -> None:
+    svc = _service()
+    seen: list[StateQuery] = []
+
+    def answer(q: StateQuery) -> Answer:
+        seen.append(q)
+        return Answer(200, {"value": {"n": 1}, "key": q.key_text})
+
+    stop = threading.Event()
+    _loop(svc, answer, stop)
+    try:
+        code, body, extra = svc.handle("/state/totals/a%2Fb", "", {})
+    finally:
+        stop.set()
+    assert (code, body, extra) == (200, b'{"value":{"n":1},"key":"a/b"}\n', {})
+    assert (seen[0].store, seen[0].key, seen[0].forwarded) == ("totals", b"a/b", False)
+
+
+def test_token_is_required_when_configured() -> None:
+    svc = _service(token="s3cret")
+    code, _, extra = svc.handle("/state/totals/a", "", {})
+    assert code == 401 and extra["WWW-Authenticate"].startswith("Bearer")
+    assert svc.handle("/state/totals/a", "", {"Authorization": "Bearer wrong"})[0] == 401
+    assert svc.handle("/state/totals/a", "", {"Authorization": "Basic s3cret"})[0] == 401
+    assert not svc.pending  # refused before reaching the loop
+
+
+def test_bad_paths_and_keys_are_400_and_never_reach_the_loop() -> None:
+    svc = QueryService(lambda text: int(text).to_bytes(4, "big"), None, 1.0)
+    assert svc.handle("/state/totals", "", {})[0] == 400
+    assert svc.handle("/state//k", "", {})[0] == 400
+    assert svc.handle("/state/totals/not-an-int", "", {})[0] == 400
+    assert svc.handle("/state/totals/!!", "encoding=base64", {})[0] == 400
+    assert svc.handle("/state/totals/k", "encoding=hex", {})[0] == 400
+    assert not svc.pending
+
+
+def test_a_loop_that_does_not_answer_in_time_is_a_503_with_retry_after() -> None:
+    svc = _service(timeout_s=0.2)
+    code, body, extra = svc.handle("/state/totals/a", "", {})
+    assert code == 503 and extra == {"Retry-After": "1"} and b"busy" in body
+
+
+def test_an_exception_in_the_answer_is_a_500_and_the_loop_goes_on() -> None:
+    svc = _service()
+
+    def answer(q: StateQuery) -> Answer:
+        if q.key == b"bad":
+            raise ValueError("boom")
+        return Answer(404, {"status": "no value"})
+
+    stop = threading.Event()
+    _loop(svc, answer, stop)
+    try:
+        assert svc.handle("/state/s/bad", "", {})[:2] == (
+            500,
+            b'{"status":"error","error":"boom"}\n',
+        )
+        assert svc.handle("/state/s/ok", "", {})[0] == 404
+    finally:
+        stop.set()
+
+
+def test_forwarded_requests_are_marked_and_unreachable_owners_are_502() -> None:
+    svc = _service(timeout_s=1.0)
+    marks: list[bool] = []
+
+    def answer(q: StateQuery) -> Answer:
+        marks.append(q.forwarded)
+        return Answer(200, {}, forward_to="http://127.0.0.1:9")  # nothing listens on 9
+
+    stop = threading.Event()
+    _loop(svc, answer, stop)
+    try:
+        code, body, _ = svc.handle("/state/s/k", "", {"X-Lockgate-Forwarded": "1"})
+        code2, _, _ = svc.handle("/state/s/k", "", {})
+    finally:
+        stop.set()
+    assert marks == [True, False]
+    assert code == 502 == code2 and b"did not answer" in body
+
+
+def test_values_of_any_codec_become_json() -> None:
+    assert to_json({"v": b"\x00\x01", "s": {3, 1}}) == b'{"v":"AAE=","s":[1,3]}\n'
+
+
+def test_query_settings_are_checked_and_the_token_never_printed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCKGATE_QUERY_PEER_URL", "http://no-placeholder:8080")
+    monkeypatch.setenv("LOCKGATE_QUERY_TOKEN", "tok-with-newline\n")
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    text = str(exc.value)
+    assert "LOCKGATE_QUERY_PEER_URL" in text and "{instance}" in text
+    assert "LOCKGATE_QUERY_TOKEN" in text and "tok-with-newline" not in text
+    monkeypatch.setenv("LOCKGATE_QUERY_PEER_URL", "http://{instance}.svc:8080")
+    monkeypatch.setenv("LOCKGATE_QUERY_TOKEN", "tok")
+    s = load_settings()
+    assert s.query_peer_url == "http://{instance}.svc:8080"
+    assert s.query_token is not None and "tok" not in repr(s.query_token)
