@@ -47,8 +47,40 @@ def _sync_module() -> ModuleType:
         ({"securityContext.runAsUsr": 1}, "additional properties 'runAsUsr' not allowed"),
         ({"resources.limit": {"cpu": "1"}}, "additional properties 'limit' not allowed"),
         ({"autoscaling.keda.maxReplicas": 4}, "additional properties 'maxReplicas'"),
+        (
+            {"extraContainers": [{"name": "s", "image": "i", "imagePullPolicey": "Always"}]},
+            "additional properties 'imagePullPolicey'",
+        ),
+        ({"extraVolumes": [{"name": "v", "emptyDirr": {}}]}, "additional properties 'emptyDirr'"),
+        (
+            {
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "k", "whenUnsatisfiable": "x", "skew": 1}
+                ]
+            },
+            "additional properties 'skew'",
+        ),
+        (
+            {"updateStrategy.rollingUpdate.maxUnavailable": 1},
+            "additional properties 'maxUnavailable'",
+        ),
+        ({"networkPolicy.egress": []}, "additional properties 'egress'"),
+        ({"strimzi.kafkaUser.acls": []}, "additional properties 'acls'"),
     ],
-    ids=["top-level", "kafka", "probe", "securityContext", "resources", "keda"],
+    ids=[
+        "top-level",
+        "kafka",
+        "probe",
+        "securityContext",
+        "resources",
+        "keda",
+        "sidecar",
+        "volume",
+        "topology-spread",
+        "update-strategy",
+        "network-policy",
+        "kafka-user",
+    ],
 )
 def test_typo_is_rejected(set_values: dict[str, Any], message: str) -> None:
     with pytest.raises(HelmError, match=re.escape(message)):
@@ -64,6 +96,9 @@ def test_typo_is_rejected(set_values: dict[str, Any], message: str) -> None:
         ("logging.level", "TRACE"),
         ("kafka.sasl.mechanism", "GSSAPI"),
         ("podManagementPolicy", "Random"),
+        ("podAntiAffinityPreset", "always"),
+        ("strimzi.kafkaUser.authentication", "scram-sha-256"),
+        ("metrics.prometheusRule.severity", "page"),
     ],
 )
 def test_wrong_enum_is_rejected(key: str, value: str) -> None:
@@ -84,6 +119,16 @@ def test_wrong_enum_is_rejected(key: str, value: str) -> None:
         ({"kafka.config.SESSION_TIMEOUT_MS": 1}, "additional properties"),
         ({"env.1BAD": "x"}, "additional properties"),
         ({"autoscaling.keda.minReplicaCount": 0}, "minimum"),
+        ({"kafka.config.group\\.protocol": "consumer"}, "false schema"),
+        ({"kafka.config.partition\\.assignment\\.strategy": "range"}, "false schema"),
+        ({"kafka.config.session\\.timeout\\.ms": 10000}, "false schema"),
+        ({"image.digest": "sha256:abc"}, "does not match pattern"),
+        ({"image.digest": "1.4.2"}, "does not match pattern"),
+        ({"kafka.inputPartitions": -1}, "minimum"),
+        ({"updateStrategy.rollingUpdate.partition": -1}, "minimum"),
+        ({"metrics.prometheusRule.consumerLagFor": "15 minutes"}, "does not match pattern"),
+        ({"strimzi.inputTopics": ["bad topic"]}, "does not match pattern"),
+        ({"networkPolicy.kafkaPorts": []}, "minItems"),
     ],
     ids=[
         "checkpoint-interval",
@@ -96,6 +141,16 @@ def test_wrong_enum_is_rejected(key: str, value: str) -> None:
         "kafka-key-format",
         "env-name",
         "keda-scale-to-zero",
+        "group-protocol",
+        "assignment-strategy",
+        "session-timeout-in-config",
+        "short-digest",
+        "tag-as-digest",
+        "negative-partitions",
+        "negative-rollout-partition",
+        "rule-duration",
+        "topic-name",
+        "no-kafka-port",
     ],
 )
 def test_bad_value_is_rejected(set_values: dict[str, Any], message: str) -> None:

@@ -30,6 +30,7 @@ VALUES_DIR = Path(__file__).resolve().parent / "values"
 VALUES_FILES = sorted(VALUES_DIR.glob("*.yaml"))
 PRODUCTION = VALUES_DIR / "production.yaml"
 SINGLE = VALUES_DIR / "single-replica.yaml"
+STRIMZI = VALUES_DIR / "strimzi.yaml"
 NAME = re.compile(r"\bLOCKGATE_[A-Z0-9_]*[A-Z0-9]")
 KAFKA_PREFIX = "LOCKGATE_KAFKA__"
 #: Variables of the development tooling, not of the app (deploy/helm/ensure-helm.sh).
@@ -37,6 +38,7 @@ TOOLING_NAMES = {"LOCKGATE_TOOLS_DIR"}
 SECRETS = {
     "sums-kafka-user": {"username": "user", "password": "secret"},
     "sums-key-password": {"password": "key-secret"},
+    "sums-lockgate": {"password": "strimzi-secret"},  # a Strimzi KafkaUser Secret: no username
 }
 CONFIG_MAPS = {"sums-extra-settings": {}}
 
@@ -123,6 +125,33 @@ def test_settings_accept_the_rendered_env(
     conf = settings.kafka_config()
     for key, value in values["kafka"]["config"].items():
         assert conf[key] == str(value), key
+    assert conf["session.timeout.ms"] == str(values["kafka"]["sessionTimeoutMs"])
+
+
+def test_settings_see_the_strimzi_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A literal username with the password of a Strimzi KafkaUser Secret, server-only TLS."""
+    conf = _settings_from(STRIMZI, monkeypatch).kafka_config()
+    assert conf["sasl.username"] == "sums-lockgate"
+    assert conf["sasl.password"] == "strimzi-secret"
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert conf["ssl.ca.location"] == "/etc/lockgate/kafka-tls/ca.crt"
+    assert "ssl.certificate.location" not in conf
+
+
+def test_schema_rejects_every_key_the_runtime_refuses() -> None:
+    """kafka.config keys the settings model refuses fail at render, not in CrashLoopBackOff."""
+    from processors._settings import RESERVED_KAFKA_KEYS
+
+    config = _schema()["properties"]["kafka"]["properties"]["config"]["properties"]
+    rejected = {key for key, rule in config.items() if rule is False}
+    assert set(RESERVED_KAFKA_KEYS) <= rejected, set(RESERVED_KAFKA_KEYS) - rejected
+
+
+def test_session_timeout_reaches_the_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from processors._kafka import consumer_config
+
+    settings = _settings_from(PRODUCTION, monkeypatch)
+    assert consumer_config(settings, "sums")["session.timeout.ms"] == "60000"
 
 
 def test_settings_see_sasl_and_tls(monkeypatch: pytest.MonkeyPatch) -> None:

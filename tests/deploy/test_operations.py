@@ -1,0 +1,538 @@
+"""Production operations on Kubernetes (issue 14): the chart's side.
+
+Autoscaling that does not feed on itself, Strimzi and common clusters (credentials, rotation,
+scheduling, staged rollouts, sidecars, alerts, network policy, image digest), release isolation
+(appName, KafkaUser ACLs and KafkaTopics named as the runtime names its topics) and the static
+membership budget. Each refusal is tested with the message the user sees.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.helm import (
+    HelmError,
+    manifests,
+    one_manifest,
+    render,
+    statefulset_container_spec,
+)
+
+VALUES_DIR = Path(__file__).resolve().parent / "values"
+MINIMAL = VALUES_DIR / "minimal.yaml"
+PRODUCTION = VALUES_DIR / "production.yaml"
+STRIMZI = VALUES_DIR / "strimzi.yaml"
+
+
+def _env(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in statefulset_container_spec(docs)["env"]}
+
+
+def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one_manifest(docs, "StatefulSet")["spec"]["template"]
+
+
+# --- item 6: KEDA ---------------------------------------------------------------------------
+
+_KEDA = {"autoscaling.keda.enabled": True, "kafka.inputPartitions": 6}
+
+
+def test_keda_scale_up_policy_is_configurable() -> None:
+    docs = render(
+        values_files=[MINIMAL],
+        set_values={
+            **_KEDA,
+            "autoscaling.keda.scaleUpPods": 2,
+            "autoscaling.keda.scaleUpPeriodSeconds": 1200,
+        },
+    )
+    behavior = one_manifest(docs, "ScaledObject")["spec"]["advanced"][
+        "horizontalPodAutoscalerConfig"
+    ]["behavior"]
+    assert behavior["scaleUp"] == {
+        "stabilizationWindowSeconds": 60,
+        "policies": [{"type": "Pods", "value": 2, "periodSeconds": 1200}],
+    }
+    # The HPA refuses policy periods above 30 minutes: so does the schema.
+    with pytest.raises(HelmError, match="maximum"):
+        render(
+            values_files=[MINIMAL],
+            set_values={**_KEDA, "autoscaling.keda.scaleUpPeriodSeconds": 1801},
+        )
+
+
+def test_max_replicas_are_capped_at_the_partition_count() -> None:
+    so = one_manifest(
+        render(
+            values_files=[MINIMAL],
+            set_values={**_KEDA, "autoscaling.keda.maxReplicaCount": 6},
+        ),
+        "ScaledObject",
+    )
+    assert so["spec"]["maxReplicaCount"] == 6
+    with pytest.raises(HelmError, match=r"maxReplicaCount \(7\) exceeds kafka.inputPartitions"):
+        render(
+            values_files=[MINIMAL],
+            set_values={**_KEDA, "autoscaling.keda.maxReplicaCount": 7},
+        )
+    with pytest.raises(HelmError, match="autoscaling.keda needs kafka.inputPartitions"):
+        render(values_files=[MINIMAL], set_values={"autoscaling.keda.enabled": True})
+
+
+def test_replica_count_above_the_partition_count_is_refused() -> None:
+    render(values_files=[MINIMAL], set_values={"kafka.inputPartitions": 4, "replicaCount": 4})
+    with pytest.raises(HelmError, match=r"replicaCount \(5\) exceeds kafka.inputPartitions \(4\)"):
+        render(values_files=[MINIMAL], set_values={"kafka.inputPartitions": 4, "replicaCount": 5})
+    # Not stated: not checked.
+    render(values_files=[MINIMAL], set_values={"replicaCount": 5})
+
+
+def test_keda_key_password_and_literal_username() -> None:
+    docs = render(values_files=[STRIMZI], set_values=_KEDA)
+    auth = one_manifest(docs, "TriggerAuthentication")
+    # Strimzi's Secret has no username: KEDA reads the literal from the container's env.
+    assert auth["spec"]["env"] == [
+        {"parameter": "username", "name": "LOCKGATE_SASL_USERNAME", "containerName": "processor"}
+    ]
+    assert _env(docs)["LOCKGATE_SASL_USERNAME"] == {
+        "name": "LOCKGATE_SASL_USERNAME",
+        "value": "sums-lockgate",
+    }
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs == {
+        "password": ("sums-lockgate", "password"),
+        "ca": ("my-cluster-cluster-ca-cert", "ca.crt"),
+    }
+    # An encrypted key in a separate client Secret: cert/key from it, keyPassword from its own.
+    docs = render(
+        values_files=[STRIMZI],
+        set_values={
+            **_KEDA,
+            "kafka.tls.clientSecret": "sums-tls-user",
+            "kafka.tls.certKey": "user.crt",
+            "kafka.tls.keyKey": "user.key",
+            "kafka.tls.keyPasswordSecret": "sums-key-password",
+        },
+    )
+    auth = one_manifest(docs, "TriggerAuthentication")
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs["cert"] == ("sums-tls-user", "user.crt")
+    assert refs["key"] == ("sums-tls-user", "user.key")
+    assert refs["keyPassword"] == ("sums-key-password", "password")
+    assert _env(docs)["LOCKGATE_KAFKA__SSL_KEY_PASSWORD"]["valueFrom"] == {
+        "secretKeyRef": {"name": "sums-key-password", "key": "password"}
+    }
+
+
+# --- item 7: credentials --------------------------------------------------------------------
+
+
+def test_literal_sasl_username_needs_the_password_secret() -> None:
+    with pytest.raises(HelmError, match="kafka.sasl.username needs kafka.sasl.existingSecret"):
+        render(values_files=[MINIMAL], set_values={"kafka.sasl.username": "sums"})
+
+
+def test_ca_and_client_certificate_from_separate_secrets() -> None:
+    docs = render(
+        values_files=[MINIMAL],
+        set_values={
+            "kafka.tls.existingSecret": "my-cluster-cluster-ca-cert",
+            "kafka.tls.clientSecret": "sums-tls-user",
+            "kafka.tls.certKey": "user.crt",
+            "kafka.tls.keyKey": "user.key",
+        },
+    )
+    [volume] = [v for v in _pod(docs)["spec"]["volumes"] if v["name"] == "kafka-tls"]
+    assert volume["projected"] == {
+        "defaultMode": 0o440,
+        "sources": [
+            {
+                "secret": {
+                    "name": "my-cluster-cluster-ca-cert",
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                }
+            },
+            {
+                "secret": {
+                    "name": "sums-tls-user",
+                    "items": [
+                        {"key": "user.crt", "path": "tls.crt"},
+                        {"key": "user.key", "path": "tls.key"},
+                    ],
+                }
+            },
+        ],
+    }
+    env = _env(docs)
+    assert env["LOCKGATE_KAFKA__SECURITY_PROTOCOL"]["value"] == "SSL"
+    assert env["LOCKGATE_KAFKA__SSL_CERTIFICATE_LOCATION"]["value"] == (
+        "/etc/lockgate/kafka-tls/tls.crt"
+    )
+
+
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        ({"kafka.tls.clientSecret": "u"}, "need kafka.tls.existingSecret"),
+        ({"kafka.tls.keyPasswordSecret": "p"}, "need kafka.tls.existingSecret"),
+        (
+            {
+                "kafka.tls.existingSecret": "ca",
+                "kafka.tls.clientSecret": "u",
+                "kafka.tls.certKey": "",
+                "kafka.tls.keyKey": "",
+            },
+            "clientSecret needs kafka.tls.certKey",
+        ),
+        (
+            {
+                "kafka.tls.existingSecret": "ca",
+                "kafka.tls.keyPasswordSecret": "p",
+                "kafka.tls.certKey": "",
+                "kafka.tls.keyKey": "",
+            },
+            "keyPasswordSecret needs a client certificate",
+        ),
+    ],
+    ids=["client-without-ca", "password-without-ca", "client-without-keys", "password-no-cert"],
+)
+def test_inconsistent_tls_values_are_refused(set_values: dict[str, Any], message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render(values_files=[MINIMAL], set_values=set_values)
+
+
+def test_the_password_reaches_the_app_through_a_secret_key_ref() -> None:
+    """The runtime reads the SASL password only from its variable (no file setting yet)."""
+    env = _env(render(values_files=[STRIMZI]))
+    assert env["LOCKGATE_SASL_PASSWORD"] == {
+        "name": "LOCKGATE_SASL_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "sums-lockgate", "key": "password"}},
+    }
+
+
+def test_credential_rotation_annotations() -> None:
+    annotations = _pod(render(values_files=[STRIMZI]))["metadata"]["annotations"]
+    assert annotations["lockgate.io/credentials-revision"] == "2026-11-01"
+    # helm template sees no cluster: lookup finds no Secret, so no checksum is rendered.
+    docs = render(values_files=[STRIMZI], set_values={"credentialRotation.lookupSecrets": True})
+    assert "checksum/kafka-credentials" not in _pod(docs)["metadata"]["annotations"]
+    plain = _pod(render(values_files=[MINIMAL]))["metadata"]["annotations"]
+    assert plain == {"kubectl.kubernetes.io/default-container": "processor"}
+
+
+# --- item 7: scheduling, rollouts, sidecars, image -------------------------------------------
+
+
+def test_default_soft_pod_anti_affinity() -> None:
+    selector = one_manifest(render(values_files=[MINIMAL]), "StatefulSet")["spec"]["selector"]
+    affinity = _pod(render(values_files=[MINIMAL]))["spec"]["affinity"]
+    assert affinity == {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": selector["matchLabels"]},
+                    },
+                }
+            ]
+        }
+    }
+    hard = _pod(render(values_files=[MINIMAL], set_values={"podAntiAffinityPreset": "hard"}))
+    terms = hard["spec"]["affinity"]["podAntiAffinity"]
+    assert list(terms) == ["requiredDuringSchedulingIgnoredDuringExecution"]
+    none = _pod(render(values_files=[MINIMAL], set_values={"podAntiAffinityPreset": "none"}))
+    assert "affinity" not in none["spec"]
+    # An explicit podAntiAffinity wins; other affinity kinds keep the preset.
+    node = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    mixed = _pod(render(values_files=[MINIMAL], set_values={"affinity": node}))
+    assert set(mixed["spec"]["affinity"]) == {"nodeAffinity", "podAntiAffinity"}
+    prod = _pod(render(values_files=[PRODUCTION]))["spec"]["affinity"]["podAntiAffinity"]
+    [term] = prod["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["labelSelector"] == {
+        "matchLabels": {"app.kubernetes.io/instance": "sums"}
+    }
+
+
+def test_topology_spread_gets_the_release_selector() -> None:
+    docs = render(
+        values_files=[STRIMZI],
+        set_values={
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "ScheduleAnyway",
+                },
+                {
+                    "maxSkew": 2,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"team": "payments"}},
+                },
+            ]
+        },
+    )
+    sts = one_manifest(docs, "StatefulSet")
+    first, second = sts["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert first["labelSelector"] == {"matchLabels": sts["spec"]["selector"]["matchLabels"]}
+    assert second["labelSelector"] == {"matchLabels": {"team": "payments"}}
+
+
+def test_priority_class_partition_and_digest() -> None:
+    docs = render(values_files=[STRIMZI])
+    sts = one_manifest(docs, "StatefulSet")
+    assert sts["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"partition": 2},
+    }
+    assert sts["spec"]["template"]["spec"]["priorityClassName"] == "streaming-critical"
+    container = statefulset_container_spec(docs)
+    assert container["image"] == (
+        "registry.example.com/streaming/sums@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    )
+    # The tag stays the version label.
+    assert sts["metadata"]["labels"]["app.kubernetes.io/version"] == "1.5.0"
+    minimal = one_manifest(render(values_files=[MINIMAL]), "StatefulSet")
+    assert "priorityClassName" not in minimal["spec"]["template"]["spec"]
+
+
+def test_extra_volumes_mounts_and_sidecars() -> None:
+    docs = render(values_files=[STRIMZI])
+    pod = _pod(docs)["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["processor", "log-shipper"]
+    assert {"name": "exporter-config", "configMap": {"name": "sums-exporter"}} in pod["volumes"]
+    mounts = statefulset_container_spec(docs)["volumeMounts"]
+    assert mounts[-1] == {"name": "exporter-config", "mountPath": "/etc/sums", "readOnly": True}
+
+
+# --- item 7: alerts -------------------------------------------------------------------------
+
+
+def _exported_series() -> dict[str, set[str]]:
+    """Series names the runtime exports on /metrics, with their label names."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from processors._health import Metrics, metrics_registry
+
+    text = generate_latest(metrics_registry(Metrics("sums", "sums-lockgate-0"))).decode()
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return out
+
+
+def test_prometheus_rule_uses_the_series_the_runtime_exports() -> None:
+    docs = render(values_files=[STRIMZI])
+    rule = one_manifest(docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    [group] = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "LockgateConsumerLag",
+        "LockgateRestoreStuck",
+        "LockgateEpochsAborting",
+        "LockgateDeadLetters",
+    }
+    exported = _exported_series()
+    for name, rule_ in alerts.items():
+        expr = rule_["expr"]
+        series = set(re.findall(r"\blockgate_[a-z_]+", expr))
+        assert series, name
+        assert series <= set(exported), f"{name}: {series - set(exported)} not exported"
+        for s in series:
+            assert "app" in exported[s], s
+        # Selected by app (= appName), never by the instance-id label being renamed.
+        assert 'app="sums"' in expr, name
+        assert "instance" not in expr, name
+    assert alerts["LockgateDeadLetters"]["expr"].endswith("> 10")
+    assert alerts["LockgateConsumerLag"]["for"] == "15m"
+    assert "{{ $labels.pod }}" in alerts["LockgateRestoreStuck"]["annotations"]["description"]
+
+
+def test_prometheus_rule_is_off_by_default() -> None:
+    assert not manifests(render(values_files=[PRODUCTION]), "PrometheusRule")
+
+
+# --- item 7: network policy -----------------------------------------------------------------
+
+
+def test_network_policy() -> None:
+    docs = render(values_files=[STRIMZI])
+    policy = one_manifest(docs, "NetworkPolicy")
+    selector = one_manifest(docs, "StatefulSet")["spec"]["selector"]
+    assert policy["spec"]["podSelector"] == selector
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    [ingress] = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert ingress["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    dns, kafka = policy["spec"]["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert kafka["ports"] == [{"port": 9093, "protocol": "TCP"}]
+    assert kafka["to"][0]["podSelector"]["matchLabels"] == {"strimzi.io/cluster": "my-cluster"}
+    assert not manifests(render(values_files=[MINIMAL]), "NetworkPolicy")
+
+
+# --- item 8: release isolation --------------------------------------------------------------
+
+
+def test_app_name_is_required_and_not_derived_from_the_release() -> None:
+    with pytest.raises(HelmError, match="appName is required"):
+        render(values_files=[MINIMAL], set_values={"appName": ""})
+    env = _env(render(values_files=[MINIMAL], release="other"))
+    assert env["LOCKGATE_APP_NAME"]["value"] == "sums"
+
+
+def _runtime_names(app: str, instance: str) -> dict[str, Any]:
+    """Topic, group and transactional-id names as the runtime builds them."""
+    from processors._control import REGISTRY_TOPIC, control_topic
+    from processors._kafka import consumer_config, restore_consumer_config
+    from processors._ops_commands import dlq_topic
+    from processors._settings import Settings
+    from state.cache import changelog_topic
+
+    settings = Settings(instance_id=instance, app_name=app)
+    return {
+        "changelog": changelog_topic(app, "sums"),
+        "dlq": dlq_topic(app),
+        "control": control_topic(app),
+        "registry": REGISTRY_TOPIC,
+        "group": consumer_config(settings, app)["group.id"],
+        "restore_group": restore_consumer_config(settings, app)["group.id"],
+        # processors/_epoch.py: transactional.id = <app>-<instance id>
+        "transactional_id": f"{app}-{instance}",
+    }
+
+
+def _allowed(acls: list[dict[str, Any]], kind: str, name: str) -> set[str]:
+    ops: set[str] = set()
+    for acl in acls:
+        res = acl["resource"]
+        if res["type"] != kind:
+            continue
+        pattern = res.get("patternType", "literal")
+        if (pattern == "literal" and res.get("name") == name) or (
+            pattern == "prefix" and name.startswith(res["name"])
+        ):
+            ops |= set(acl["operations"])
+    return ops
+
+
+def test_kafka_user_grants_what_the_runtime_uses() -> None:
+    docs = render(values_files=[STRIMZI])
+    user = one_manifest(docs, "KafkaUser")
+    sts = one_manifest(docs, "StatefulSet")
+    assert user["metadata"]["name"] == sts["metadata"]["name"]  # = the Secret Strimzi writes
+    assert user["metadata"]["labels"]["strimzi.io/cluster"] == "my-cluster"
+    assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
+    acls = user["spec"]["authorization"]["acls"]
+    names = _runtime_names("sums", "sums-lockgate-3")
+    internal = {"Read", "Write", "Create", "Describe", "DescribeConfigs"}
+    for topic in ("changelog", "dlq", "control", "registry"):
+        assert _allowed(acls, "topic", names[topic]) >= internal, topic
+    assert _allowed(acls, "topic", "payments") == {"Read", "Describe"}
+    assert _allowed(acls, "topic", "sums") >= {"Write", "Create", "Describe"}
+    assert _allowed(acls, "group", names["group"]) >= {"Read", "Describe"}
+    assert _allowed(acls, "group", names["restore_group"]) >= {"Read"}
+    assert _allowed(acls, "transactionalId", names["transactional_id"]) >= {"Write", "Describe"}
+    # Nothing of another app: its internal topics, its group, its transactional ids.
+    other = _runtime_names("totals", "totals-lockgate-0")
+    for topic in ("changelog", "dlq", "control"):
+        assert not _allowed(acls, "topic", other[topic]), topic
+    assert not _allowed(acls, "group", other["group"])
+    assert not _allowed(acls, "transactionalId", other["transactional_id"])
+
+
+def test_kafka_user_tls_and_extra_acls() -> None:
+    extra = {
+        "resource": {"type": "topic", "name": "audit", "patternType": "literal"},
+        "operations": ["Write"],
+    }
+    user = one_manifest(
+        render(
+            values_files=[STRIMZI],
+            set_values={
+                "strimzi.kafkaUser.authentication": "tls",
+                "strimzi.kafkaUser.extraAcls": [extra],
+            },
+        ),
+        "KafkaUser",
+    )
+    assert user["spec"]["authentication"] == {"type": "tls"}
+    assert user["spec"]["authorization"]["acls"][-1] == extra
+
+
+def test_kafka_topics_match_the_runtime() -> None:
+    from processors._control import CONTROL_CONFIG
+    from processors._kafka import CHANGELOG_CONFIG
+
+    docs = render(values_files=[STRIMZI])
+    topics = {t["spec"]["topicName"]: t for t in manifests(docs, "KafkaTopic")}
+    names = _runtime_names("sums", "sums-lockgate-0")
+    assert set(topics) == {names["changelog"], names["dlq"], names["control"]}
+    for topic in topics.values():
+        assert topic["spec"]["partitions"] == 8  # kafka.inputPartitions
+        assert topic["spec"]["replicas"] == 3
+        assert topic["metadata"]["labels"]["strimzi.io/cluster"] == "my-cluster"
+        assert topic["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert topics[names["changelog"]]["spec"]["config"] == dict(CHANGELOG_CONFIG)
+    assert topics[names["control"]]["spec"]["config"] == dict(CONTROL_CONFIG)
+    assert "config" not in topics[names["dlq"]]["spec"]
+    # The shared registry only on request (one release per cluster renders it).
+    docs = render(values_files=[STRIMZI], set_values={"strimzi.kafkaTopics.registry": True})
+    [registry] = [
+        t for t in manifests(docs, "KafkaTopic") if t["spec"]["topicName"] == names["registry"]
+    ]
+    assert registry["spec"]["partitions"] == 1
+    assert registry["spec"]["config"] == dict(CONTROL_CONFIG)
+
+
+def test_kafka_topic_resource_names_are_valid() -> None:
+    docs = render(values_files=[STRIMZI], set_values={"strimzi.stores": ["Daily_Totals"]})
+    names = {t["spec"]["topicName"]: t["metadata"]["name"] for t in manifests(docs, "KafkaTopic")}
+    assert names["sums.Daily_Totals.changelog"] == "sums.daily-totals.changelog"
+
+
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        ({"strimzi.clusterName": ""}, "strimzi.clusterName is required"),
+        ({"kafka.inputPartitions": 0}, "strimzi.kafkaTopics needs kafka.inputPartitions"),
+    ],
+)
+def test_strimzi_resources_need_their_inputs(set_values: dict[str, Any], message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render(values_files=[STRIMZI], set_values=set_values)
+
+
+# --- item 3: session timeout and grace period -----------------------------------------------
+
+
+def test_session_timeout_is_a_value() -> None:
+    env = _env(render(values_files=[MINIMAL], set_values={"kafka.sessionTimeoutMs": 120000}))
+    assert env["LOCKGATE_KAFKA__SESSION_TIMEOUT_MS"]["value"] == "120000"
+    # In kafka.config it would be set twice: the schema refuses it there.
+    with pytest.raises(HelmError, match="false schema"):
+        render(values_files=[MINIMAL], set_values={"kafka.config.session\\.timeout\\.ms": 1})
+    with pytest.raises(HelmError, match="heartbeat.interval.ms .* must be lower"):
+        render(
+            values_files=[MINIMAL],
+            set_values={
+                "kafka.sessionTimeoutMs": 10000,
+                "kafka.config.heartbeat\\.interval\\.ms": 10000,
+            },
+        )
+    # The broker's default bounds (group.min/max.session.timeout.ms).
+    for bad in (5999, 1800001):
+        with pytest.raises(HelmError, match="sessionTimeoutMs"):
+            render(values_files=[MINIMAL], set_values={"kafka.sessionTimeoutMs": bad})
