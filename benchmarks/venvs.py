@@ -30,6 +30,9 @@ PINS: dict[str, list[str]] = {
     ],
     "plot": ["matplotlib==3.11.2"],
     "pyspy": ["py-spy==0.4.3"],
+    # Flink peer (benchmarks/flink.py): PyFlink bundles the Flink runtime jars; the Kafka
+    # SQL connector jar comes from Maven (benchmarks/nexmark/pom.xml).
+    "flink": ["apache-flink==2.3.0"],
 }
 
 #: The packages whose versions RESULTS.md lists per venv.
@@ -38,6 +41,7 @@ KEY_PACKAGES = {
     "faust": ["faust-streaming", "aiokafka", "mode-streaming", "rocksdict", "orjson"],
     "plot": ["matplotlib"],
     "pyspy": ["py-spy"],
+    "flink": ["apache-flink", "apache-flink-libraries", "apache-beam"],
 }
 
 

@@ -1,0 +1,1 @@
+"""Nexmark on Kafka: lockgate and Flink SQL (python -m benchmarks.nexmark)."""
