@@ -219,7 +219,7 @@ def _value(m: Metrics, sample: str, **labels: str) -> float:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items()):
-                assert s.labels["app"] == "app" and s.labels["instance"] == "app-0"
+                assert s.labels["app"] == "app" and s.labels["lockgate_instance"] == "app-0"
                 return float(s.value)
     raise AssertionError(f"{sample} {labels} missing from:\n{text}")
 
@@ -289,10 +289,13 @@ def test_exposition_progress_age_and_blocked_call() -> None:
     m.blocked_deadline = 130.0
     m.blocked_in = "commit_transaction"
     registry_text = _text(MetricsCollector(m, clock=lambda: 110.0))
-    assert 'lockgate_last_progress_age_seconds{app="app",lockgate_instance="app-0"} 10.0' in registry_text
     assert (
-        'lockgate_blocked_seconds{app="app",call="commit_transaction",lockgate_instance="app-0"} 15.0'
+        'lockgate_last_progress_age_seconds{app="app",lockgate_instance="app-0"} 10.0'
         in registry_text
+    )
+    assert (
+        'lockgate_blocked_seconds{app="app",call="commit_transaction",'
+        'lockgate_instance="app-0"} 15.0' in registry_text
     )
     m.blocked_in = None
     assert "lockgate_blocked_seconds{" not in _text(MetricsCollector(m, clock=lambda: 110.0))
