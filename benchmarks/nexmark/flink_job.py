@@ -72,8 +72,7 @@ QUERIES: dict[str, tuple[str, str]] = {
     ),
     "q1": (
         "auction BIGINT, bidder BIGINT, price DECIMAL(23, 3), `dateTime` BIGINT, extra STRING",
-        "INSERT INTO sink SELECT auction, bidder, 0.908 * price AS price, ts_ms, extra "
-        "FROM bid",
+        "INSERT INTO sink SELECT auction, bidder, 0.908 * price AS price, ts_ms, extra FROM bid",
     ),
     "q2": (
         "auction BIGINT, price BIGINT",
@@ -184,7 +183,8 @@ def main() -> int:
     conf.set_string("table.local-time-zone", "UTC")
     conf.set_string("rest.bind-port", "0")
     conf.set_string("restart-strategy.type", "none")  # a failure ends the run
-    settings = EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(conf).build()
+    builder = EnvironmentSettings.new_instance().in_streaming_mode()
+    settings = builder.with_configuration(conf).build()
     t_env = TableEnvironment.create(settings)
     t_env.execute_sql(SOURCE_DDL.format(**params))
     for view in VIEWS:

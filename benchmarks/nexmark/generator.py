@@ -78,8 +78,8 @@ US_CITIES = [
     "Kent",
     "Cheyenne",
 ]
-FIRST_NAMES = ["Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter"]  # fmt: skip
-LAST_NAMES = ["Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris"]  # fmt: skip
+FIRST_NAMES = "Peter Paul Luke John Saul Vicky Kate Julie Sarah Deiter Walter".split()
+LAST_NAMES = "Shultz Abrams Spencer White Bartels Walton Smith Jones Noris".split()
 CHANNELS = ["Google", "Facebook", "Baidu", "Apple"]
 
 PERSON, AUCTION, BID, END = 0, 1, 2, 3
@@ -265,7 +265,10 @@ class Generator:
             rem = n % PROPORTION_DENOMINATOR
             if rem < PERSON_PROPORTION:
                 p = self.person(n, ts)
-                yield str(p["id"]), {"event_type": PERSON, "person": p, "auction": None, "bid": None}
+                yield (
+                    str(p["id"]),
+                    {"event_type": PERSON, "person": p, "auction": None, "bid": None},
+                )
             elif rem < PERSON_PROPORTION + AUCTION_PROPORTION:
                 a = self.auction(n, ts)
                 yield (
@@ -274,7 +277,10 @@ class Generator:
                 )
             else:
                 b = self.bid(n, ts)
-                yield str(b["auction"]), {"event_type": BID, "person": None, "auction": None, "bid": b}
+                yield (
+                    str(b["auction"]),
+                    {"event_type": BID, "person": None, "auction": None, "bid": b},
+                )
 
 
 def end_marker(cfg: GenConfig) -> dict[str, Any]:
