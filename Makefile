@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python >= 3.11 is required)" >&2; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,dev,spark,schema-registry]'
+	$(BIN)/pip install -q -e '.[test,testing,dev,spark,schema-registry]'
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv with lockgate (editable) and the dev/test tools

@@ -1,8 +1,9 @@
 """running_sum in containers, started exactly as the Helm chart's StatefulSet starts them.
 
 The Kafka image and the processor image are built from docker/ (first run builds, later runs
-reuse them). Each processor container gets the env and args of the rendered StatefulSet,
-resolved for its pod name (``<release>-lockgate-<ordinal>``), its own named volume at the
+reuse them); the broker is the shipped pytest plugin's session broker (``lockgate_kafka``).
+Each processor container gets the env and args of the rendered StatefulSet, resolved for its
+pod name (``<release>-lockgate-<ordinal>``), its own named volume at the
 state mount path, and one deviation forced by host networking on one machine: a distinct
 ``LOCKGATE_HTTP_PORT`` per container. We then do a rolling restart (SIGTERM, exit 0, start
 again on the same volume), kill -9 one container, and check the committed output with the
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from processors.pytest_plugin import LockgateKafka
 from tests.support import docker as dk
 from tests.support.checker import check, model
 from tests.support.helm import container_env, render, statefulset_container_spec
@@ -38,9 +39,9 @@ def images() -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def broker(images: tuple[str, str]) -> Iterator[dk.KafkaBroker]:
-    with dk.kafka_container(image=images[1]) as b:
-        yield b
+def broker(lockgate_kafka: LockgateKafka) -> LockgateKafka:
+    """The session broker of the shipped pytest plugin (processors/pytest_plugin.py)."""
+    return lockgate_kafka
 
 
 def _pod_env(
@@ -83,7 +84,7 @@ def _open_transactions(bootstrap: str, topics: list[str]) -> list[str]:
 
 
 def test_rolling_restart_and_kill9_in_containers(
-    broker: dk.KafkaBroker, images: tuple[str, str]
+    broker: LockgateKafka, images: tuple[str, str]
 ) -> None:
     bs = broker.bootstrap
     app, inp, out = unique("c-sum"), unique("c-in"), unique("c-out")

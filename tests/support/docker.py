@@ -6,9 +6,10 @@ helpers pick lies in 39000-39999 (``LOCKGATE_TEST_PORT_RANGE=lo-hi`` overrides i
 
 * :func:`ensure_images` builds ``lockgate/processor:dev`` and ``lockgate/kafka:dev`` once per
   test process (docker/build-images.sh: engine, local base image, skip when up to date).
-* :func:`kafka_container` / :func:`start_kafka` run the Kafka image with testcontainers'
-  ``DockerContainer``, wait for "Kafka Server started", then (by default) until the group and
-  transaction coordinators answer, and give back the bootstrap address.
+* The Kafka broker is the shipped pytest plugin's (processors/pytest_plugin.py): tests use
+  its session fixture ``lockgate_kafka``; :func:`kafka_container` / :func:`start_kafka` start
+  one outside a fixture (the plugin's ``local`` mode: this image on the host network, ready
+  once the group and transaction coordinators answer).
 * :func:`processor_container` / :func:`start_processor` run the processor image with the given
   arguments and environment; :func:`run_processor` runs it to completion.
 
@@ -27,7 +28,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -38,13 +38,16 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+from processors.pytest_plugin import BrokerChoice, LockgateKafka
+from processors.pytest_plugin import start_kafka as plugin_start_kafka
+from processors.pytest_plugin import wait_kafka_ready as wait_kafka_ready  # re-exported
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "docker" / "build-images.sh"
 
 PROCESSOR_IMAGE = os.environ.get("LOCKGATE_PROCESSOR_IMAGE", "lockgate/processor:dev")
 KAFKA_IMAGE = os.environ.get("LOCKGATE_KAFKA_IMAGE", "lockgate/kafka:dev")
 
-KAFKA_STARTED = "Kafka Server started"
 TEST_LABEL = "io.lockgate.test"
 
 if "TESTCONTAINERS_RYUK_DISABLED" not in os.environ:
@@ -209,167 +212,23 @@ def _graceful_stop(container: DockerContainer, timeout: float) -> int | None:
 
 
 # ----------------------------------------------------------------------------- kafka
+# The broker comes from the shipped pytest plugin (processors/pytest_plugin.py): tests take
+# its session fixture ``lockgate_kafka``; these wrappers are for code outside a fixture.
 
 
-@dataclass
-class KafkaBroker:
-    """A running Kafka container. ``bootstrap`` is ``127.0.0.1:<port>``."""
+def start_kafka(*, image: str | None = None, startup_timeout: float = 120.0) -> LockgateKafka:
+    """Start the Kafka image (host network, 127.0.0.1) with the plugin's ``local`` mode.
 
-    container: DockerContainer
-    port: int
-    controller_port: int
-
-    @property
-    def bootstrap(self) -> str:
-        """Bootstrap address for clients on this machine."""
-        return f"127.0.0.1:{self.port}"
-
-    def logs(self) -> str:
-        """Broker stdout and stderr so far."""
-        return _logs(self.container)
-
-    def stop(self, timeout: float = 20.0) -> int | None:
-        """Stop the broker cleanly (SIGTERM), remove the container, return its exit code."""
-        code = _graceful_stop(self.container, timeout)
-        _remove(self.container)
-        return code
-
-    def kill(self) -> None:
-        """SIGKILL the broker and remove the container."""
-        _remove(self.container)
-
-
-def wait_kafka_ready(bootstrap: str, timeout: float = 60.0) -> None:
-    """Wait until the broker serves metadata and its group and transaction coordinators.
-
-    The first OffsetFetch creates ``__consumer_offsets`` and the first InitProducerId creates
-    ``__transaction_state``; a consumer or transactional producer used before that can stall
-    or fail. Mirrors the readiness check of docker/kafka/broker.sh.
-
-    Raises:
-        TimeoutError: not ready within ``timeout`` seconds.
+    Ports come from the plugin's range (``LOCKGATE_TEST_PLUGIN_PORTS``). Remove it with
+    :meth:`LockgateKafka.stop` (or use :func:`kafka_container`).
     """
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    deadline = time.monotonic() + timeout
-    quiet: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0}
-
-    def left() -> float:
-        return max(1.0, deadline - time.monotonic())
-
-    def retry(what: str, fn: Any) -> None:
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                fn()
-                return
-            except KafkaException as exc:
-                last = exc
-                time.sleep(0.25)
-        raise TimeoutError(f"Kafka on {bootstrap}: {what} not ready within {timeout:.0f}s: {last}")
-
-    admin = AdminClient(quiet)
-
-    def metadata() -> None:
-        md = admin.list_topics(timeout=min(10.0, left()))
-        if not md.brokers:
-            raise KafkaException("metadata lists no brokers")
-
-    retry("metadata", metadata)
-
-    # OffsetFetch through a consumer (FindCoordinator creates __consumer_offsets). Not
-    # AdminClient.list_consumer_group_offsets: with confluent-kafka 2.16.1 (librdkafka 2.16.0)
-    # that call segfaulted the process every time when sent right after the broker started.
-    consumer = Consumer({**quiet, "group.id": "lockgate-container-readiness"})
-    try:
-        probe = [TopicPartition("lockgate-container-readiness", 0)]
-        retry("group coordinator", lambda: consumer.committed(probe, timeout=min(10.0, left())))
-    finally:
-        consumer.close()
-
-    producer = Producer(
-        {
-            **quiet,
-            "transactional.id": "lockgate-container-readiness",
-            "transaction.timeout.ms": 10000,
-        }
-    )
-    retry("transaction coordinator", lambda: producer.init_transactions(min(30.0, left())))
-    producer.flush(1)
-
-
-def start_kafka(
-    *,
-    image: str | None = None,
-    port: int | None = None,
-    extra_properties: Mapping[str, str] | None = None,
-    heap: str = "-Xms256m -Xmx512m",
-    startup_timeout: float = 120.0,
-    ready_for_transactions: bool = True,
-    attempts: int = 3,
-) -> KafkaBroker:
-    """Start the Kafka image on the host network and wait until it is usable.
-
-    Args:
-        image: image to run; default :data:`KAFKA_IMAGE` (build it with :func:`ensure_images`).
-        port: client port; default a free one in the test range (controller port = port+1).
-            With an explicit port there is a single attempt.
-        extra_properties: broker properties appended to server.properties.
-        heap: JVM heap flags.
-        startup_timeout: seconds to wait for "Kafka Server started".
-        ready_for_transactions: also wait for the group and transaction coordinators
-            (:func:`wait_kafka_ready`), which takes a few seconds more.
-        attempts: tries with fresh random ports if the broker dies at start (a port taken
-            between the check and the bind).
-
-    Returns:
-        The running broker; call :meth:`KafkaBroker.stop` (or use :func:`kafka_container`).
-    """
-    image = image or KAFKA_IMAGE
-    tries = 1 if port is not None else max(1, attempts)
-    last_error: Exception | None = None
-    for _ in range(tries):
-        client_port = port if port is not None else free_port(2)
-        env = {
-            "KAFKA_PORT": str(client_port),
-            "KAFKA_CONTROLLER_PORT": str(client_port + 1),
-            "KAFKA_HEAP_OPTS": heap,
-        }
-        if extra_properties:
-            env["KAFKA_EXTRA_PROPERTIES"] = "\n".join(
-                f"{key}={value}" for key, value in extra_properties.items()
-            )
-        container = (
-            DockerContainer(image, env=env)
-            .with_kwargs(network_mode="host", labels={TEST_LABEL: "kafka"})
-            .waiting_for(
-                LogMessageWaitStrategy(KAFKA_STARTED).with_startup_timeout(
-                    timedelta(seconds=startup_timeout)
-                )
-            )
-        )
-        try:
-            container.start()
-        except (RuntimeError, TimeoutError) as exc:
-            last_error = RuntimeError(f"{exc}\n--- broker log ---\n{_logs(container)}")
-            _remove(container)
-            continue
-        _track(container)
-        broker = KafkaBroker(container=container, port=client_port, controller_port=client_port + 1)
-        if ready_for_transactions:
-            try:
-                wait_kafka_ready(broker.bootstrap, timeout=startup_timeout)
-            except Exception:
-                broker.kill()
-                raise
-        return broker
-    raise RuntimeError(f"Kafka container did not start after {tries} attempt(s)") from last_error
+    choice = BrokerChoice("local", image=image or KAFKA_IMAGE, build_script=BUILD_SCRIPT)
+    return plugin_start_kafka(choice, startup_timeout=startup_timeout)
 
 
 @contextlib.contextmanager
-def kafka_container(**kwargs: Any) -> Iterator[KafkaBroker]:
-    """Context manager around :func:`start_kafka`; stops and removes the broker on exit."""
+def kafka_container(**kwargs: Any) -> Iterator[LockgateKafka]:
+    """Context manager around :func:`start_kafka`; removes the broker on exit."""
     broker = start_kafka(**kwargs)
     try:
         yield broker

@@ -1,0 +1,90 @@
+"""The shipped pytest plugin (processors/pytest_plugin.py), used as users use it.
+
+The broker is the plugin's session ``lockgate_kafka`` (here: lockgate's Kafka image on the
+host network, as the plugin's ``auto`` mode picks in a checkout without an image registry).
+running_sum runs through ``lockgate_app``: as a ``lockgate run`` subprocess (killed with
+kill -9 and restarted on its state) and as the processor container. Committed outputs are
+compared with the independent model of tests/support/checker.py.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from processors.pytest_plugin import AppFactory, LockgateKafka, OutputRecord, TopicFactory
+from tests.support import docker as dk
+from tests.support.checker import model
+
+pytestmark = pytest.mark.containers
+
+SPEC = "examples.running_sum:app"
+
+
+def _inputs(start: int, n: int, keys: int = 13) -> list[tuple[str, int, int]]:
+    rnd = random.Random(start)
+    return [(f"k{rnd.randrange(keys)}", rnd.randrange(-50, 100), start + i) for i in range(n)]
+
+
+def _by_key(records: list[OutputRecord]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in records:  # (partition, offset) order: per key, the order it was committed
+        out.setdefault(r.key, []).append(r.value)
+    return out
+
+
+def _send(kafka: LockgateKafka, topic: str, rows: list[tuple[str, int, int]]) -> None:
+    kafka.produce(topic, [(k, {"v": v, "seq": s}) for k, v, s in rows])
+
+
+def test_readme_example(
+    lockgate_kafka: LockgateKafka, lockgate_topics: TopicFactory, lockgate_app: AppFactory
+) -> None:
+    # The ten lines of README.md "Testing your app", verbatim.
+    t = lockgate_topics({"numbers": 4, "sums": 4})
+    lockgate_kafka.produce(t["numbers"], [("a", {"v": 2, "seq": 0}), ("a", {"v": 5, "seq": 1})])
+    lockgate_app(
+        "examples.running_sum:app",
+        env={"LOCKGATE_INPUT_TOPIC": t["numbers"], "LOCKGATE_OUTPUT_TOPIC": t["sums"]},
+    )
+    out = lockgate_kafka.read_committed(t["sums"], 2)
+    assert [r.value["sum"] for r in out] == [2, 7]
+
+
+def test_running_sum_kill9_restart_exactly_once(
+    lockgate_kafka: LockgateKafka, lockgate_topics: TopicFactory, lockgate_app: AppFactory
+) -> None:
+    t = lockgate_topics({"in": 4, "out": 4})
+    env = {"LOCKGATE_INPUT_TOPIC": t["in"], "LOCKGATE_OUTPUT_TOPIC": t["out"]}
+    sent = _inputs(0, 800)
+    _send(lockgate_kafka, t["in"], sent)
+    run = lockgate_app(SPEC, env=env)
+    first = lockgate_kafka.read_committed(t["out"], 400, timeout=60, idle=0)
+    run.kill()  # kill -9 mid-stream (or after): nothing committed may repeat or vanish
+    assert run.returncode in (-9, 137)
+    more = _inputs(800, 400)
+    _send(lockgate_kafka, t["in"], more)
+    sent += more
+    lockgate_app(SPEC, env=env, app_name=run.app_name, instance_id="i1")
+    out = lockgate_kafka.read_committed(t["out"], len(sent), timeout=60)
+    assert len(first) >= 400
+    assert _by_key(out) == model(sent)
+
+
+def test_running_sum_as_processor_container(
+    lockgate_kafka: LockgateKafka, lockgate_topics: TopicFactory, lockgate_app: AppFactory
+) -> None:
+    processor_image, _ = dk.ensure_images()
+    t = lockgate_topics({"in": 2, "out": 2})
+    sent = _inputs(5000, 300, keys=7)
+    _send(lockgate_kafka, t["in"], sent)
+    run = lockgate_app(
+        SPEC,
+        env={"LOCKGATE_INPUT_TOPIC": t["in"], "LOCKGATE_OUTPUT_TOPIC": t["out"]},
+        image=processor_image,
+    )
+    out = lockgate_kafka.read_committed(t["out"], len(sent), timeout=60)
+    assert _by_key(out) == model(sent)
+    assert run.stop() == 0, run.logs()[-3000:]
