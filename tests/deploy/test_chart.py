@@ -800,3 +800,5 @@ def test_notes_render(values_file: Path, tmp_path: Path) -> None:
     assert "examples.running_sum:app" in text
     assert "sums-lockgate-0" in text
     assert ("retained" in text) is (values_file != SINGLE)
+    assert "App name sums" in text
+    assert ("Staged rollout" in text) is (values_file == STRIMZI)
