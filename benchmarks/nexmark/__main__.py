@@ -1,0 +1,7 @@
+"""``python -m benchmarks.nexmark``: see benchmarks/nexmark/harness.py."""
+
+import sys
+
+from benchmarks.nexmark.harness import main
+
+sys.exit(main())
