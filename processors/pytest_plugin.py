@@ -546,9 +546,11 @@ class LockgateKafka:
         """Create ``{name: partitions}`` (replication factor 1) and wait until they are listed.
 
         Raises:
-            confluent_kafka.KafkaException: a topic exists already, or the broker refused.
+            RuntimeError: a topic exists already, or the broker refused (the message has
+                the broker's error).
             TimeoutError: not listed within ``timeout`` seconds.
         """
+        from confluent_kafka import KafkaException
         from confluent_kafka.admin import (  # type: ignore[attr-defined]  # in cimpl
             AdminClient,
             NewTopic,
@@ -556,8 +558,11 @@ class LockgateKafka:
 
         admin = AdminClient({**_QUIET, "bootstrap.servers": self.bootstrap})
         new = [NewTopic(n, int(p), 1, config=dict(config or {})) for n, p in topics.items()]
-        for fut in admin.create_topics(new, request_timeout=timeout).values():
-            fut.result(timeout)
+        for name, fut in admin.create_topics(new, request_timeout=timeout).items():
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                raise RuntimeError(f"create topic {name}: {exc}") from exc
         deadline = time.monotonic() + timeout
         while not set(topics) <= set(admin.list_topics(timeout=10).topics):
             if time.monotonic() > deadline:
@@ -831,7 +836,7 @@ class TopicFactory:
             unique: add a random suffix to each name.
 
         Raises:
-            confluent_kafka.KafkaException: a topic exists already (with ``unique=False``).
+            RuntimeError: a topic exists already (with ``unique=False``).
         """
         names = {t: _unique(t) if unique else t for t in topics}
         self._kafka.create_topics({names[t]: n for t, n in topics.items()}, config=config)

@@ -42,14 +42,14 @@ def _send(kafka: LockgateKafka, topic: str, rows: list[tuple[str, int, int]]) ->
 def test_readme_example(
     lockgate_kafka: LockgateKafka, lockgate_topics: TopicFactory, lockgate_app: AppFactory
 ) -> None:
-    # The ten lines of README.md "Testing your app", verbatim.
-    t = lockgate_topics({"numbers": 4, "sums": 4})
+    # The test of README.md "Testing your app", verbatim (checked below).
+    t = lockgate_topics({"numbers": 4, "sums": 4})  # created with unique names
     lockgate_kafka.produce(t["numbers"], [("a", {"v": 2, "seq": 0}), ("a", {"v": 5, "seq": 1})])
     lockgate_app(
-        "examples.running_sum:app",
+        "examples.running_sum:app",  # a `lockgate run` process, ready
         env={"LOCKGATE_INPUT_TOPIC": t["numbers"], "LOCKGATE_OUTPUT_TOPIC": t["sums"]},
     )
-    out = lockgate_kafka.read_committed(t["sums"], 2)
+    out = lockgate_kafka.read_committed(t["sums"], 2)  # read_committed consumer
     assert [r.value["sum"] for r in out] == [2, 7]
 
 

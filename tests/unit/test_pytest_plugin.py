@@ -108,3 +108,13 @@ def test_plugin_is_registered_and_harmless_without_testcontainers(tmp_path: Path
     out = done.stdout + done.stderr
     assert "1 passed" in out and ("1 error" in out or "1 failed" in out), out
     assert "pip install 'lockgate[testing]'" in out, out
+
+
+def test_readme_example_is_the_tested_one() -> None:
+    readme = (ROOT / "README.md").read_text()
+    head = "def test_running_sum(lockgate_kafka, lockgate_topics, lockgate_app):\n"
+    snippet = readme.split("```python\n" + head, 1)[1].split("```", 1)[0]
+    assert len(snippet.splitlines()) + 1 <= 10
+    tested = (ROOT / "tests" / "containers" / "test_pytest_plugin.py").read_text()
+    body = tested.split("verbatim (checked below).\n", 1)[1].split("\n\n", 1)[0]
+    assert body.strip() == snippet.strip()
