@@ -882,6 +882,8 @@ class AppRun:
         http_port: the port of /livez /readyz /metrics on 127.0.0.1.
         env: the ``LOCKGATE_*`` environment the plugin set (plus the caller's ``env``).
         returncode: the exit code once it exited (137 or -9 after :meth:`kill`), else None.
+        settled: the test stopped or killed it (or was told it failed to start): the
+            fixture's teardown leaves it alone.
     """
 
     def __init__(self, spec: str, app_name: str, http_port: int, env: dict[str, str]) -> None:
@@ -890,6 +892,7 @@ class AppRun:
         self.http_port = http_port
         self.env = env
         self.returncode: int | None = None
+        self.settled = False
 
     @property
     def alive(self) -> bool:
@@ -989,6 +992,7 @@ class _ProcessRun(AppRun):
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM, wait up to ``timeout`` s (then SIGKILL); return the exit code."""
+        self.settled = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -1001,6 +1005,7 @@ class _ProcessRun(AppRun):
 
     def kill(self) -> None:
         """SIGKILL and reap the process."""
+        self.settled = True
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
@@ -1043,12 +1048,14 @@ class _ContainerRun(AppRun):
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """``docker stop`` (SIGTERM, SIGKILL after ``timeout``), remove; return the exit code."""
+        self.settled = True
         if self.returncode is None or self.alive:
             self.returncode = _graceful_stop(self.container, timeout)
         return self.returncode
 
     def kill(self) -> None:
         """SIGKILL and remove the container."""
+        self.settled = True
         with contextlib.suppress(Exception):
             self.container.get_wrapped_container().kill(signal="SIGKILL")
         self.returncode = 137
@@ -1140,25 +1147,52 @@ class AppFactory:
             run = _ContainerRun(spec, name, port, full, image)
         self.runs.append(run)
         if wait_ready:
-            run.wait_ready(ready_timeout)
+            try:
+                run.wait_ready(ready_timeout)
+            except (RuntimeError, TimeoutError):
+                run.stop(10)  # the error tells the test; teardown leaves it be
+                raise
         return run
 
     def stop_all(self, timeout: float = 60.0) -> list[str]:
-        """Stop every instance still running; return a problem per non-zero exit code."""
+        """Stop every instance the test did not stop or kill; return what went wrong.
+
+        A problem is an instance that exits non-zero on SIGTERM, or one that had exited by
+        itself with a non-zero code during the test (e.g. a crash the test did not notice);
+        each comes with the instance's log tail.
+        """
         problems = []
         for run in reversed(self.runs):
-            if run.returncode is not None and not run.alive:
-                continue  # stopped or killed by the test
+            if run.settled:
+                continue
+            who = f"{run.spec} ({run.app_name}/{run.env.get('LOCKGATE_INSTANCE_ID')})"
+            if not run.alive:
+                code = run.returncode
+                run.stop(timeout)  # release its log file or container
+                if code not in (0, None):
+                    problems.append(
+                        f"{who} exited by itself with code {code} during the test:\n"
+                        f"{run.logs()[-3000:]}"
+                    )
+                continue
             code = run.stop(timeout)
             if code not in (0, None):
-                problems.append(
-                    f"{run.spec} ({run.app_name}/{run.env.get('LOCKGATE_INSTANCE_ID')}) "
-                    f"exited with {code} on SIGTERM:\n{run.logs()[-3000:]}"
-                )
+                problems.append(f"{who} exited with {code} on SIGTERM:\n{run.logs()[-3000:]}")
         return problems
 
 
 # ----------------------------------------------------------------------------- fixtures
+
+_SUMMARY = pytest.StashKey[str]()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """Say which broker ``lockgate_kafka`` used (when a test used it)."""
+    line = config.stash.get(_SUMMARY, None)
+    if line:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -1178,6 +1212,10 @@ def lockgate_kafka(request: pytest.FixtureRequest) -> Iterator[LockgateKafka]:
         kafka = start_kafka(choice)
     except BrokerUnavailableError as exc:
         pytest.fail(f"lockgate_kafka ({choice.mode}): {exc}", pytrace=False)
+    config.stash[_SUMMARY] = (
+        f"lockgate_kafka: {kafka.mode} broker {kafka.image or ''} at {kafka.bootstrap}"
+        f" (ready in {kafka.startup_seconds:.1f} s)"
+    )
     try:
         yield kafka
     finally:

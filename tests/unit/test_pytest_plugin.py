@@ -80,6 +80,17 @@ def test_app_that_exits_at_start_fails_with_its_log(tmp_path: Path) -> None:
     assert factory.stop_all() == []
 
 
+def test_app_that_dies_unnoticed_fails_the_teardown(tmp_path: Path) -> None:
+    kafka = pp.LockgateKafka("127.0.0.1:1", "external")
+    factory = pp.AppFactory(kafka, tmp_path, ROOT)
+    env = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "-5"}
+    run = factory("examples.running_sum:app", env=env, wait_ready=False)
+    run_proc = run.proc  # type: ignore[attr-defined]
+    run_proc.wait(60)
+    problems = factory.stop_all()
+    assert len(problems) == 1 and "exited by itself with code 2" in problems[0], problems
+
+
 def test_plugin_is_registered_and_harmless_without_testcontainers(tmp_path: Path) -> None:
     (tmp_path / "test_user.py").write_text(
         textwrap.dedent(
