@@ -49,11 +49,22 @@ docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are er
 	@echo "API reference: build/docs-api/index.html"
 
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos
-	$(MAKE) --no-print-directory lint typecheck docs-api
-	docker/ensure-engine.sh
-	@# One run: timing-sensitive chaos tests failed when a second pytest lane (Spark JVMs)
-	@# ran beside them on this 2-core machine.
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) tests
+	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
+	@# tests | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
+	@# Phase 2, alone: integration, chaos and container tests. Timing-sensitive chaos tests
+	@# failed when a Spark lane ran beside them on this 2-core machine, so they never share it.
+	@set -o pipefail; \
+	( $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) tests/spark 2>&1 \
+	    | sed -u 's/^/[spark] /' ) & spark=$$!; \
+	checks=0; \
+	{ $(MAKE) --no-print-directory lint typecheck docs-api && docker/ensure-engine.sh \
+	  && $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) tests/unit tests/deploy; \
+	} 2>&1 | sed -u 's/^/[checks] /' || checks=$$?; \
+	wait $$spark; sparkrc=$$?; \
+	if [ $$checks -ne 0 ] || [ $$sparkrc -ne 0 ]; then \
+	    echo "make test: phase 1 failed (checks exit $$checks, spark exit $$sparkrc)" >&2; exit 1; fi
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) tests \
+	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark
