@@ -1213,7 +1213,8 @@ def lockgate_kafka(request: pytest.FixtureRequest) -> Iterator[LockgateKafka]:
     except BrokerUnavailableError as exc:
         pytest.fail(f"lockgate_kafka ({choice.mode}): {exc}", pytrace=False)
     config.stash[_SUMMARY] = (
-        f"lockgate_kafka: {kafka.mode} broker {kafka.image or ''} at {kafka.bootstrap}"
+        f"lockgate_kafka: {kafka.mode} broker{' ' + kafka.image if kafka.image else ''}"
+        f" at {kafka.bootstrap}"
         f" (ready in {kafka.startup_seconds:.1f} s)"
     )
     try:

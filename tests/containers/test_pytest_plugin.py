@@ -9,11 +9,16 @@ compared with the independent model of tests/support/checker.py.
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from processors import pytest_plugin as pp
 from processors.pytest_plugin import AppFactory, LockgateKafka, OutputRecord, TopicFactory
 from tests.support import docker as dk
 from tests.support.checker import model
@@ -21,6 +26,7 @@ from tests.support.checker import model
 pytestmark = pytest.mark.containers
 
 SPEC = "examples.running_sum:app"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _inputs(start: int, n: int, keys: int = 13) -> list[tuple[str, int, int]]:
@@ -88,3 +94,46 @@ def test_running_sum_as_processor_container(
     out = lockgate_kafka.read_committed(t["out"], len(sent), timeout=60)
     assert _by_key(out) == model(sent)
     assert run.stop() == 0, run.logs()[-3000:]
+
+
+def test_user_project_against_an_existing_broker(
+    lockgate_kafka: LockgateKafka, tmp_path: Path
+) -> None:
+    """A user's project (no conftest) runs the README test on ``LOCKGATE_TEST_BOOTSTRAP``."""
+    tested = Path(__file__).read_text()
+    body = tested.split("verbatim (checked below).\n", 1)[1].split("\n\n", 1)[0]
+    head = "def test_running_sum(lockgate_kafka, lockgate_topics, lockgate_app):\n"
+    (tmp_path / "test_user_app.py").write_text(head + body + "\n")
+    env = {
+        **os.environ,
+        "LOCKGATE_TEST_BOOTSTRAP": lockgate_kafka.bootstrap,
+        "PYTHONPATH": str(ROOT),  # the user's app package (here: examples/)
+    }
+    env.pop("LOCKGATE_TEST_KAFKA", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    assert "1 passed" in out and f"external broker at {lockgate_kafka.bootstrap}" in out, out
+
+
+def test_official_image_configuration() -> None:
+    """The official image's KRaft settings (not started here: no image registry)."""
+    container = pp._official_container(pp.OFFICIAL_IMAGE, 40123)
+    assert container.ports == {"40123/tcp": ("127.0.0.1", 40123)}
+    env = container.env
+    assert env["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://127.0.0.1:40123"
+    assert env["KAFKA_LISTENERS"].startswith("PLAINTEXT://0.0.0.0:40123,")
+    for name in (
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+    ):
+        assert env[name] == "1"
