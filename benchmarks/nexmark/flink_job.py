@@ -129,7 +129,9 @@ QUERIES: dict[str, tuple[str, str]] = {
     "q8": (
         "id BIGINT, name STRING, starttime BIGINT",
         """INSERT INTO sink
-        SELECT P.id, P.name, UNIX_TIMESTAMP_MS(P.starttime)
+        SELECT P.id, P.name,
+          CAST(TIMESTAMPDIFF(SECOND, TIMESTAMP '1970-01-01 00:00:00', P.starttime)
+               AS BIGINT) * 1000
         FROM (
           SELECT id, name, window_start AS starttime, window_end AS endtime
           FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
