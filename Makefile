@@ -85,5 +85,9 @@ images: ## Build the processor and Kafka images (local base image, no registry)
 bench: $(STAMP) ## Benchmarks vs raw confluent-kafka, Quix Streams, Faust -> benchmarks/RESULTS.md
 	$(BIN)/python -m benchmarks.run
 
+.PHONY: bench-nexmark
+bench-nexmark: $(STAMP) ## Nexmark q0-q8 subset, lockgate vs Flink SQL (ARGS=--quick) -> benchmarks/RESULTS-nexmark.md
+	$(BIN)/python -m benchmarks.nexmark $(ARGS)
+
 clean: ## Remove the venv and caches (keeps .cache/kafka jars)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
