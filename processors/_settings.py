@@ -354,6 +354,14 @@ class Settings(BaseSettings):
     )
     sasl_username: str | None = Field(None, description="SASL username (sets sasl.username).")
     sasl_password: SecretStr | None = Field(None, description="SASL password (secret).")
+    sasl_password_file: Path | None = Field(
+        None,
+        description=(
+            "File holding the SASL password (a mounted Secret; one trailing newline is "
+            "ignored). Read whenever a client is created, so a rotated Secret is used by the "
+            "next client. Excludes LOCKGATE_SASL_PASSWORD."
+        ),
+    )
     kafka: dict[str, SecretStr] = Field(
         default_factory=dict,
         description=(
@@ -422,6 +430,44 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _password_source(self) -> Settings:
+        if self.sasl_password_file is None:
+            return self
+        if self.sasl_password is not None:
+            raise ValueError(
+                "LOCKGATE_SASL_PASSWORD and LOCKGATE_SASL_PASSWORD_FILE are both set; keep one"
+            )
+        self.file_password()  # readable and well-formed now, not at the first client
+        return self
+
+    def file_password(self) -> str | None:
+        """Return the password in ``sasl_password_file`` (``None`` when not set).
+
+        Raises:
+            ValueError: the file cannot be read, is empty, or holds a control character
+                other than one trailing newline (the message never shows the content).
+        """
+        path = self.sasl_password_file
+        if path is None:
+            return None
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(
+                f"LOCKGATE_SASL_PASSWORD_FILE={path}: cannot read it "
+                f"({getattr(exc, 'strerror', None) or type(exc).__name__})"
+            ) from None
+        text = text.removesuffix("\n").removesuffix("\r")
+        if not text:
+            raise ValueError(f"LOCKGATE_SASL_PASSWORD_FILE={path}: the file is empty")
+        if _control_chars(text):
+            raise ValueError(
+                f"LOCKGATE_SASL_PASSWORD_FILE={path}: the password contains a control "
+                "character; the value is not shown"
+            )
+        return text
+
+    @model_validator(mode="after")
     def _epoch_fits_the_transaction(self) -> Settings:
         # Shared by `lockgate config` and `lockgate run`: an epoch must fit well inside a
         # transaction, or the broker aborts it (the runtime also cuts an epoch short at
@@ -444,6 +490,9 @@ class Settings(BaseSettings):
             conf["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             conf["sasl.password"] = self.sasl_password.get_secret_value()
+        from_file = self.file_password()
+        if from_file is not None:
+            conf["sasl.password"] = from_file
         return conf
 
     def masked(self) -> dict[str, Any]:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -256,3 +258,46 @@ def test_secret_pass_through_properties_are_masked(clean_env: pytest.MonkeyPatch
     s = load_settings()
     assert "very-secret-value" not in str(s.masked()) + repr(s)
     assert s.kafka_config()[key.lower().replace("_", ".")] == "very-secret-value"
+
+
+def test_sasl_password_from_a_file_is_read_at_each_client(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("first-pass\n")  # a mounted Secret often ends with a newline
+    clean_env.setenv("LOCKGATE_SASL_USERNAME", "svc")
+    clean_env.setenv("LOCKGATE_SASL_PASSWORD_FILE", str(secret))
+    s = load_settings()
+    assert s.kafka_config()["sasl.password"] == "first-pass"
+    secret.write_text("rotated-pass")  # the kubelet updates the file on rotation
+    assert s.kafka_config()["sasl.password"] == "rotated-pass"
+    assert "rotated-pass" not in str(s.masked())
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(None, "cannot read it"), ("", "is empty"), ("pa\nss\n", "control character")],
+)
+def test_a_bad_password_file_is_refused_without_showing_it(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, content: str | None, problem: str
+) -> None:
+    secret = tmp_path / "password"
+    if content is not None:
+        secret.write_text(content)
+    clean_env.setenv("LOCKGATE_SASL_PASSWORD_FILE", str(secret))
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert problem in str(exc.value) and "LOCKGATE_SASL_PASSWORD_FILE" in str(exc.value)
+    assert "pa\nss" not in str(exc.value)
+
+
+def test_password_and_password_file_exclude_each_other(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "p").write_text("x-secret")
+    clean_env.setenv("LOCKGATE_SASL_PASSWORD_FILE", str(tmp_path / "p"))
+    clean_env.setenv("LOCKGATE_SASL_PASSWORD", "y-secret")
+    with pytest.raises(ConfigError) as exc:
+        load_settings()
+    assert "both set" in str(exc.value)
+    assert "x-secret" not in str(exc.value) and "y-secret" not in str(exc.value)
