@@ -187,6 +187,19 @@ class Runner(BarrierMixin):
             # instance is waiting in, without stopping it.
             faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
         s = self.settings
+        if s.http_port and s.liveness_timeout_ms <= s.transaction_timeout_ms:
+            # One record may legitimately run up to the transaction timeout (then it is
+            # dead-lettered): a shorter liveness timeout restarts the instance first, and
+            # the replay meets the same record again (a crash loop).
+            log.warning(
+                "LOCKGATE_LIVENESS_TIMEOUT_MS is not longer than "
+                "LOCKGATE_TRANSACTION_TIMEOUT_MS: a record slower than the liveness timeout "
+                "gets the instance restarted (and replayed) instead of dead-lettered",
+                extra={
+                    "liveness_timeout_ms": s.liveness_timeout_ms,
+                    "transaction_timeout_ms": s.transaction_timeout_ms,
+                },
+            )
         if s.http_port:
             self._http = HealthServer(
                 self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms, self._query
@@ -728,6 +741,7 @@ class Runner(BarrierMixin):
         halted = self._halted
         released = self._released
         clock = time.monotonic
+        metrics = self.metrics
         cursor.now_ms = int(time.time() * 1000)
         current = -1  # partition of the fetched records in progress
         bound = -1  # partition whose key group the state handles point at
@@ -756,6 +770,7 @@ class Runner(BarrierMixin):
             if prev is not None and now - started > budget:
                 self._note_slow(prev, now - started)
             started = now
+            metrics.heartbeat = now  # progress: /livez stalls only on one slow record
             prev = None
             if fresh:
                 if now > deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -93,3 +94,48 @@ def _metric(text: str, name: str, le: str | None = None) -> float:
         if line.startswith(name + "{") and (le is None or f'le="{le}"' in line):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} missing")
+
+
+def test_a_long_batch_of_slow_records_is_progress_not_a_stall(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Each handled record is progress: a batch longer than the liveness timeout stays live.
+
+    60 records of 80 ms each run in one epoch (checkpoint interval 8 s) and one consume
+    batch: about 5 s without a loop iteration, against a 1 s liveness timeout.
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inp, out = unique("lb-in"), unique("lb-out")
+    create_topic(kafka_bootstrap, inp, 1)
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": unique("longbatch"),
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_STATE_DIR": str(tmp_path / "s"),
+        "LOCKGATE_HTTP_PORT": str(port),
+        "LOCKGATE_HTTP_HOST": "127.0.0.1",
+        "LOCKGATE_LIVENESS_TIMEOUT_MS": "1000",
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "8000",
+        "LOCKGATE_TRANSACTION_TIMEOUT_MS": "30000",
+        "SLOW_APP_SLEEP_MS": "80",
+    }
+    app = AppProcess("tests.integration.apps.slow:app", env, tmp_path / "app.log").start()
+    try:
+        wait_until(lambda: _get(port, "/readyz")[0] == 200, 60, what="/readyz")
+        produce_numbers(kafka_bootstrap, inp, [(f"k{i % 3}", 1, i) for i in range(60)])
+        codes = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            codes.append(_get(port, "/livez")[0])
+            uncommitted = read_all(
+                kafka_bootstrap, out, expected=60, timeout=0.3, idle=0, isolation="read_uncommitted"
+            )
+            if len(uncommitted) >= 60:
+                break
+        assert len(codes) >= 5 and set(codes) == {200}, codes
+        assert len(read_all(kafka_bootstrap, out, expected=60, idle=0.5)) == 60
+    finally:
+        assert app.terminate() == 0
