@@ -211,7 +211,47 @@ class Settings(BaseSettings):
         description="rocksdb (default) or memory (restore from changelog).",
     )
     state_cache_entries: int = Field(
-        200_000, ge=0, description="Read-cache entries kept per store and key group across epochs."
+        200_000,
+        ge=0,
+        description=(
+            "Read-cache entries kept per store and key group across epochs (a ceiling; the "
+            "process-wide state_cache_total_entries is split over the owned key groups)."
+        ),
+    )
+    memory_limit_bytes: int | None = Field(
+        None,
+        ge=64 * 1024 * 1024,
+        description=(
+            "Memory this instance may use (the container's limit; the chart fills it from "
+            "limits.memory via the downward API). A quarter goes to RocksDB (one block cache "
+            "and write-buffer manager shared by every key group) and a quarter to the read "
+            "cache. Default: the cgroup's memory limit, else 2 GiB."
+        ),
+    )
+    state_rocksdb_memory_bytes: int | None = Field(
+        None,
+        ge=4 * 1024 * 1024,
+        description=(
+            "Block cache + memtables of all key-group databases of the process together "
+            "(overrides the share of memory_limit_bytes)."
+        ),
+    )
+    state_cache_total_entries: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Read-cache entries kept across epochs by the whole process, split evenly over "
+            "the stores of the key groups it owns (overrides the share of memory_limit_bytes, "
+            "counted at 256 bytes per entry)."
+        ),
+    )
+    state_cleanup_delay_ms: int = Field(
+        600_000,
+        ge=0,
+        description=(
+            "A key group released by this instance and not assigned back within this delay "
+            "has its local state directory deleted (0: at the next epoch end)."
+        ),
     )
     restore_batch_records: int = Field(
         20_000,
