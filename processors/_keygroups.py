@@ -1,10 +1,16 @@
-"""Key groups: the per-partition unit of state, and its restore from the changelog."""
+"""Key groups: the per-partition unit of state and its restore from the changelog.
+
+Also the process-wide budgets of their memory (:class:`StateMemory`) and disk
+(:class:`StateCleaner`).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -12,6 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from processors._errors import Stopping
 from processors._faults import crash_point
 from processors._kafka import PARTITION_EOF
+from processors._settings import Settings
 from processors.exceptions import FatalKafkaError
 from state.base.store import (
     META_CHANGELOG_PREFIX,
@@ -21,7 +28,10 @@ from state.base.store import (
     changelog_offset_of,
 )
 from state.cache import StoreCache, changelog_topic
+from state.codecs import Codec
 from state.primitives import StateHandle
+from state.rocksdb.memory import RocksDBMemory
+from state.rocksdb.store import RocksDBBackend
 
 log = logging.getLogger("lockgate.restore")
 
@@ -30,6 +40,245 @@ _DEFAULT_TOMBSTONE_RETENTION_MS = 24 * 3600 * 1000
 #: A local DB not updated for this share of the tombstone retention is rebuilt:
 #: compaction may have removed tombstones written since.
 _MAX_AGE_SHARE = 0.8
+
+#: Memory assumed when neither the setting nor the cgroup gives a limit.
+DEFAULT_MEMORY_LIMIT = 2 * 1024**3
+#: Shares of the memory limit: RocksDB (block cache + memtables), the read cache. The rest
+#: is for Python, the operator chain, librdkafka's buffers and the epoch's dirty entries.
+ROCKSDB_SHARE = 0.25
+READ_CACHE_SHARE = 0.25
+#: What one read-cache entry is counted at (small key and value in a Python dict).
+READ_CACHE_ENTRY_BYTES = 256
+#: cgroup v2 and v1 files holding the container's memory limit.
+_CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+
+
+def cgroup_memory_limit(files: Iterable[Path] = _CGROUP_LIMITS) -> int | None:
+    """Return the memory limit of this process's cgroup, or ``None`` when unlimited.
+
+    Args:
+        files: where to look, first hit wins (cgroup v2, then v1).
+
+    Returns:
+        the limit in bytes; ``None`` when no file is readable, says ``max``, or holds
+        cgroup v1's "unlimited" (a value near 2**63).
+    """
+    for path in files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if not text.isdigit():
+            return None  # "max"
+        value = int(text)
+        return None if value >= 2**60 else value
+    return None
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How a process's memory limit is split.
+
+    Attributes:
+        limit_bytes: the limit the plan was derived from.
+        limit_source: ``setting``, ``cgroup`` or ``default``.
+        rocksdb_bytes: block cache + memtables of all key-group databases together.
+        read_cache_entries: read-cache entries of the whole process.
+    """
+
+    limit_bytes: int
+    limit_source: str
+    rocksdb_bytes: int
+    read_cache_entries: int
+
+    @classmethod
+    def of(cls, settings: Settings, cgroup_limit: int | None = None) -> MemoryPlan:
+        """Derive the plan from ``settings`` (explicit sizes win over shares of the limit).
+
+        Args:
+            settings: the instance's settings.
+            cgroup_limit: the cgroup's memory limit (:func:`cgroup_memory_limit`).
+        """
+        if settings.memory_limit_bytes is not None:
+            limit, source = settings.memory_limit_bytes, "setting"
+        elif cgroup_limit is not None:
+            limit, source = cgroup_limit, "cgroup"
+        else:
+            limit, source = DEFAULT_MEMORY_LIMIT, "default"
+        rocksdb = settings.state_rocksdb_memory_bytes
+        if rocksdb is None:
+            rocksdb = max(4 * 1024 * 1024, int(limit * ROCKSDB_SHARE))
+        entries = settings.state_cache_total_entries
+        if entries is None:
+            entries = int(limit * READ_CACHE_SHARE) // READ_CACHE_ENTRY_BYTES
+        return cls(limit, source, rocksdb, entries)
+
+
+class ReadCacheBudget:
+    """The read-cache entries of a process, split evenly over the caches registered.
+
+    Every store of every owned key group registers its cache; each may keep
+    ``total // caches`` entries after a commit (and at most the per-cache ceiling its
+    caller passes to ``trim``). A process owning more key groups keeps fewer entries per
+    key group, not more memory. One owner thread.
+
+    Attributes:
+        total: entries of the whole process.
+    """
+
+    def __init__(self, total: int) -> None:
+        """Create a budget of ``total`` entries (>= 0); nothing registered."""
+        self.total = total
+        self._caches = 0
+
+    @property
+    def per_cache(self) -> int:
+        """The entries each registered cache may keep (``total`` while none is)."""
+        return self.total // max(1, self._caches)
+
+    def register(self, count: int) -> None:
+        """Account ``count`` more caches (a key group opened)."""
+        self._caches += count
+
+    def unregister(self, count: int) -> None:
+        """Account ``count`` fewer caches (a key group closed)."""
+        self._caches = max(0, self._caches - count)
+
+
+class _BudgetedCache(StoreCache):
+    """A store cache whose trim also respects the process's :class:`ReadCacheBudget`."""
+
+    __slots__ = ("_budget",)
+
+    def __init__(self, name: str, codec: Codec, db: KeyGroupStore, budget: ReadCacheBudget) -> None:
+        super().__init__(name, codec, db)
+        self._budget = budget
+
+    def trim(self, max_entries: int) -> None:
+        """Trim to ``max_entries`` or this cache's share of the budget, whichever is less."""
+        super().trim(min(max_entries, self._budget.per_cache))
+
+
+class StateMemory:
+    """The memory of every key group of a process: RocksDB's shared cache and the read cache.
+
+    Attributes:
+        plan: the sizes.
+        rocksdb: the shared block cache and write-buffer manager.
+        read_cache: the read-cache budget.
+    """
+
+    def __init__(self, plan: MemoryPlan) -> None:
+        """Create the shared cache, write-buffer manager and read-cache budget of ``plan``."""
+        self.plan = plan
+        self.rocksdb = RocksDBMemory.for_budget(plan.rocksdb_bytes)
+        self.read_cache = ReadCacheBudget(plan.read_cache_entries)
+
+
+class StateCleaner:
+    """Deletes the local directories of key groups this process no longer owns.
+
+    Kafka Streams' ``state.cleanup.delay.ms``: a key group released (revoked or lost) and
+    not assigned back within ``delay_s`` has its directory removed by
+    :meth:`sweep`, which the runtime's loop calls. Directories found on disk at the first
+    assignment that it did not bring are treated as released then (a previous run's). A
+    directory is never removed while its key group is owned or its database is open here
+    or in another process (:meth:`state.rocksdb.RocksDBBackend.discard`), and the removal
+    renames it to a trash name first (an interrupted delete is finished by the next start).
+    One owner thread.
+    """
+
+    def __init__(
+        self,
+        app: str,
+        backend: RocksDBBackend,
+        delay_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Create a cleaner with nothing scheduled.
+
+        Args:
+            app: the app name (directories live under ``<state dir>/<app>/``).
+            backend: the RocksDB backend that opens the key groups' databases.
+            delay_s: how long a released key group's directory is kept (>= 0).
+            clock: monotonic seconds (tests pass their own).
+        """
+        self._app = app
+        self._backend = backend
+        self._delay_s = delay_s
+        self._clock = clock
+        self._due: dict[int, float] = {}
+        self._adopted = False
+
+    @property
+    def pending(self) -> dict[int, float]:
+        """Key groups whose directories are scheduled for removal, and when (a copy)."""
+        return dict(self._due)
+
+    def adopt(self, owned: Iterable[int]) -> None:
+        """Once per process: schedule the directories on disk that ``owned`` lacks.
+
+        Also finishes the deletes a crash interrupted (trash directories). Later calls do
+        nothing.
+        """
+        if self._adopted:
+            return
+        self._adopted = True
+        purged = self._backend.purge_trash(self._app)
+        if purged:
+            log.info("removed interrupted state deletes", extra={"directories": purged})
+        keep = set(owned)
+        self.released(g for g in self._backend.key_groups_on_disk(self._app) if g not in keep)
+
+    def released(self, groups: Iterable[int]) -> None:
+        """Schedule the directories of ``groups`` for removal after the delay."""
+        due = self._clock() + self._delay_s
+        for g in groups:
+            self._due[g] = due
+
+    def claimed(self, groups: Iterable[int]) -> None:
+        """Keep the directories of ``groups``: they are (being) assigned to this process."""
+        for g in groups:
+            self._due.pop(g, None)
+
+    def sweep(self, owned: Iterable[int], budget_s: float = 1.0) -> list[int]:
+        """Remove the directories whose delay passed; return their key groups.
+
+        Args:
+            owned: the key groups this process owns now (never removed, unscheduled).
+            budget_s: stop after this much time; the rest waits for the next call.
+        """
+        if not self._due:
+            return []
+        now = self._clock()
+        keep = set(owned)
+        started = time.monotonic()
+        removed: list[int] = []
+        for g, due in sorted(self._due.items(), key=lambda item: item[1]):
+            if due > now or time.monotonic() - started > budget_s:
+                break
+            del self._due[g]
+            if g in keep:
+                continue
+            try:
+                done = self._backend.discard(self._app, g)
+            except OSError as exc:
+                log.warning(
+                    "removing a released key group's state failed; retrying after the delay",
+                    extra={"key_group": g, "error": str(exc)},
+                )
+                self._due[g] = now + self._delay_s
+                continue
+            if done:
+                removed.append(g)
+                log.info(
+                    "released key group's state removed",
+                    extra={"key_group": g, "path": str(self._backend.path_of(self._app, g))},
+                )
+        return removed
 
 
 class KeyGroup:
@@ -42,12 +291,34 @@ class KeyGroup:
         bindings: (handle, cache) pairs to point the app's handles at this key group.
     """
 
-    __slots__ = ("bindings", "caches", "db", "index")
+    __slots__ = ("_budget", "bindings", "caches", "db", "index")
 
-    def __init__(self, index: int, db: KeyGroupStore, handles: dict[str, StateHandle]) -> None:
+    def __init__(
+        self,
+        index: int,
+        db: KeyGroupStore,
+        handles: dict[str, StateHandle],
+        budget: ReadCacheBudget | None = None,
+    ) -> None:
+        """Wrap an open database with a cache per store.
+
+        Args:
+            index: the key group.
+            db: its open database (closed by :meth:`close`).
+            handles: the app's state handles by store name.
+            budget: the process's read-cache budget; the caches register with it until
+                :meth:`close` (``None``: only the ceiling passed to ``trim`` applies).
+        """
         self.index = index
         self.db = db
-        self.caches = {name: StoreCache(name, h.spec.codec, db) for name, h in handles.items()}
+        self._budget = budget
+        if budget is None:
+            self.caches = {name: StoreCache(name, h.spec.codec, db) for name, h in handles.items()}
+        else:
+            self.caches = {
+                name: _BudgetedCache(name, h.spec.codec, db, budget) for name, h in handles.items()
+            }
+            budget.register(len(self.caches))
         self.bindings = [(h, self.caches[name]) for name, h in handles.items()]
 
     def bind(self) -> None:
@@ -61,8 +332,11 @@ class KeyGroup:
             cache.discard()
 
     def close(self) -> None:
-        """Drop the caches and close the database."""
+        """Drop the caches, give their budget share back and close the database."""
         self.discard()
+        if self._budget is not None:
+            self._budget.unregister(len(self.caches))
+            self._budget = None
         self.db.close()
 
 
@@ -116,6 +390,9 @@ class Restorer:
         self._end_offsets = end_offsets
         self._progress = progress
         self._batch = batch_records
+        #: The process's read-cache budget, given to every key group opened (set by the
+        #: runtime; ``None``: per-cache ceilings only).
+        self.read_budget: ReadCacheBudget | None = None
 
     def open(self, index: int, handles: dict[str, StateHandle]) -> KeyGroup:
         """Open and restore key group ``index``; blocks until it is up to date.
@@ -179,7 +456,7 @@ class Restorer:
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
-        return KeyGroup(index, db, handles)
+        return KeyGroup(index, db, handles, self.read_budget)
 
     def _replay(
         self, db: KeyGroupStore, store: str, topic: str, index: int, start: int, end: int

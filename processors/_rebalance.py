@@ -8,13 +8,18 @@
   local DB's, this instance's and the committed offsets' metadata.
 * **Revoke**: commit (or abort) the open epoch before letting go.
 * **Lost**: abort, never commit (another owner may already be writing).
+* **State budgets** (hooks into the above): every key group of the process shares one
+  RocksDB block cache and write-buffer manager and one read-cache budget
+  (``processors._keygroups.StateMemory``); a released key group's directory is removed
+  after ``state_cleanup_delay_ms`` unless it comes back (``StateCleaner``, swept after
+  each epoch end).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from confluent_kafka import TopicPartition
@@ -24,8 +29,14 @@ from processors._control import checkpoint_key, latest_records
 from processors._epoch import EpochMixin
 from processors._errors import AbortEpoch
 from processors._faults import crash_point
+from processors._keygroups import MemoryPlan, StateCleaner, StateMemory, cgroup_memory_limit
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import checkpoint_of
+from state.rocksdb.store import RocksDBBackend
+
+if TYPE_CHECKING:
+    from processors._app import App
+    from processors._settings import Settings
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -57,6 +68,34 @@ def _ckpt_of_metadata(metadata: str | None) -> int:
 class RebalanceMixin(EpochMixin):
     """Handles the consumer's assign / revoke / lost callbacks."""
 
+    def __init__(self, app: App, settings: Settings) -> None:
+        """Build the core, then the process's state memory and released-state cleaner."""
+        super().__init__(app, settings)
+        plan = MemoryPlan.of(settings, cgroup_memory_limit())
+        self._state_memory = StateMemory(plan)
+        log.info(
+            "state memory",
+            extra={
+                "memory_limit_bytes": plan.limit_bytes,
+                "limit_from": plan.limit_source,
+                "rocksdb_bytes": plan.rocksdb_bytes,
+                "read_cache_entries": plan.read_cache_entries,
+            },
+        )
+        self._state_cleaner: StateCleaner | None = None
+        if isinstance(self._backend, RocksDBBackend):
+            # Before any database is opened: all of them share the cache and manager.
+            self._backend.memory = self._state_memory.rocksdb
+            self._state_cleaner = StateCleaner(
+                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
+            )
+
+    def _end_epoch(self) -> None:
+        """End the epoch (:class:`EpochMixin`), then remove released state that is due."""
+        super()._end_epoch()
+        if self._state_cleaner is not None:
+            self._state_cleaner.sweep(self._kgs)
+
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         try:
             self._assign(consumer, partitions)
@@ -79,6 +118,12 @@ class RebalanceMixin(EpochMixin):
 
     def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self._announced.clear()  # re-announce watermarks to whoever reads them now
+        if self._state_cleaner is not None:  # first: the epoch end below sweeps
+            assigned = {tp.partition for tp in partitions}
+            self._state_cleaner.claimed(assigned)
+            self._state_cleaner.adopt(assigned | set(self._kgs))
+        if self._restorer is not None and self._restorer.read_budget is None:
+            self._restorer.read_budget = self._state_memory.read_cache
         if not partitions:
             consumer.incremental_assign(partitions)
             self.metrics.joined = True
@@ -333,6 +378,8 @@ class RebalanceMixin(EpochMixin):
             ):
                 per_group.pop(g, None)
             self._kg_committed.pop(g, None)
+        if self._state_cleaner is not None:  # closed above: removable after the delay
+            self._state_cleaner.released(groups)
         if self._interleaver is not None:
             self._interleaver.drop(groups)
         gone = set(groups)
