@@ -282,7 +282,12 @@ class Harness:
         }
         if run.system == "flink":
             assert self.jar is not None
-            env = {**base, "NEXMARK_CONNECTOR_JAR": str(self.jar)}
+            env = {
+                **base,
+                "NEXMARK_CONNECTOR_JAR": str(self.jar),
+                # the JVM's own log per run (PyFlink's default is one file in the venv)
+                "FLINK_LOG_DIR": str(logs / f"{run.tag}-flink"),
+            }
             argv = [str(flink.python()), str(flink.JOB), run.query]
             run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}.log"))
             return
