@@ -499,6 +499,11 @@ def _med(values: list[float]) -> str:
     return text
 
 
+def _loads(runs: list[dict[str, Any]]) -> str:
+    """The 1-minute load average before and after each run."""
+    return " ".join(f"{r['load_before']:.1f}→{r['load_after']:.1f}" for r in runs)
+
+
 def render(doc: dict[str, Any]) -> str:
     """RESULTS-nexmark.md from a nexmark.json document."""
     meta, res = doc["meta"], doc["nexmark"]
@@ -549,8 +554,8 @@ def render(doc: dict[str, Any]) -> str:
         "first successful run.",
         "",
         "| query | system | runs ok | events/s | CPU s / M events | peak RSS MB | "
-        "broker CPU s / M | start-up s | outputs | check |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "broker CPU s / M | start-up s | load before → after | outputs | check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     runs = res.get("runs", [])
     for query in QUERIES:
@@ -568,7 +573,8 @@ def render(doc: dict[str, Any]) -> str:
                 f"{_med([r.get('peak_rss_mb') for r in use])} | "
                 f"{_med([r.get('broker_cpu_s_per_m') for r in use])} | "
                 f"{_med([r.get('startup_s') for r in use])} | "
-                f"{_med([r.get('outputs') for r in use])} | {'; '.join(checks)} |"
+                f"{_loads(rs)} | "
+                f"{' / '.join(format(r['outputs'], ',') for r in rs)} | {'; '.join(checks)} |"
             )
     lines.append("")
     ratios = []
