@@ -68,6 +68,7 @@ from processors._keygroups import KeyGroup
 from processors._record import Record
 from processors._settings import OnError, Settings
 from processors.exceptions import ConfigError, UserCodeError
+from state.codecs import CodecUnavailable
 from state.rocksdb.store import RocksDBBackend
 from state.savepoint import SavepointStore, key_group_manifest
 
@@ -661,8 +662,12 @@ class BackfillTask:
         codecs = self._encoders.get(topic)
         if codecs is None:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
-        raw_key = None if key is None else codecs[0](key)
-        data = None if value is None else codecs[1](value)
+        try:
+            raw_key = None if key is None else codecs[0](key)
+            data = None if value is None else codecs[1](value)
+        except CodecUnavailable as exc:
+            # Not the record's fault: fail the task (Spark retries it), never dead-letter.
+            raise SinkFailed(f"output to {topic}: a codec's service is unavailable: {exc}") from exc
         if raw_key is None and topic in self._compacted:
             raise _OutputRejected(
                 f"output to {topic} has no key: the topic is compacted "
@@ -762,6 +767,8 @@ class BackfillTask:
             key = None if raw_key is None else kdec(raw_key)
             raw_value = msg.value()
             value = None if raw_value is None else vdec(raw_value)
+        except CodecUnavailable as exc:
+            raise SinkFailed(f"input {topic}: a codec's service is unavailable: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
             self._dead_letter(msg, exc, "deserialize")
             return

@@ -45,6 +45,7 @@ from processors._settings import Alignment, Guarantee, Settings, StateBackendKin
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import StateBackend
 from state.cache import DELETED, MISSING
+from state.codecs import CodecUnavailable
 from state.memory.store import MemoryBackend
 from state.rocksdb.store import RocksDBBackend
 
@@ -195,6 +196,9 @@ class RunnerCore:
         self._consecutive_aborts = 0
         self._producer_error: KafkaError | None = None  # set by _emit, checked per record
         self._record_error: BaseException | None = None  # an emit of this record failed
+        #: An output codec could not reach a service (a schema registry): the instance stops
+        #: before committing, whatever user code did with the exception.
+        self._codec_error: CodecUnavailable | None = None
         #: Processing stops at this time within an epoch (half the transaction timeout).
         self._budget_s = settings.transaction_timeout_ms / 2000
         self._epoch_deadline = time.monotonic() + self._budget_s
@@ -329,8 +333,12 @@ class RunnerCore:
         if topic in self._internal_set:
             # Downstream alignment needs the writer (key group) of every record.
             headers = self._writer_header + _header_list(headers)
-        data = None if value is None else venc(value)
-        raw_key = None if key is None else kenc(key)
+        try:
+            data = None if value is None else venc(value)
+            raw_key = None if key is None else kenc(key)
+        except CodecUnavailable as exc:
+            self._codec_error = exc
+            raise
         if raw_key is None and topic in self._compacted_outputs:
             rejected = RecordRejected(
                 f"output to {topic} has no key: the topic is compacted "

@@ -123,6 +123,10 @@ class EpochMixin(SavepointMixin):
         self._commit_now = False
         if self._stop_committing:
             return
+        if self._codec_error is not None:
+            # An emit failed for want of a service (user code swallowed it): this epoch
+            # misses that output, so it must not commit. Stop; the record is read again.
+            raise self._codec_error
         if self._ttl_stores:
             # Expired entries nobody reads again: bounded tombstones per epoch (before the
             # idle check, so an idle app is cleaned up too).

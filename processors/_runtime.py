@@ -872,6 +872,8 @@ class Runner(BarrierMixin):
             except ConfigError:
                 raise  # a programming error (e.g. emit to an undeclared topic): stop
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
+                if self._codec_error is not None:
+                    raise self._codec_error from exc  # a registry outage: not the record
                 if self._producer_error is None:
                     self._record_error = None
                     self._bad_input(msg, exc, "process", replay=True)

@@ -5,7 +5,9 @@
   rebuilds the same state and writes each output once;
 * a keyless output to a compacted topic dead-letters that record only;
 * a range whose start retention deleted fails the task with the reason (never skips);
-* state the store's codec cannot encode fails the task before the transaction commits.
+* state the store's codec cannot encode fails the task before the transaction commits;
+* an output codec whose service is down (a schema registry) fails the task (Spark retries
+  it), even when user code swallows the exception; nothing is dead-lettered.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processors._backfill_task import Range, TaskSpec, kafka_steps, run_task
+from processors._backfill_task import Range, SinkFailed, TaskSpec, kafka_steps, run_task
 from processors._settings import Settings
 from processors.exceptions import ConfigError
 from state.savepoint import SavepointStore, StoreFile, new_savepoint_id
@@ -136,3 +138,15 @@ def test_unencodable_state_fails_before_the_outputs_commit(
         run_task(settings, spec_of(app, inp, 10, tmp_path, new_savepoint_id()))
     outs = read_all(kafka_bootstrap, out, idle=0.5, timeout=5)
     assert [orjson.loads(m.value())["i"] for m in outs] == [0, 1, 2, 3, 4]  # the first chunk
+
+
+def test_an_unavailable_output_codec_fails_the_task_and_dead_letters_nothing(
+    kafka_bootstrap: str, names: Any, tmp_path: Path
+) -> None:
+    app, inp, out = setup(kafka_bootstrap, names, [{"outage": i == 7} for i in range(10)])
+    settings = Settings(bootstrap_servers=kafka_bootstrap, app_name=app)
+    with pytest.raises(SinkFailed, match="service is unavailable"):
+        run_task(settings, spec_of(app, inp, 10, tmp_path, new_savepoint_id()))
+    outs = read_all(kafka_bootstrap, out, idle=0.5, timeout=5)
+    assert [orjson.loads(m.value())["i"] for m in outs] == [0, 1, 2, 3, 4]  # the first chunk
+    assert read_all(kafka_bootstrap, f"{app}.dlq", idle=0.5, timeout=3) == []
