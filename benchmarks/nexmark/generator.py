@@ -167,7 +167,7 @@ class Generator:
         return self._string(max(0, desired - current))
 
     def _price(self) -> int:
-        return round(10.0 ** (self.rnd.random() * 6.0) * 100.0)
+        return int(round(10.0 ** (self.rnd.random() * 6.0) * 100.0))
 
     def _next_base0_person_id(self, event_id: int) -> int:
         num_people = _last_base0_person_id(event_id) + 1

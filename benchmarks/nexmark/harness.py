@@ -40,7 +40,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from benchmarks import broker, flink, venvs
 from benchmarks import proc as procs
@@ -173,9 +173,11 @@ def read_rows(bootstrap: str, topic: str, query: str) -> Counter[tuple[Any, ...]
             elif time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic}: no progress for 60 s")
             for m in msgs:
-                if m.error() is not None:
-                    if m.error().code() == -191:  # _PARTITION_EOF
-                        eof.add(m.partition())
+                err = m.error()
+                if err is not None:
+                    part = m.partition()
+                    if err.code() == KafkaError._PARTITION_EOF and part is not None:  # noqa: SLF001
+                        eof.add(part)
                     continue
                 value = m.value()
                 if value is None:
