@@ -27,7 +27,7 @@ from state.base.store import (
     StateBackend,
     changelog_offset_of,
 )
-from state.cache import StoreCache, changelog_topic
+from state.cache import DELETED, StoreCache, changelog_topic
 from state.codecs import Codec
 from state.primitives import StateHandle
 from state.rocksdb.memory import RocksDBMemory
@@ -47,8 +47,13 @@ DEFAULT_MEMORY_LIMIT = 2 * 1024**3
 #: is for Python, the operator chain, librdkafka's buffers and the epoch's dirty entries.
 ROCKSDB_SHARE = 0.25
 READ_CACHE_SHARE = 0.25
-#: What one read-cache entry is counted at (small key and value in a Python dict).
-READ_CACHE_ENTRY_BYTES = 256
+#: A read-cache entry is counted at this many times its encoded key and value, plus
+#: :data:`ENTRY_OVERHEAD_BYTES` (the dict slot, the key's bytes object, the decoded value's
+#: object headers): an estimate, not a measurement.
+ENTRY_SIZE_FACTOR = 2
+ENTRY_OVERHEAD_BYTES = 120
+#: What an entry is counted at before any was read or written.
+_INITIAL_ENTRY_BYTES = 256
 #: cgroup v2 and v1 files holding the container's memory limit.
 _CGROUP_LIMITS = (
     Path("/sys/fs/cgroup/memory.max"),
@@ -86,13 +91,13 @@ class MemoryPlan:
         limit_bytes: the limit the plan was derived from.
         limit_source: ``setting``, ``cgroup`` or ``default``.
         rocksdb_bytes: block cache + memtables of all key-group databases together.
-        read_cache_entries: read-cache entries of the whole process.
+        read_cache_bytes: the read cache of the whole process (estimated sizes).
     """
 
     limit_bytes: int
     limit_source: str
     rocksdb_bytes: int
-    read_cache_entries: int
+    read_cache_bytes: int
 
     @classmethod
     def of(cls, settings: Settings, cgroup_limit: int | None = None) -> MemoryPlan:
@@ -111,33 +116,33 @@ class MemoryPlan:
         rocksdb = settings.state_rocksdb_memory_bytes
         if rocksdb is None:
             rocksdb = max(4 * 1024 * 1024, int(limit * ROCKSDB_SHARE))
-        entries = settings.state_cache_total_entries
-        if entries is None:
-            entries = int(limit * READ_CACHE_SHARE) // READ_CACHE_ENTRY_BYTES
-        return cls(limit, source, rocksdb, entries)
+        cache = settings.state_cache_memory_bytes
+        if cache is None:
+            cache = int(limit * READ_CACHE_SHARE)
+        return cls(limit, source, rocksdb, cache)
 
 
 class ReadCacheBudget:
-    """The read-cache entries of a process, split evenly over the caches registered.
+    """The read cache's memory in a process, split evenly over the caches registered.
 
-    Every store of every owned key group registers its cache; each may keep
-    ``total // caches`` entries after a commit (and at most the per-cache ceiling its
-    caller passes to ``trim``). A process owning more key groups keeps fewer entries per
-    key group, not more memory. One owner thread.
+    Every store of every owned key group registers its cache; after a commit each keeps
+    what fits in ``total_bytes // caches`` at its estimated entry size (and at most the
+    per-cache ceiling its caller passes to ``trim``). A process owning more key groups
+    keeps fewer entries per key group, not more memory. One owner thread.
 
     Attributes:
-        total: entries of the whole process.
+        total_bytes: the read cache of the whole process.
     """
 
-    def __init__(self, total: int) -> None:
-        """Create a budget of ``total`` entries (>= 0); nothing registered."""
-        self.total = total
+    def __init__(self, total_bytes: int) -> None:
+        """Create a budget of ``total_bytes`` (>= 0); nothing registered."""
+        self.total_bytes = total_bytes
         self._caches = 0
 
     @property
-    def per_cache(self) -> int:
-        """The entries each registered cache may keep (``total`` while none is)."""
-        return self.total // max(1, self._caches)
+    def per_cache_bytes(self) -> int:
+        """The bytes each registered cache may keep (``total_bytes`` while none is)."""
+        return self.total_bytes // max(1, self._caches)
 
     def register(self, count: int) -> None:
         """Account ``count`` more caches (a key group opened)."""
@@ -148,18 +153,53 @@ class ReadCacheBudget:
         self._caches = max(0, self._caches - count)
 
 
-class _BudgetedCache(StoreCache):
-    """A store cache whose trim also respects the process's :class:`ReadCacheBudget`."""
+def _entry_bytes(key: bytes, raw: bytes | None) -> int:
+    return ENTRY_SIZE_FACTOR * (len(key) + (len(raw) if raw else 0)) + ENTRY_OVERHEAD_BYTES
 
-    __slots__ = ("_budget",)
+
+class _BudgetedCache(StoreCache):
+    """A store cache whose trim also respects the process's :class:`ReadCacheBudget`.
+
+    Entry sizes are estimated from the encoded keys and values it sees anyway (database
+    reads, drained writes), averaged with a decay at every trim.
+    """
+
+    __slots__ = ("_budget", "_count", "_seen")
 
     def __init__(self, name: str, codec: Codec, db: KeyGroupStore, budget: ReadCacheBudget) -> None:
         super().__init__(name, codec, db)
         self._budget = budget
+        self._seen = _INITIAL_ENTRY_BYTES
+        self._count = 1
+
+    def load(self, key: bytes) -> Any:
+        """Read ``key`` from the database into the cache (sizing it) and return it."""
+        raw = self.db.get(self.name, key)
+        value = DELETED if raw is None else self.codec.decode(raw)
+        self.values[key] = value
+        self._seen += _entry_bytes(key, raw)
+        self._count += 1
+        return value
+
+    def drain(self) -> dict[bytes, bytes | None]:
+        """Drain (:meth:`StoreCache.drain`), sizing the encoded entries."""
+        out = super().drain()
+        for key, raw in out.items():
+            self._seen += _entry_bytes(key, raw)
+        self._count += len(out)
+        return out
+
+    @property
+    def entry_bytes(self) -> int:
+        """The estimated memory of one entry."""
+        return max(1, self._seen // self._count)
 
     def trim(self, max_entries: int) -> None:
-        """Trim to ``max_entries`` or this cache's share of the budget, whichever is less."""
-        super().trim(min(max_entries, self._budget.per_cache))
+        """Trim to ``max_entries`` or what fits in this cache's share, whichever is less."""
+        size = self.entry_bytes
+        super().trim(min(max_entries, self._budget.per_cache_bytes // size))
+        if self._count > 1024:  # recent entries weigh more
+            self._seen, self._count = self._seen // 2, self._count // 2
 
 
 class StateMemory:
@@ -175,7 +215,7 @@ class StateMemory:
         """Create the shared cache, write-buffer manager and read-cache budget of ``plan``."""
         self.plan = plan
         self.rocksdb = RocksDBMemory.for_budget(plan.rocksdb_bytes)
-        self.read_cache = ReadCacheBudget(plan.read_cache_entries)
+        self.read_cache = ReadCacheBudget(plan.read_cache_bytes)
 
 
 class StateCleaner:

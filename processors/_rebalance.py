@@ -79,7 +79,7 @@ class RebalanceMixin(EpochMixin):
                 "memory_limit_bytes": plan.limit_bytes,
                 "limit_from": plan.limit_source,
                 "rocksdb_bytes": plan.rocksdb_bytes,
-                "read_cache_entries": plan.read_cache_entries,
+                "read_cache_bytes": plan.read_cache_bytes,
             },
         )
         self._state_cleaner: StateCleaner | None = None

@@ -215,7 +215,7 @@ class Settings(BaseSettings):
         ge=0,
         description=(
             "Read-cache entries kept per store and key group across epochs (a ceiling; the "
-            "process-wide state_cache_total_entries is split over the owned key groups)."
+            "process-wide state_cache_memory_bytes is split over the owned key groups)."
         ),
     )
     memory_limit_bytes: int | None = Field(
@@ -236,13 +236,13 @@ class Settings(BaseSettings):
             "(overrides the share of memory_limit_bytes)."
         ),
     )
-    state_cache_total_entries: int | None = Field(
+    state_cache_memory_bytes: int | None = Field(
         None,
         ge=0,
         description=(
-            "Read-cache entries kept across epochs by the whole process, split evenly over "
-            "the stores of the key groups it owns (overrides the share of memory_limit_bytes, "
-            "counted at 256 bytes per entry)."
+            "Read-cache memory of the whole process, split evenly over the stores of the key "
+            "groups it owns (entries counted at 2x their encoded size + 120 bytes; overrides "
+            "the share of memory_limit_bytes)."
         ),
     )
     state_cleanup_delay_ms: int = Field(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from processors._keygroups import (
     DEFAULT_MEMORY_LIMIT,
-    READ_CACHE_ENTRY_BYTES,
+    ENTRY_OVERHEAD_BYTES,
     KeyGroup,
     MemoryPlan,
     ReadCacheBudget,
@@ -26,14 +26,14 @@ def test_memory_plan_from_setting_cgroup_or_default() -> None:
     plan = MemoryPlan.of(Settings(memory_limit_bytes=4 * GIB), cgroup_limit=GIB)
     assert (plan.limit_bytes, plan.limit_source) == (4 * GIB, "setting")
     assert plan.rocksdb_bytes == GIB
-    assert plan.read_cache_entries == GIB // READ_CACHE_ENTRY_BYTES
+    assert plan.read_cache_bytes == GIB
     assert MemoryPlan.of(Settings(), cgroup_limit=GIB).limit_source == "cgroup"
     default = MemoryPlan.of(Settings(), cgroup_limit=None)
     assert (default.limit_bytes, default.limit_source) == (DEFAULT_MEMORY_LIMIT, "default")
     explicit = MemoryPlan.of(
-        Settings(state_rocksdb_memory_bytes=64 * 1024**2, state_cache_total_entries=1000)
+        Settings(state_rocksdb_memory_bytes=64 * 1024**2, state_cache_memory_bytes=1000)
     )
-    assert (explicit.rocksdb_bytes, explicit.read_cache_entries) == (64 * 1024**2, 1000)
+    assert (explicit.rocksdb_bytes, explicit.read_cache_bytes) == (64 * 1024**2, 1000)
 
 
 def test_cgroup_limit_files(tmp_path: Path) -> None:
@@ -55,23 +55,28 @@ def _handles(*names: str) -> dict[str, StateHandle]:
 
 
 def test_read_cache_budget_is_split_over_owned_key_groups() -> None:
-    budget = ReadCacheBudget(1200)
     backend = MemoryBackend()
     handles = _handles("a", "b")
-    groups = [KeyGroup(g, backend.open("app", g, ["a", "b"]), handles, budget) for g in range(3)]
-    assert budget.per_cache == 200  # 1200 entries over 3 key groups x 2 stores
+    dbs = [backend.open("app", g, ["a", "b"]) for g in range(3)]
+    value = b'"' + b"x" * 98 + b'"'  # 100 bytes of JSON
+    for db in dbs:
+        db.apply({"a": {f"k{i:03}".encode(): value for i in range(500)}}, {})
+    entry = 2 * (4 + 100) + ENTRY_OVERHEAD_BYTES
+    budget = ReadCacheBudget(6 * 200 * entry)
+    groups = [KeyGroup(g, dbs[g], handles, budget) for g in range(3)]
+    assert budget.per_cache_bytes == 200 * entry  # over 3 key groups x 2 stores
     cache = groups[0].caches["a"]
     for i in range(500):
-        cache.load(f"k{i}".encode())
+        cache.get(f"k{i:03}".encode())
     cache.trim(10_000)  # the per-cache ceiling is higher: the budget share wins
-    assert len(cache) == 200
+    assert 195 <= len(cache) <= 200  # the first estimate (before any read) fades
     cache.trim(50)  # the ceiling is lower: it wins
     assert len(cache) == 50
     groups[1].close()
     groups[2].close()
-    assert budget.per_cache == 600  # fewer key groups: each keeps more
+    assert budget.per_cache_bytes == 600 * entry  # fewer key groups: each keeps more
     groups[1].close()  # idempotent for the budget
-    assert budget.per_cache == 600
+    assert budget.per_cache_bytes == 600 * entry
 
 
 class _Clock:
