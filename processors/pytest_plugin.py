@@ -88,6 +88,7 @@ __all__ = [
     "LockgateKafka",
     "OutputRecord",
     "TopicFactory",
+    "kafka_for",
     "start_kafka",
     "wait_kafka_ready",
 ]
@@ -1195,13 +1196,17 @@ def pytest_terminal_summary(
         terminalreporter.write_line(line)
 
 
-@pytest.fixture(scope="session")
-def lockgate_kafka(request: pytest.FixtureRequest) -> Iterator[LockgateKafka]:
-    """A single-node Kafka broker for the test session (see the module docstring for modes).
+def kafka_for(config: pytest.Config) -> Iterator[LockgateKafka]:
+    """The body of ``lockgate_kafka``: choose and start the broker, yield it, remove it.
 
-    Fails (not skips) with the reason when no broker can be provided.
+    Use it to give the broker another scope, e.g. in a ``conftest.py``::
+
+        @pytest.fixture(scope="package")
+        def lockgate_kafka(request):
+            yield from kafka_for(request.config)
+
+    Fails the requesting test (not a skip) with the reason when no broker can be provided.
     """
-    config = request.config
     choice = choose_broker(
         _option(config, "lockgate_kafka", ENV_MODE),
         _option(config, "lockgate_kafka_image", ENV_IMAGE),
@@ -1214,13 +1219,21 @@ def lockgate_kafka(request: pytest.FixtureRequest) -> Iterator[LockgateKafka]:
         pytest.fail(f"lockgate_kafka ({choice.mode}): {exc}", pytrace=False)
     config.stash[_SUMMARY] = (
         f"lockgate_kafka: {kafka.mode} broker{' ' + kafka.image if kafka.image else ''}"
-        f" at {kafka.bootstrap}"
-        f" (ready in {kafka.startup_seconds:.1f} s)"
+        f" at {kafka.bootstrap} (ready in {kafka.startup_seconds:.1f} s)"
     )
     try:
         yield kafka
     finally:
         kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def lockgate_kafka(request: pytest.FixtureRequest) -> Iterator[LockgateKafka]:
+    """A single-node Kafka broker for the test session (see the module docstring for modes).
+
+    Fails (not skips) with the reason when no broker can be provided.
+    """
+    yield from kafka_for(request.config)
 
 
 @pytest.fixture
