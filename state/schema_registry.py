@@ -482,7 +482,11 @@ class JsonSchema(RegistryCodec):
     """JSON Schema through the schema registry: dicts <-> validated JSON.
 
     ``encode`` validates the value against ``schema`` and writes it; ``decode``
-    validates against the writer schema and returns the parsed JSON.
+    validates against the writer schema (the one the record's id names) and returns the
+    parsed JSON, as :class:`Avro` reads with the writer schema: a record of a newer
+    compatible version (a property added to a closed object) decodes, the new property
+    included, even though ``schema`` would refuse it. ``deserializer_conf=
+    {"use.latest.version": True}`` validates with the subject's latest version instead.
 
     Args:
         registry: the registry.
@@ -544,8 +548,10 @@ class JsonSchema(RegistryCodec):
 
     def _make_deserializer(self, conf: dict[str, Any]) -> Any:
         sr = _import_sr()
+        # No reader schema: confluent-kafka would validate every record with it (not
+        # with its writer schema), refusing newer versions that are compatible.
         return sr.json_schema.JSONDeserializer(
-            schema_str=self.schema,
+            schema_str=None,
             schema_registry_client=self.registry.client,
             conf=conf,
         )

@@ -211,6 +211,36 @@ def test_json_schema_round_trip(registry: SchemaRegistry) -> None:
         codec.decode(b"\x01abc")
 
 
+def _closed_amount(note: bool) -> str:
+    props: dict[str, object] = {"amount": {"type": "integer"}}
+    if note:
+        props["note"] = {"type": "string"}
+    return orjson.dumps(
+        {
+            "title": "Amount",
+            "type": "object",
+            "properties": props,
+            "required": ["amount"],
+            "additionalProperties": False,
+        }
+    ).decode()
+
+
+def test_json_schema_reads_with_the_writer_schema(registry: SchemaRegistry) -> None:
+    # Version 2 adds an optional property to a closed object; the codec of version 1
+    # reads it as the Avro codec would, validated with the writer schema (version 2).
+    old = JsonSchema(registry, _closed_amount(note=False)).bind("t", "value")
+    new = JsonSchema(registry, _closed_amount(note=True)).bind("t", "value")
+    data = new.encode({"amount": 2, "note": "v2"})
+    assert old.decode(data) == {"amount": 2, "note": "v2"}
+    with pytest.raises(ValueError, match="cannot encode"):
+        old.encode({"amount": 2, "note": "v2"})  # encoding still uses its own schema
+    # The writer schema still validates: bytes that break it are a DecodeError.
+    forged = data[:5] + b'{"amount": "x"}'
+    with pytest.raises(DecodeError, match="cannot decode"):
+        old.decode(forged)
+
+
 def _amount_message() -> type:
     """A protobuf message class ``lockgate.test.Amount`` built at run time (no protoc)."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
