@@ -26,6 +26,7 @@ from tests.support.helm import (
     manifests,
     one_manifest,
     render,
+    secret_files,
     statefulset_container_spec,
 )
 
@@ -35,6 +36,7 @@ MINIMAL = VALUES_DIR / "minimal.yaml"
 PRODUCTION = VALUES_DIR / "production.yaml"
 SINGLE = VALUES_DIR / "single-replica.yaml"
 STRIMZI = VALUES_DIR / "strimzi.yaml"
+QUERY = VALUES_DIR / "queryable-state.yaml"
 
 _versions = sorted(set(kv_utils.all_versions()), key=lambda v: tuple(map(int, v.split("."))))
 KUBE_VERSIONS = [_versions[0], _versions[-1]]
@@ -349,6 +351,7 @@ def test_every_values_file_is_tested() -> None:
         "production.yaml",
         "single-replica.yaml",
         "strimzi.yaml",
+        "queryable-state.yaml",
     }
 
 
@@ -584,10 +587,19 @@ def test_sasl_credentials_come_from_the_existing_secret() -> None:
     assert env["LOCKGATE_SASL_USERNAME"]["valueFrom"] == {
         "secretKeyRef": {"name": "sums-kafka-user", "key": "username"}
     }
-    assert env["LOCKGATE_SASL_PASSWORD"]["valueFrom"] == {
-        "secretKeyRef": {"name": "sums-kafka-user", "key": "password"}
+    # The password is a mounted file, never an env value.
+    assert "LOCKGATE_SASL_PASSWORD" not in env
+    assert env["LOCKGATE_SASL_PASSWORD_FILE"] == {
+        "name": "LOCKGATE_SASL_PASSWORD_FILE",
+        "value": "/etc/lockgate/kafka-sasl/password",
     }
-    assert "value" not in env["LOCKGATE_SASL_PASSWORD"]
+    pod = _pod_spec(docs)
+    [volume] = [v for v in pod["volumes"] if v["name"] == "kafka-sasl"]
+    assert volume["secret"] == {
+        "secretName": "sums-kafka-user",
+        "defaultMode": 0o440,
+        "items": [{"key": "password", "path": "password"}],
+    }
     assert env["LOCKGATE_KAFKA__SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
     assert env["LOCKGATE_KAFKA__SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
     assert not manifests(docs, "Secret")  # the chart never renders credentials
@@ -777,12 +789,43 @@ def test_container_env_resolves_like_the_kubelet() -> None:
         config_maps={"sums-extra-settings": {"LOCKGATE_CONSUME_BATCH_SIZE": "10"}},
     )
     assert env["LOCKGATE_INSTANCE_ID"] == "sums-lockgate-2"
-    assert env["LOCKGATE_SASL_PASSWORD"] == "p"
+    assert env["LOCKGATE_SASL_USERNAME"] == "u"
+    assert env["LOCKGATE_SASL_PASSWORD_FILE"] == "/etc/lockgate/kafka-sasl/password"
     assert env["LOCKGATE_KAFKA__SSL_KEY_PASSWORD"] == "kp"
     assert env["LOCKGATE_CONSUME_BATCH_SIZE"] == "10"
     assert len(env) == len(spec["env"]) + 1
     with pytest.raises(KeyError, match="sums-kafka-user"):
         container_env(spec, pod_name="p", config_maps={"sums-extra-settings": {}})
+
+
+def test_secret_files_resolve_like_the_kubelet() -> None:
+    docs = render(values_files=[PRODUCTION])
+    secrets = {
+        "sums-kafka-user": {"username": "u", "password": "p\n"},
+        "kafka-cluster-ca": {"ca.crt": "CA", "user.crt": "CRT", "user.key": "KEY", "x": "y"},
+    }
+    assert secret_files(docs, secrets=secrets) == {
+        "/etc/lockgate/kafka-sasl/password": "p\n",
+        "/etc/lockgate/kafka-tls/ca.crt": "CA",
+        "/etc/lockgate/kafka-tls/tls.crt": "CRT",
+        "/etc/lockgate/kafka-tls/tls.key": "KEY",
+    }
+    projected = render(
+        values_files=[MINIMAL],
+        set_values={"kafka.tls.existingSecret": "ca", "kafka.tls.clientSecret": "client"},
+    )
+    files = secret_files(
+        projected, secrets={"ca": {"ca.crt": "CA"}, "client": {"tls.crt": "C", "tls.key": "K"}}
+    )
+    assert files == {
+        "/etc/lockgate/kafka-tls/ca.crt": "CA",
+        "/etc/lockgate/kafka-tls/tls.crt": "C",
+        "/etc/lockgate/kafka-tls/tls.key": "K",
+    }
+    with pytest.raises(KeyError, match="sums-kafka-user"):
+        secret_files(docs, secrets={"kafka-cluster-ca": secrets["kafka-cluster-ca"]})
+    with pytest.raises(KeyError, match="'password'"):
+        secret_files(docs, secrets={**secrets, "sums-kafka-user": {"username": "u"}})
 
 
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda p: p.stem)
@@ -802,3 +845,5 @@ def test_notes_render(values_file: Path, tmp_path: Path) -> None:
     assert ("retained" in text) is (values_file != SINGLE)
     assert "App name sums" in text
     assert ("Staged rollout" in text) is (values_file == STRIMZI)
+    assert ("Queryable state is on" in text) is (values_file == QUERY)
+    assert "sums-query-token" in text if values_file == QUERY else "WARNING" not in text

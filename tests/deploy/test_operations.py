@@ -9,12 +9,15 @@ membership budget. Each refusal is tested with the message the user sees.
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.helm import (
+    CHART_DIR,
     HelmError,
     manifests,
     one_manifest,
@@ -26,6 +29,8 @@ VALUES_DIR = Path(__file__).resolve().parent / "values"
 MINIMAL = VALUES_DIR / "minimal.yaml"
 PRODUCTION = VALUES_DIR / "production.yaml"
 STRIMZI = VALUES_DIR / "strimzi.yaml"
+SINGLE = VALUES_DIR / "single-replica.yaml"
+QUERY = VALUES_DIR / "queryable-state.yaml"
 
 
 def _env(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -205,13 +210,73 @@ def test_inconsistent_tls_values_are_refused(set_values: dict[str, Any], message
         render(values_files=[MINIMAL], set_values=set_values)
 
 
-def test_the_password_reaches_the_app_through_a_secret_key_ref() -> None:
-    """The runtime reads the SASL password only from its variable (no file setting yet)."""
-    env = _env(render(values_files=[STRIMZI]))
-    assert env["LOCKGATE_SASL_PASSWORD"] == {
-        "name": "LOCKGATE_SASL_PASSWORD",
-        "valueFrom": {"secretKeyRef": {"name": "sums-lockgate", "key": "password"}},
+def test_the_password_reaches_the_app_as_a_mounted_file() -> None:
+    """LOCKGATE_SASL_PASSWORD_FILE names the Secret's password key, mounted without subPath.
+
+    A Secret volume mounted as a directory is updated in place by the kubelet when the Secret
+    changes (a subPath mount never is), and the app reads the file at each client creation.
+    """
+    docs = render(values_files=[STRIMZI])
+    env = _env(docs)
+    assert "LOCKGATE_SASL_PASSWORD" not in env
+    assert env["LOCKGATE_SASL_PASSWORD_FILE"] == {
+        "name": "LOCKGATE_SASL_PASSWORD_FILE",
+        "value": "/etc/lockgate/kafka-sasl/password",
     }
+    pod = _pod(docs)["spec"]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "kafka-sasl"]
+    assert volume == {
+        "name": "kafka-sasl",
+        "secret": {
+            "secretName": "sums-lockgate",
+            "defaultMode": 0o440,
+            "items": [{"key": "password", "path": "password"}],
+        },
+    }
+    # 0440: readable by the pod's fsGroup, which the non-root process runs with.
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
+    container = statefulset_container_spec(docs)
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "kafka-sasl"]
+    assert mount == {
+        "name": "kafka-sasl",
+        "mountPath": "/etc/lockgate/kafka-sasl",
+        "readOnly": True,
+    }
+    assert "subPath" not in mount
+    # The username is no file: it stays a literal (Strimzi) or a secretKeyRef.
+    assert env["LOCKGATE_SASL_USERNAME"] == {
+        "name": "LOCKGATE_SASL_USERNAME",
+        "value": "sums-lockgate",
+    }
+
+
+def test_sasl_mount_path_is_a_value() -> None:
+    docs = render(
+        values_files=[MINIMAL],
+        set_values={"kafka.sasl.existingSecret": "user", "kafka.sasl.mountPath": "/run/sasl/"},
+    )
+    assert _env(docs)["LOCKGATE_SASL_PASSWORD_FILE"]["value"] == "/run/sasl/password"
+    assert not [
+        v
+        for v in _pod(render(values_files=[MINIMAL]))["spec"]["volumes"]
+        if v["name"] == "kafka-sasl"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        ({"kafka.sasl.mountPath": "/etc/lockgate/kafka-tls"}, "must be separate directories"),
+        ({"kafka.sasl.mountPath": "/etc/lockgate/kafka-tls/sasl"}, "must be separate directories"),
+        ({"kafka.tls.mountPath": "/etc/lockgate/kafka-sasl/tls"}, "must be separate directories"),
+        ({"kafka.sasl.mountPath": "etc/sasl"}, "does not match pattern"),
+        ({"kafka.sasl.passwordFile": "/p"}, "additional properties 'passwordFile'"),
+    ],
+    ids=["same", "sasl-inside-tls", "tls-inside-sasl", "relative", "typo"],
+)
+def test_bad_sasl_mount_path_is_refused(set_values: dict[str, Any], message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render(values_files=[PRODUCTION], set_values=set_values)
 
 
 def test_credential_rotation_annotations() -> None:
@@ -222,6 +287,66 @@ def test_credential_rotation_annotations() -> None:
     assert "checksum/kafka-credentials" not in _pod(docs)["metadata"]["annotations"]
     plain = _pod(render(values_files=[MINIMAL]))["metadata"]["annotations"]
     assert plain == {"kubectl.kubernetes.io/default-container": "processor"}
+
+
+def _chart_with_secrets(tmp_path: Path, secrets: dict[str, dict[str, str]]) -> Path:
+    """A copy of the chart whose Secret lookups answer from ``secrets`` (helm template has no
+    cluster, so ``lookup`` finds nothing there)."""
+    chart = tmp_path / "lockgate"
+    shutil.copytree(CHART_DIR, chart)
+    helpers = chart / "templates" / "_helpers.tpl"
+    text = helpers.read_text()
+    stubbed = re.sub(
+        r'lookup "v1" "Secret" \$\.Release\.Namespace (\S+)',
+        r'index (include "test.secrets" $ | fromYaml) \1',
+        text,
+    )
+    assert 'lookup "v1"' not in stubbed and "test.secrets" in stubbed, "lookups changed"
+    data = {name: {"data": keys} for name, keys in secrets.items()}
+    helpers.write_text(
+        stubbed + '\n{{- define "test.secrets" -}}\n' + yaml.safe_dump(data) + "{{- end }}\n"
+    )
+    return chart
+
+
+def _checksum(chart: Path, values_file: Path) -> str | None:
+    docs = render(
+        values_files=[values_file],
+        set_values={"credentialRotation.lookupSecrets": True},
+        chart=chart,
+    )
+    value: str | None = _pod(docs)["metadata"]["annotations"].get("checksum/kafka-credentials")
+    return value
+
+
+def test_the_lookup_checksum_covers_every_credential(tmp_path: Path) -> None:
+    """Each credential Secret counts, the SASL password included.
+
+    The password file reaches the clients created after the kubelet updated it, but the
+    consumer and producer created at start keep the password they were given (and reconnect
+    with it), so an upgrade after a password rotation still rolls the pods.
+    """
+    user = {"username": "dXNlcg==", "password": "b2xk"}
+    ca = {"ca.crt": "Q0E=", "user.crt": "Q1JU", "user.key": "S0VZ"}
+    key_password = {"password": "a3A="}
+    base = {"sums-kafka-user": user, "kafka-cluster-ca": ca, "sums-key-password": key_password}
+
+    def checksum(secrets: dict[str, dict[str, str]], name: str) -> str | None:
+        return _checksum(_chart_with_secrets(tmp_path / name, secrets), PRODUCTION)
+
+    first = checksum(base, "base")
+    assert first is not None
+    assert checksum(base, "again") == first
+    changed = {
+        "password": {**base, "sums-kafka-user": {**user, "password": "bmV3"}},
+        "username": {**base, "sums-kafka-user": {**user, "username": "b3RoZXI="}},
+        "certificate": {**base, "kafka-cluster-ca": {**ca, "user.crt": "TkVX"}},
+        "key-password": {**base, "sums-key-password": {"password": "bmV3"}},
+    }
+    for name, secrets in changed.items():
+        assert checksum(secrets, name) != first, name
+    # A Secret the release does not reference changes nothing.
+    assert checksum({**base, "unrelated": {"x": "eQ=="}}, "unrelated") == first
 
 
 # --- item 7: scheduling, rollouts, sidecars, image -------------------------------------------
@@ -536,3 +661,139 @@ def test_session_timeout_is_a_value() -> None:
     for bad in (5999, 1800001):
         with pytest.raises(HelmError, match="sessionTimeoutMs"):
             render(values_files=[MINIMAL], set_values={"kafka.sessionTimeoutMs": bad})
+
+
+# --- item 1: minReadySeconds ----------------------------------------------------------------
+
+
+def test_min_ready_seconds_holds_a_rolling_update_after_readiness() -> None:
+    sts = one_manifest(render(values_files=[MINIMAL]), "StatefulSet")
+    assert sts["spec"]["minReadySeconds"] == 10
+    # Readiness is what it waits on: /readyz (joined, first assignment, key groups restored).
+    container = statefulset_container_spec([sts])
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    sts = one_manifest(render(values_files=[QUERY]), "StatefulSet")
+    assert sts["spec"]["minReadySeconds"] == 30
+    zero = render(values_files=[MINIMAL], set_values={"minReadySeconds": 0})
+    assert one_manifest(zero, "StatefulSet")["spec"]["minReadySeconds"] == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [(-1, "minimum"), ("10", "want integer"), (1.5, "want integer"), (3601, "maximum")],
+    ids=["negative", "string", "fraction", "too-long"],
+)
+def test_bad_min_ready_seconds_is_refused(value: Any, message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render(values_files=[MINIMAL], set_values={"minReadySeconds": value})
+
+
+# --- queryable state ------------------------------------------------------------------------
+
+
+def test_query_is_off_by_default() -> None:
+    docs = render(values_files=[STRIMZI])
+    env = _env(docs)
+    assert env["LOCKGATE_QUERY_ENABLED"]["value"] == "false"
+    assert not {n for n in env if n.startswith("LOCKGATE_QUERY_") and n != "LOCKGATE_QUERY_ENABLED"}
+    policy = one_manifest(docs, "NetworkPolicy")
+    assert len(policy["spec"]["ingress"]) == 1
+    assert len(policy["spec"]["egress"]) == 2  # DNS and the brokers only
+
+
+def test_query_env_and_peer_url() -> None:
+    docs = render(values_files=[QUERY], namespace="streams")
+    env = _env(docs)
+    assert env["LOCKGATE_QUERY_ENABLED"]["value"] == "true"
+    assert env["LOCKGATE_QUERY_TIMEOUT_MS"]["value"] == "2000"
+    assert env["LOCKGATE_QUERY_TOKEN"] == {
+        "name": "LOCKGATE_QUERY_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "sums-query-token", "key": "token"}},
+    }
+    url = env["LOCKGATE_QUERY_PEER_URL"]["value"]
+    # The runtime's placeholder survives Helm templating literally.
+    assert url == "http://{instance}.sums-lockgate-headless.streams.svc:8080"
+    # {instance} is the instance id, the pod name: the URL is that pod's DNS name under the
+    # headless Service that governs the StatefulSet.
+    sts = one_manifest(docs, "StatefulSet")
+    svc = one_manifest(docs, "Service")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert sts["spec"]["serviceName"] == svc["metadata"]["name"]
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert env["LOCKGATE_INSTANCE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    pod = f"{sts['metadata']['name']}-2"
+    assert url.replace("{instance}", pod) == (
+        f"http://{pod}.{svc['metadata']['name']}.streams.svc:{svc['spec']['ports'][0]['port']}"
+    )
+
+
+def test_query_peer_url_follows_names_and_port() -> None:
+    docs = render(
+        values_files=[SINGLE],
+        set_values={"query.enabled": True, "fullnameOverride": "totals"},
+        namespace="team-a",
+    )
+    env = _env(docs)
+    assert env["LOCKGATE_QUERY_PEER_URL"]["value"] == (
+        "http://{instance}.totals-headless.team-a.svc:9090"
+    )
+    assert env["LOCKGATE_QUERY_TIMEOUT_MS"]["value"] == "5000"
+    assert "LOCKGATE_QUERY_TOKEN" not in env  # no tokenSecret: no authentication
+
+
+def test_network_policy_lets_the_release_pods_forward_queries() -> None:
+    docs = render(values_files=[QUERY])
+    policy = one_manifest(docs, "NetworkPolicy")
+    pod_labels = one_manifest(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    metrics, peers = policy["spec"]["ingress"]
+    assert metrics["from"][0]["namespaceSelector"]  # metricsFrom unchanged
+    assert peers["ports"] == [{"port": "http", "protocol": "TCP"}]
+    [peer] = peers["from"]
+    assert set(peer) == {"podSelector"}  # same namespace only
+    assert peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    dns, kafka, forward = policy["spec"]["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert kafka["ports"] == [{"port": 9093, "protocol": "TCP"}]
+    assert forward["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    [target] = forward["to"]
+    assert set(target) == {"podSelector"}
+    assert target["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    # The egress port is the http port's number (the same pods listen on it).
+    other = render(
+        values_files=[QUERY], set_values={"httpPort": 9191, "networkPolicy.extraEgress": []}
+    )
+    egress = one_manifest(other, "NetworkPolicy")["spec"]["egress"]
+    assert egress[-1]["ports"] == [{"port": 9191, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize(
+    ("set_values", "message"),
+    [
+        (
+            {"query.enabled": False},
+            "query.tokenSecret needs query.enabled",
+        ),
+        ({"query.tokenKey": ""}, "minLength"),
+        ({"query.tokenSecret": "Not_A_Secret"}, "does not match pattern"),
+        ({"query.timeoutMs": 50}, "minimum"),
+        ({"query.timeoutMs": "5000"}, "want integer"),
+        ({"query.token": "hunter2"}, "additional properties 'token' not allowed"),
+        ({"query.enabled": "true"}, "want boolean"),
+        ({"env": {"LOCKGATE_QUERY_ENABLED": "true"}}, "LOCKGATE_QUERY_ENABLED is set twice"),
+        ({"env": {"LOCKGATE_QUERY_PEER_URL": "http://x"}}, "LOCKGATE_QUERY_PEER_URL is set twice"),
+    ],
+    ids=[
+        "token-without-query",
+        "token-secret-without-key",
+        "secret-name",
+        "timeout-too-short",
+        "timeout-type",
+        "literal-token",
+        "enabled-type",
+        "enabled-in-env",
+        "peer-url-in-env",
+    ],
+)
+def test_bad_query_values_are_refused(set_values: dict[str, Any], message: str) -> None:
+    with pytest.raises(HelmError, match=message):
+        render(values_files=[QUERY], set_values=set_values)

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.helm import CHART_DIR, container_env, render, statefulset_container_spec
+from tests.support.helm import (
+    CHART_DIR,
+    container_env,
+    render,
+    secret_files,
+    statefulset_container_spec,
+)
 
 try:
     from processors._settings import Settings
@@ -31,14 +37,19 @@ VALUES_FILES = sorted(VALUES_DIR.glob("*.yaml"))
 PRODUCTION = VALUES_DIR / "production.yaml"
 SINGLE = VALUES_DIR / "single-replica.yaml"
 STRIMZI = VALUES_DIR / "strimzi.yaml"
+QUERY = VALUES_DIR / "queryable-state.yaml"
 NAME = re.compile(r"\bLOCKGATE_[A-Z0-9_]*[A-Z0-9]")
 KAFKA_PREFIX = "LOCKGATE_KAFKA__"
 #: Variables of the development tooling, not of the app (deploy/helm/ensure-helm.sh).
 TOOLING_NAMES = {"LOCKGATE_TOOLS_DIR"}
 SECRETS = {
-    "sums-kafka-user": {"username": "user", "password": "secret"},
+    # A password written with a trailing newline (kubectl create secret --from-file, echo).
+    "sums-kafka-user": {"username": "user", "password": "secret\n"},
     "sums-key-password": {"password": "key-secret"},
     "sums-lockgate": {"password": "strimzi-secret"},  # a Strimzi KafkaUser Secret: no username
+    "sums-query-token": {"token": "query-secret"},
+    "kafka-cluster-ca": {"ca.crt": "CA", "user.crt": "CRT", "user.key": "KEY"},
+    "my-cluster-cluster-ca-cert": {"ca.crt": "CA"},
 }
 CONFIG_MAPS = {"sums-extra-settings": {}}
 
@@ -61,14 +72,33 @@ def _chart_defaults() -> dict[str, Any]:
     return values
 
 
-def _settings_from(values_file: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Build the settings model from the env the chart renders for ``values_file``."""
-    spec = statefulset_container_spec(render(values_files=[values_file]))
-    env = container_env(spec, pod_name="sums-lockgate-1", secrets=SECRETS, config_maps=CONFIG_MAPS)
+def _settings_from(
+    values_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    root: Path,
+    secrets: dict[str, dict[str, str]] | None = None,
+) -> Any:
+    """Build the settings model from the env the chart renders for ``values_file``.
+
+    The files the pod mounts from Secrets are written under ``root`` (as the kubelet would
+    project them), and the settings that the model opens itself (LOCKGATE_SASL_PASSWORD_FILE)
+    point there instead; librdkafka's file locations stay as rendered (nothing opens them here).
+    """
+    docs = render(values_files=[values_file])
+    spec = statefulset_container_spec(docs)
+    secrets = SECRETS if secrets is None else secrets
+    env = container_env(spec, pod_name="sums-lockgate-1", secrets=secrets, config_maps=CONFIG_MAPS)
+    files = secret_files(docs, secrets=secrets)
+    for path, content in files.items():
+        local = root / path.lstrip("/")
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(content)
     for name in list(os.environ):
         if name.upper().startswith("LOCKGATE_"):
             monkeypatch.delenv(name)
     for name, value in env.items():
+        if value in files and not name.startswith(KAFKA_PREFIX):
+            value = str(root / value.lstrip("/"))
         monkeypatch.setenv(name, value)
     return Settings()
 
@@ -112,10 +142,10 @@ def test_every_env_name_in_the_chart_and_docs_is_a_setting() -> None:
 
 @pytest.mark.parametrize("values_file", [PRODUCTION, SINGLE], ids=lambda p: p.stem)
 def test_settings_accept_the_rendered_env(
-    values_file: Path, monkeypatch: pytest.MonkeyPatch
+    values_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     values = yaml.safe_load(values_file.read_text())
-    settings = _settings_from(values_file, monkeypatch)
+    settings = _settings_from(values_file, monkeypatch, tmp_path)
     assert settings.instance_id == "sums-lockgate-1"
     assert settings.bootstrap_servers == values["kafka"]["bootstrapServers"]
     assert settings.app_name == values["appName"]
@@ -128,9 +158,11 @@ def test_settings_accept_the_rendered_env(
     assert conf["session.timeout.ms"] == str(values["kafka"]["sessionTimeoutMs"])
 
 
-def test_settings_see_the_strimzi_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_settings_see_the_strimzi_credentials(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A literal username with the password of a Strimzi KafkaUser Secret, server-only TLS."""
-    conf = _settings_from(STRIMZI, monkeypatch).kafka_config()
+    conf = _settings_from(STRIMZI, monkeypatch, tmp_path).kafka_config()
     assert conf["sasl.username"] == "sums-lockgate"
     assert conf["sasl.password"] == "strimzi-secret"
     assert conf["security.protocol"] == "SASL_SSL"
@@ -147,18 +179,22 @@ def test_schema_rejects_every_key_the_runtime_refuses() -> None:
     assert set(RESERVED_KAFKA_KEYS) <= rejected, set(RESERVED_KAFKA_KEYS) - rejected
 
 
-def test_session_timeout_reaches_the_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_session_timeout_reaches_the_consumer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from processors._kafka import consumer_config
 
-    settings = _settings_from(PRODUCTION, monkeypatch)
+    settings = _settings_from(PRODUCTION, monkeypatch, tmp_path)
     assert consumer_config(settings, "sums")["session.timeout.ms"] == "60000"
 
 
-def test_settings_see_sasl_and_tls(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = _settings_from(PRODUCTION, monkeypatch)
+def test_settings_see_sasl_and_tls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = _settings_from(PRODUCTION, monkeypatch, tmp_path)
+    assert settings.sasl_password is None
+    assert settings.sasl_password_file == tmp_path / "etc/lockgate/kafka-sasl/password"
     conf = settings.kafka_config()
     assert conf["sasl.username"] == "user"
-    assert conf["sasl.password"] == "secret"
+    assert conf["sasl.password"] == "secret"  # the file's trailing newline is not part of it
     assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
     assert conf["security.protocol"] == "SASL_SSL"
     assert conf["ssl.ca.location"] == "/etc/lockgate/kafka-tls/ca.crt"
@@ -166,6 +202,36 @@ def test_settings_see_sasl_and_tls(monkeypatch: pytest.MonkeyPatch) -> None:
     assert conf["ssl.key.location"] == "/etc/lockgate/kafka-tls/tls.key"
     assert conf["ssl.key.password"] == "key-secret"
     assert "secret" not in json.dumps(settings.masked())
+
+
+def test_a_rotated_password_file_reaches_the_next_client(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The kubelet rewrites the mounted file when the Secret changes; no restart needed."""
+    settings = _settings_from(PRODUCTION, monkeypatch, tmp_path)
+    assert settings.kafka_config()["sasl.password"] == "secret"
+    settings.sasl_password_file.write_text("rotated\n")
+    assert settings.kafka_config()["sasl.password"] == "rotated"
+
+
+def test_settings_see_the_queryable_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    values = yaml.safe_load(QUERY.read_text())
+    settings = _settings_from(QUERY, monkeypatch, tmp_path)
+    assert settings.query_enabled is True
+    assert settings.query_token is not None
+    assert settings.query_token.get_secret_value() == "query-secret"
+    assert settings.query_timeout_ms == values["query"]["timeoutMs"]
+    assert settings.query_peer_url is not None
+    owner = settings.query_peer_url.replace("{instance}", "sums-lockgate-2")
+    assert owner == "http://sums-lockgate-2.sums-lockgate-headless.default.svc:8080"
+    assert settings.kafka_config()["sasl.password"] == "secret"
+    assert "query-secret" not in json.dumps(settings.masked())
+
+
+def test_settings_see_query_off(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = _settings_from(PRODUCTION, monkeypatch, tmp_path)
+    assert settings.query_enabled is False
+    assert settings.query_peer_url is None
 
 
 def test_enums_match_the_model() -> None:
@@ -200,6 +266,7 @@ def test_log_levels_match_the_model() -> None:
         ("transaction_timeout_ms", ("processing", "transactionTimeoutMs")),
         ("liveness_timeout_ms", ("probes", "liveness", "progressTimeoutMs")),
         ("http_port", ("httpPort",)),
+        ("query_timeout_ms", ("query", "timeoutMs")),
     ],
 )
 def test_bounds_are_within_the_model(field: str, schema_path: tuple[str, ...]) -> None:
@@ -227,6 +294,8 @@ def test_defaults_match_the_model() -> None:
         "liveness_timeout_ms": values["probes"]["liveness"]["progressTimeoutMs"],
         "log_level": values["logging"]["level"],
         "log_format": values["logging"]["format"],
+        "query_enabled": values["query"]["enabled"],
+        "query_timeout_ms": values["query"]["timeoutMs"],
     }
     for field, chart_default in pairs.items():
         default = fields[field].default

@@ -6,10 +6,19 @@ a test is what Kubernetes would run.
 
     from tests.support.helm import render, statefulset_container_spec, container_env
 
-    docs = render({"app": "examples.running_sum:app", "kafka": {"bootstrapServers": "k:9092"}})
+    docs = render(
+        {
+            "app": "examples.running_sum:app",
+            "appName": "sums",
+            "kafka": {"bootstrapServers": "k:9092"},
+        }
+    )
     spec = statefulset_container_spec(docs)
     env = container_env(spec, pod_name="sums-lockgate-0")   # dict[str, str] for the container
     args = spec["args"]                                      # ["run", "examples.running_sum:app"]
+
+Files the pod mounts from Secrets (the SASL password file, TLS certificates) are resolved by
+:func:`secret_files` (container path -> content), for a test to lay them out on disk.
 
 The helm binary comes from ``deploy/helm/ensure-helm.sh`` (built with Go on first use, cached in
 ``~/.cache/lockgate/tools``; several minutes the first time, instant afterwards).
@@ -43,6 +52,7 @@ __all__ = [
     "manifests",
     "one_manifest",
     "render",
+    "secret_files",
     "statefulset_container_spec",
 ]
 
@@ -310,4 +320,53 @@ def container_env(
             out[name] = value
         else:
             raise ValueError(f"{name}: cannot resolve valueFrom {sorted(source)}")
+    return out
+
+
+def secret_files(
+    docs: Iterable[Manifest],
+    *,
+    secrets: Mapping[str, Mapping[str, str]],
+) -> dict[str, str]:
+    """Return the files the processor container sees from Secret volumes, as the kubelet would.
+
+    Covers ``secret`` and ``projected`` (``sources[].secret``) pod volumes mounted by the
+    processor container: each file's container path (the mount path joined with the item's
+    ``path``, or the key when the volume lists no items) maps to its content, looked up in
+    ``secrets`` (``{Secret name: {key: value}}``). Other volume kinds are ignored. A test
+    writes the files under a temporary root and points the path variables there.
+
+    Raises:
+        KeyError: a mounted Secret, or a listed key of one, is missing and not ``optional``.
+    """
+    sts = one_manifest(docs, "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    container = statefulset_container_spec([sts])
+    volumes = {v["name"]: v for v in pod.get("volumes") or ()}
+    out: dict[str, str] = {}
+    for mount in container.get("volumeMounts") or ():
+        volume = volumes.get(mount["name"])
+        if volume is None:
+            continue  # a claim of volumeClaimTemplates
+        if "secret" in volume:
+            sources = [{**volume["secret"], "name": volume["secret"]["secretName"]}]
+        elif "projected" in volume:
+            sources = [s["secret"] for s in volume["projected"]["sources"] if "secret" in s]
+        else:
+            continue
+        base = mount["mountPath"].rstrip("/")
+        for source in sources:
+            data = secrets.get(source["name"])
+            if data is None:
+                if source.get("optional"):
+                    continue
+                name = source["name"]
+                raise KeyError(f"volume {mount['name']!r} mounts Secret {name!r}, not given")
+            items = source.get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                if item["key"] not in data:
+                    if source.get("optional"):
+                        continue
+                    raise KeyError(f"Secret {source['name']!r} has no key {item['key']!r}")
+                out[f"{base}/{item['path']}"] = data[item["key"]]
     return out

@@ -88,6 +88,23 @@ Name of the headless Service that governs the StatefulSet.
 {{- end }}
 
 {{/*
+Path of the SASL password file in the container (LOCKGATE_SASL_PASSWORD_FILE): the Secret's
+password key, mounted as the file "password" of the kafka-sasl volume at kafka.sasl.mountPath.
+*/}}
+{{- define "lockgate.saslPasswordFile" -}}
+{{- printf "%s/password" (.Values.kafka.sasl.mountPath | trimSuffix "/") }}
+{{- end }}
+
+{{/*
+URL template of the peers' HTTP port (LOCKGATE_QUERY_PEER_URL): the pod DNS name
+<pod>.<headless service>.<namespace>.svc, with the runtime's literal {instance} placeholder for
+the pod name (the instance id). Single braces are no template syntax: they render as written.
+*/}}
+{{- define "lockgate.queryPeerUrl" -}}
+{{- printf "http://{instance}.%s.%s.svc:%d" (include "lockgate.headlessServiceName" .) .Release.Namespace (int64 .Values.httpPort) }}
+{{- end }}
+
+{{/*
 State directory inside the container (LOCKGATE_STATE_DIR).
 */}}
 {{- define "lockgate.stateDir" -}}
@@ -131,7 +148,7 @@ A value as an env string. Helm reads numbers from values files as float64, which
 
 {{/*
 The processor container's env list (YAML). Order: values the chart owns, kafka.config,
-SASL/TLS, then env and extraEnv. The StatefulSet template checks that no name appears twice.
+SASL/TLS, queryable state, then env and extraEnv. The StatefulSet template checks that no name appears twice.
 */}}
 {{- define "lockgate.env" -}}
 - name: LOCKGATE_INSTANCE_ID
@@ -187,11 +204,9 @@ SASL/TLS, then env and extraEnv. The StatefulSet template checks that no name ap
       name: {{ .existingSecret | quote }}
       key: {{ .usernameKey | quote }}
 {{- end }}
-- name: LOCKGATE_SASL_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ .existingSecret | quote }}
-      key: {{ .passwordKey | quote }}
+{{- /* The password is a mounted file (volume kafka-sasl), read at each client creation. */}}
+- name: LOCKGATE_SASL_PASSWORD_FILE
+  value: {{ include "lockgate.saslPasswordFile" $ | quote }}
 {{- end }}
 {{- end }}
 {{- with .Values.kafka.tls }}
@@ -211,6 +226,23 @@ SASL/TLS, then env and extraEnv. The StatefulSet template checks that no name ap
       name: {{ .keyPasswordSecret | quote }}
       key: {{ .keyPasswordKey | quote }}
 {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+- name: LOCKGATE_QUERY_ENABLED
+  value: {{ .Values.query.enabled | toString | quote }}
+{{- with .Values.query }}
+{{- if .enabled }}
+- name: LOCKGATE_QUERY_PEER_URL
+  value: {{ include "lockgate.queryPeerUrl" $ | quote }}
+- name: LOCKGATE_QUERY_TIMEOUT_MS
+  value: {{ int64 .timeoutMs | toString | quote }}
+{{- if .tokenSecret }}
+- name: LOCKGATE_QUERY_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .tokenSecret | quote }}
+      key: {{ .tokenKey | quote }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -265,6 +297,18 @@ Validations that the schema cannot express (relations between values). Renders n
 {{- if and .Values.kafka.sasl.username (not .Values.kafka.sasl.existingSecret) }}
 {{- fail "kafka.sasl.username needs kafka.sasl.existingSecret (the Secret with the password)" }}
 {{- end }}
+{{- if and .Values.kafka.sasl.existingSecret .Values.kafka.tls.existingSecret }}
+{{- $sasl := .Values.kafka.sasl.mountPath | trimSuffix "/" }}
+{{- $tls := .Values.kafka.tls.mountPath | trimSuffix "/" }}
+{{- if or (eq $sasl $tls) (hasPrefix (printf "%s/" $tls) $sasl) (hasPrefix (printf "%s/" $sasl) $tls) }}
+{{- fail (printf "kafka.sasl.mountPath (%s) and kafka.tls.mountPath (%s) must be separate directories, neither inside the other: each is a Secret volume of its own" $sasl $tls) }}
+{{- end }}
+{{- end }}
+{{- with .Values.query }}
+{{- if and .tokenSecret (not .enabled) }}
+{{- fail "query.tokenSecret needs query.enabled: the token only guards GET /state, which is off" }}
+{{- end }}
+{{- end }}
 {{- with .Values.autoscaling.keda }}
 {{- if .enabled }}
 {{- if gt (int64 .minReplicaCount) (int64 .maxReplicaCount) }}
@@ -311,6 +355,9 @@ Most replicas the app can run: maxReplicaCount under KEDA, else replicaCount.
 Pod annotations that roll the pods when Kafka credentials change (values-driven revision, and
 with credentialRotation.lookupSecrets a checksum of the referenced Secrets' data read through
 helm's lookup at install/upgrade time). Renders YAML lines, or nothing.
+The SASL Secret counts whole, password included: the mounted password file reaches the clients
+an instance creates after the kubelet updated it, but the consumer and producer created at
+start keep the password they were given, and reconnect with it (docs/helm.md).
 */}}
 {{- define "lockgate.credentialAnnotations" -}}
 {{- with .Values.credentialRotation }}
