@@ -22,8 +22,9 @@ happens on the HTTP thread, after the loop decided who owns the key.
 from __future__ import annotations
 
 import base64
-import binascii
 import hmac
+import json
+import re
 import threading
 import urllib.error
 import urllib.parse
@@ -35,8 +36,21 @@ from typing import Any
 
 import orjson
 
+from state.codecs import CodecUnavailable
+
 #: Header a forwarded request carries: the receiver answers it itself, never forwards again.
 FORWARDED_HEADER = "X-Lockgate-Forwarded"
+#: Queries waiting for the loop at most; more are answered 503 at once.
+MAX_PENDING = 64
+#: /state requests handled at once at most (each holds an HTTP thread while it waits).
+MAX_CONCURRENT = 32
+#: An owner id forwarded to must look like a Kafka group instance id (no URL syntax).
+_OWNER_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def valid_owner(owner: str) -> bool:
+    """Whether ``owner`` may be put into the peer URL template (Kafka's id alphabet)."""
+    return _OWNER_ID.fullmatch(owner) is not None and not owner.startswith(".")
 
 
 @dataclass
@@ -72,6 +86,8 @@ class StateQuery:
     forwarded: bool
     answer: Answer | None = None
     done: threading.Event = field(default_factory=threading.Event)
+    #: The HTTP side gave up waiting: the loop skips it.
+    cancelled: bool = False
 
 
 def _json_default(obj: Any) -> Any:
@@ -89,8 +105,39 @@ def _json_default(obj: Any) -> Any:
 
 
 def to_json(body: dict[str, Any]) -> bytes:
-    """Encode an answer body (state values of any codec: models, bytes, sets become JSON)."""
-    return orjson.dumps(body, default=_json_default, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+    """Encode an answer body (state values of any codec: models, bytes, sets become JSON).
+
+    What orjson refuses (integers beyond 64 bits, dict keys that are bytes or tuples) is
+    rendered by the standard library, unknown objects as their ``str``.
+    """
+    try:
+        return orjson.dumps(body, default=_json_default, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+    except TypeError:
+        return (json.dumps(_plain(body), default=str) + "\n").encode()
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k if isinstance(k, str) else str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool, type(None))):
+        return obj
+    try:
+        return _plain(_json_default(obj))
+    except Exception:  # noqa: BLE001 - a model that cannot dump itself
+        return str(obj)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A forwarded request never follows a redirect (it carries the client's token)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+#: No proxies from the environment and no redirects for forwarded requests.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
 
 
 class QueryService:
@@ -110,6 +157,9 @@ class QueryService:
         self._token = None if token is None else token.encode()
         self._timeout_s = timeout_s
         self._inbox: deque[StateQuery] = deque()
+        #: Queries whose key group's owner is being looked up (loop thread only).
+        self._deferred: list[StateQuery] = []
+        self._slots = threading.BoundedSemaphore(MAX_CONCURRENT)
         #: Set by the loop when a query missed the owner map: refresh it soon.
         self.owners_wanted = False
 
@@ -120,18 +170,49 @@ class QueryService:
         """Whether queries wait (one attribute read; called every loop iteration)."""
         return bool(self._inbox)
 
-    def serve(self, answer: Callable[[StateQuery], Answer]) -> None:
-        """Answer every queued query with ``answer`` (the loop thread only).
+    @property
+    def deferred(self) -> bool:
+        """Whether queries wait for an owner lookup (loop thread only)."""
+        return bool(self._deferred)
 
-        An exception in ``answer`` becomes a 500 for that query; the loop goes on.
+    def serve(self, answer: Callable[[StateQuery], Answer | None]) -> None:
+        """Answer the queued queries with ``answer`` (the loop thread only).
+
+        ``answer`` returns ``None`` to defer a query until the owners are known
+        (:meth:`retry_deferred`). An exception in ``answer`` becomes a 500 for that query;
+        the loop goes on. Serves at most the queries queued when called.
         """
         inbox = self._inbox
-        while inbox:
+        for _ in range(len(inbox)):
             query = inbox.popleft()
+            if query.cancelled:
+                continue
             try:
-                query.answer = answer(query)
+                result = answer(query)
             except Exception as exc:  # noqa: BLE001 - reported to the client, not fatal
-                query.answer = Answer(500, {"status": "error", "error": f"{exc}"})
+                result = Answer(500, {"status": "error", "error": type(exc).__name__})
+            if result is None:
+                self._deferred.append(query)
+                continue
+            query.answer = result
+            query.done.set()
+
+    def retry_deferred(self, answer: Callable[[StateQuery], Answer | None]) -> None:
+        """Answer the deferred queries again once the owner lookup finished (loop thread).
+
+        A query still without an owner gets a 503 (``Retry-After``).
+        """
+        deferred, self._deferred = self._deferred, []
+        for query in deferred:
+            if query.cancelled:
+                continue
+            try:
+                result = answer(query)
+            except Exception as exc:  # noqa: BLE001 - reported to the client, not fatal
+                result = Answer(500, {"status": "error", "error": type(exc).__name__})
+            query.answer = result or Answer(
+                503, {"status": "owner unknown (rebalancing?); retry", "store": query.store}
+            )
             query.done.set()
 
     # -- HTTP side ------------------------------------------------------------------------
@@ -141,9 +222,24 @@ class QueryService:
     ) -> tuple[int, bytes, dict[str, str]]:
         """Answer ``GET /state/<store>/<key>[?encoding=base64]`` (the HTTP thread).
 
+        Never raises: an unexpected error is a 500. At most :data:`MAX_CONCURRENT` requests
+        are handled at once and :data:`MAX_PENDING` wait for the loop; more get a 503.
+
         Returns:
             (status, JSON body, extra response headers).
         """
+        if not self._slots.acquire(blocking=False):
+            return 503, to_json({"status": "too many state requests"}), {"Retry-After": "1"}
+        try:
+            return self._handle(path, query_string, headers)
+        except Exception as exc:  # noqa: BLE001 - the client gets an answer, always
+            return 500, to_json({"status": "error", "error": type(exc).__name__}), {}
+        finally:
+            self._slots.release()
+
+    def _handle(
+        self, path: str, query_string: str, headers: Any
+    ) -> tuple[int, bytes, dict[str, str]]:
         if self._token is not None:
             auth = str(headers.get("Authorization") or "")
             scheme, _, given = auth.partition(" ")
@@ -158,8 +254,11 @@ class QueryService:
         parts = path.split("/", 3)  # "", "state", store, key
         if len(parts) != 4 or not parts[2] or not parts[3]:
             return 400, to_json({"status": "use GET /state/<store>/<key>"}), {}
-        store = urllib.parse.unquote(parts[2])
-        key_text = urllib.parse.unquote(parts[3])
+        try:
+            store = urllib.parse.unquote(parts[2], errors="strict")
+            key_text = urllib.parse.unquote(parts[3], errors="strict")
+        except UnicodeDecodeError:
+            return 400, to_json({"status": "the path is not UTF-8 (use ?encoding=base64)"}), {}
         params = urllib.parse.parse_qs(query_string)
         encoding = (params.get("encoding") or ["codec"])[0]
         try:
@@ -169,12 +268,21 @@ class QueryService:
                 key = self._encode_key(key_text)
             else:
                 return 400, to_json({"status": "encoding must be codec or base64"}), {}
-        except (ValueError, TypeError, binascii.Error) as exc:
+        except CodecUnavailable:
+            return (
+                503,
+                to_json({"status": "the key codec's service is unavailable"}),
+                {"Retry-After": "1"},
+            )
+        except Exception as exc:  # noqa: BLE001 - any codec failure: the key is bad
             return 400, to_json({"status": "cannot encode the key", "error": str(exc)}), {}
         forwarded = headers.get(FORWARDED_HEADER) is not None
         query = StateQuery(store, key, key_text, forwarded)
+        if len(self._inbox) >= MAX_PENDING:
+            return 503, to_json({"status": "too many state requests"}), {"Retry-After": "1"}
         self._inbox.append(query)
         if not query.done.wait(self._timeout_s) or query.answer is None:
+            query.cancelled = True
             return (
                 503,
                 to_json({"status": "the instance is busy (commit, restore or rebalance)"}),
@@ -196,12 +304,14 @@ class QueryService:
             fwd["Authorization"] = str(auth)
         req = urllib.request.Request(url, headers=fwd, method="GET")  # noqa: S310 - configured
         try:
-            with urllib.request.urlopen(req, timeout=self._timeout_s) as resp:  # noqa: S310
+            with _OPENER.open(req, timeout=self._timeout_s) as resp:
                 return resp.status, resp.read(), {}
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                return 502, to_json({"status": "the owner answered a redirect"}), {}
             extra = {"Retry-After": "1"} if exc.code == 503 else {}
             return exc.code, exc.read(), extra
-        except (urllib.error.URLError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - unreachable, reset, bad answer: all 502
             return (
                 502,
                 to_json({"status": "the owner did not answer", "owner": base, "error": str(exc)}),

@@ -60,10 +60,11 @@ from processors._kafka import (
 )
 from processors._keygroups import Restorer
 from processors._partitioner import key_group
-from processors._query import Answer, QueryService, StateQuery
+from processors._query import Answer, QueryService, StateQuery, valid_owner
 from processors._settings import GroupProtocol, OnError, Settings
 from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
+from state.base.store import checkpoint_of
 from state.cache import DELETED, changelog_topic
 from state.codecs import CodecUnavailable
 from state.primitives import live_value
@@ -165,6 +166,9 @@ class Runner(BarrierMixin):
         self._owner_probe: GroupProbe | None = None
         self._owners: dict[int, str] = {}
         self._owners_at = 0.0
+        self._owners_looked_up = False
+        #: Queryable state keeps the owner map warm: described again at this time.
+        self._owners_next = 0.0
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -199,6 +203,13 @@ class Runner(BarrierMixin):
                     "liveness_timeout_ms": s.liveness_timeout_ms,
                     "transaction_timeout_ms": s.transaction_timeout_ms,
                 },
+            )
+        if s.query_enabled and not s.http_port:
+            log.warning("LOCKGATE_QUERY_ENABLED has no effect: LOCKGATE_HTTP_PORT=0 (no server)")
+        elif s.query_enabled and s.query_token is None:
+            log.warning(
+                "queryable state without LOCKGATE_QUERY_TOKEN: anyone who reaches "
+                "LOCKGATE_HTTP_PORT can read the app's state"
             )
         if s.http_port:
             self._http = HealthServer(
@@ -369,12 +380,12 @@ class Runner(BarrierMixin):
 
     # -- queryable state --------------------------------------------------------------------
 
-    def _answer_query(self, q: StateQuery) -> Answer:
+    def _answer_query(self, q: StateQuery) -> Answer | None:
         """Answer a ``/state`` query from the committed state (the loop thread only).
 
         The key group's database holds committed state only (an epoch's changes are
         applied after its transaction committed), so it is read directly, never the
-        epoch cache.
+        epoch cache. ``None``: the owner is being looked up (the query waits for it).
         """
         handle = self._handles.get(q.store)
         if handle is None:
@@ -399,22 +410,35 @@ class Runner(BarrierMixin):
                     "status": "ok",
                     **where_,
                     "value": value,
-                    "checkpoint": self._checkpoint,
+                    "checkpoint": checkpoint_of(kg.db),
                     "instance": self.settings.instance_id,
                 },
             )
         return self._route_query(q, g, where_)
 
-    def _route_query(self, q: StateQuery, g: int, where_: dict[str, Any]) -> Answer:
-        """Forward to the owner of key group ``g`` when known and reachable, else say why."""
+    def _route_query(self, q: StateQuery, g: int, where_: dict[str, Any]) -> Answer | None:
+        """Forward to the owner of key group ``g`` when known and reachable, else say why.
+
+        A stale map (older than ``_OWNERS_FRESH_S``) is used while a new description is
+        asked for; an unknown owner (or this instance, which does not hold ``g`` now)
+        defers the query until the description arrived.
+        """
+        assert self._query is not None
         owner = self._owners.get(g)
-        fresh = time.monotonic() - self._owners_at < _OWNERS_FRESH_S
-        if owner is None or not fresh or owner == self.settings.instance_id:
-            assert self._query is not None
+        if time.monotonic() - self._owners_at >= _OWNERS_FRESH_S:
             self._query.owners_wanted = True
-            return Answer(503, {"status": "owner unknown (rebalancing?); retry", **where_})
+        if owner is None or owner == self.settings.instance_id:
+            if self._owners_looked_up:  # asked again after the lookup: nobody owns it now
+                return Answer(503, {"status": "owner unknown (rebalancing?); retry", **where_})
+            self._query.owners_wanted = True
+            return None
         template = self.settings.query_peer_url
-        if q.forwarded or template is None or not self.settings.static_membership:
+        if (
+            q.forwarded
+            or template is None
+            or not self.settings.static_membership
+            or not valid_owner(owner)
+        ):
             return Answer(
                 421, {"status": "not the owner of this key group", "owner": owner, **where_}
             )
@@ -424,7 +448,9 @@ class Runner(BarrierMixin):
         """Learn who owns which key group from the group's description (never blocks).
 
         Uses a :class:`GroupProbe` child (an in-process DescribeConsumerGroups can abort
-        the process: processors/_group_probe.py); asked only while queries miss.
+        the process: processors/_group_probe.py); asked every ``_OWNERS_FRESH_S / 2``
+        seconds while queryable state is on (so a query rarely waits for it), and at once
+        when a query finds no owner.
         """
         assert self._query is not None
         probe = self._owner_probe
@@ -436,13 +462,19 @@ class Runner(BarrierMixin):
         if answer is None:
             return
         self._query.owners_wanted = False
+        self._owners_next = time.monotonic() + _OWNERS_FRESH_S / 2
         if isinstance(answer, str):
             log.debug("describing the group for a state query failed: %s", answer)
-            return
-        topic = self.app.subscribed_input
-        _, members = answer
-        self._owners = {p: m for m, parts in members.items() for t, p in parts if t == topic}
-        self._owners_at = time.monotonic()
+        else:
+            topic = self.app.subscribed_input
+            _, members = answer
+            self._owners = {p: m for m, parts in members.items() for t, p in parts if t == topic}
+            self._owners_at = time.monotonic()
+        self._owners_looked_up = True  # deferred queries: no second lookup
+        try:
+            self._query.retry_deferred(self._answer_query)
+        finally:
+            self._owners_looked_up = False
 
     def _check_group_subscriptions(self, admin: Admin) -> None:
         """Refuse to join while live members of the group consume another topic.
@@ -595,7 +627,11 @@ class Runner(BarrierMixin):
                     if self._query is not None:
                         if self._query.pending:
                             self._query.serve(self._answer_query)
-                        if self._query.owners_wanted:
+                        if (
+                            self._query.owners_wanted
+                            or self._query.deferred
+                            or time.monotonic() >= self._owners_next
+                        ):
                             self._refresh_owners()
                     if self._tick_time:
                         self._tick_timers()

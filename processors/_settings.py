@@ -14,6 +14,7 @@ with ``App(..., env=[...])``. Its error messages never contain the value of a se
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 import socket
@@ -158,7 +159,11 @@ NON_SETTINGS_PREFIXES: dict[str, str] = {
     "LOCKGATE_CHAOS_": "the chaos tests and `make chaos` (tests/chaos/)",
 }
 
+log = logging.getLogger("lockgate.settings")
+
 _PREFIX = "LOCKGATE_"
+#: The last password read from each LOCKGATE_SASL_PASSWORD_FILE (rotation may empty it).
+_LAST_GOOD_PASSWORD: dict[Path, str] = {}
 _KAFKA_PREFIX = "LOCKGATE_KAFKA__"
 _APP_ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
 _MASK = "**********"
@@ -434,6 +439,16 @@ class Settings(BaseSettings):
             raise ValueError("must be an http(s) URL containing {instance}")
         return value
 
+    @field_validator("query_token")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().strip()) < 8:
+            raise ValueError(
+                "must be at least 8 characters (an empty token would accept every request); "
+                "the value is not shown"
+            )
+        return value
+
     @field_validator("sasl_password", "query_token")
     @classmethod
     def _password(cls, value: SecretStr | None) -> SecretStr | None:
@@ -530,9 +545,18 @@ class Settings(BaseSettings):
             conf["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             conf["sasl.password"] = self.sasl_password.get_secret_value()
-        from_file = self.file_password()
-        if from_file is not None:
-            conf["sasl.password"] = from_file
+        path = self.sasl_password_file
+        if path is not None:
+            try:
+                conf["sasl.password"] = _LAST_GOOD_PASSWORD[path] = str(self.file_password())
+            except ValueError as exc:
+                # A Secret being rotated can be briefly unreadable or empty: keep using the
+                # last good password (checked at start); without one it is a config error.
+                last = _LAST_GOOD_PASSWORD.get(path)
+                if last is None:
+                    raise ConfigError(str(exc)) from None
+                log.warning("keeping the last SASL password read: %s", exc)
+                conf["sasl.password"] = last
         return conf
 
     def masked(self) -> dict[str, Any]:
@@ -597,7 +621,7 @@ def _secret_values(environ: Mapping[str, str], overrides: Mapping[str, Any]) -> 
     values = []
     for raw, value in environ.items():
         name = raw.upper()
-        if name.removeprefix(_PREFIX).lower() in _SECRET_FIELDS or (
+        if (name.startswith(_PREFIX) and name[len(_PREFIX) :].lower() in _SECRET_FIELDS) or (
             name.startswith(_KAFKA_PREFIX)
             and (not name.removeprefix(_KAFKA_PREFIX) or _is_secret_property(_kafka_property(name)))
         ):
