@@ -464,6 +464,8 @@ def _handler(
     query: QueryService | None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = 30  # a client that stops sending does not hold a thread forever
+
         def do_GET(self) -> None:  # noqa: N802 - http.server API
             path, _, query_string = self.path.partition("?")
             if path == "/state" or path.startswith("/state/"):
