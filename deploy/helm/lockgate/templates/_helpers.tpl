@@ -148,7 +148,8 @@ A value as an env string. Helm reads numbers from values files as float64, which
 
 {{/*
 The processor container's env list (YAML). Order: values the chart owns, kafka.config,
-SASL/TLS, queryable state, then env and extraEnv. The StatefulSet template checks that no name appears twice.
+SASL/TLS, queryable state, then env and extraEnv. The StatefulSet template checks that no name
+appears twice.
 */}}
 {{- define "lockgate.env" -}}
 - name: LOCKGATE_INSTANCE_ID
