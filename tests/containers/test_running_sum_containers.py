@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -31,6 +32,8 @@ from tests.support.procs import wait_until
 pytestmark = pytest.mark.containers
 RELEASE = "sums"
 REPLICAS = 2
+#: The chart's default kafka.sessionTimeoutMs, in seconds: the restart budget of a pod.
+SESSION_TIMEOUT_S = 45
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,14 @@ def _pod_env(
     env = container_env(spec, pod_name=f"{RELEASE}-lockgate-{ordinal}")
     env["LOCKGATE_HTTP_PORT"] = str(dk.free_port())  # host network: one port per container
     return list(spec.get("args") or []), env
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:  # noqa: S310
+            return int(r.status) == 200
+    except OSError:
+        return False
 
 
 def _open_transactions(bootstrap: str, topics: list[str]) -> list[str]:
@@ -117,12 +128,23 @@ def test_rolling_restart_and_kill9_in_containers(
             procs[i] = start(i)
         assert check(model(read_inputs(bs, inp, len(inputs))), outputs()) == []
 
-        # rolling restart as `kubectl rollout restart` does it: highest ordinal first
+        # rolling restart as `kubectl rollout restart` does it: highest ordinal first.
+        # Restart time = SIGTERM until the new container's /readyz is 200 (its key groups
+        # restored): with static membership it must stay inside the session timeout
+        # (45 s, the chart's kafka.sessionTimeoutMs), or the group rebalances twice.
+        restart_s = []
         for i in reversed(range(REPLICAS)):
             feed(500)
+            t0 = time.monotonic()
             code = procs[i].stop(timeout=60)
             assert code == 0, procs[i].logs()[-3000:]
+            stopped = time.monotonic() - t0
             procs[i] = start(i)
+            port = procs[i].http_port
+            wait_until(lambda port=port: _ready(port), 60, what=f"replica {i} ready again")
+            restart_s.append((round(stopped, 1), round(time.monotonic() - t0, 1)))
+        print(f"\nrolling restart (stop s, stop-to-ready s) per replica: {restart_s}")
+        assert all(total < SESSION_TIMEOUT_S for _, total in restart_s), restart_s
         assert check(model(read_inputs(bs, inp, len(inputs))), outputs()) == []
 
         # kill -9 one container mid-stream, restart it on its volume
