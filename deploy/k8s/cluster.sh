@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A single-node Kubernetes v1.34 cluster inside this machine, for lockgate's k8s test tier.
 #
-# Usage: deploy/k8s/cluster.sh build|up|down|status|env [--help]
+# Usage: deploy/k8s/cluster.sh build [--kubectl] | up | down | status | env | --help
 #
 #   build   fetch/build and cache the parts (idempotent; seconds when cached):
 #             - Debian packages (apt-get, only when missing): etcd-server, etcd-client,
 #               containernetworking-plugins, containerd, runc, iptables, iproute2, conntrack,
 #               openssl, gcc, libc6-dev
-#             - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-#               kubectl v1.34.4 built from the Go module proxy (k8s.io/kubernetes module, its staging
+#             - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+#               v1.34.4 (and kubectl with `build --kubectl`, or when none is on PATH) built from the Go module proxy (k8s.io/kubernetes module, its staging
 #               replaces pointed at the published k8s.io/<x>@v0.34.4 modules)
 #             - CoreDNS v1.12.4 (go install) and a static pause binary (gcc -static)
 #   up      start the cluster (build first if needed): certificates, kubeconfigs, a separate
@@ -20,8 +20,8 @@
 #           their mounts, network namespaces, the bridges, iptables rules, cgroups, and the
 #           sysctls the kubelet changes are restored to the values recorded at `up`.
 #   status  what is running; exit 0 when the cluster answers.
-#   env     print `export KUBECONFIG=...` and `export LGK8S_BIN=...` (kubectl's directory)
-#           for a shell: eval "$(deploy/k8s/cluster.sh env)"; "$LGK8S_BIN/kubectl" get pods -A
+#   env     print `export KUBECONFIG=...` and `export LGK8S_KUBECTL=...` (the kubectl to use)
+#           for a shell: eval "$(deploy/k8s/cluster.sh env)"; "$LGK8S_KUBECTL" get pods -A
 #
 # Cache (machine level, shared by every checkout, like helm's and the Docker images):
 #   ${LOCKGATE_TEST_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lockgate/k8s}
@@ -31,7 +31,8 @@
 #
 # Network (everything inside this machine; nothing routes to another host):
 #   node IP 10.200.0.1/32 on the port-less bridge lgk8s-node; pod CIDR 10.244.0.0/24 on the
-#   CNI bridge lgk8s-cni0 (no masquerade, no default route in pods); service CIDR 10.96.0.0/16
+#   CNI bridge lgk8s-cni0 (no masquerade; pods' only routes: the pod subnet, the service CIDR
+#   and the node IP, no default route); service CIDR 10.96.0.0/16
 #   (kube-proxy iptables). iptables: mangle chain LGK8S-FENCE (from PREROUTING, FORWARD,
 #   POSTROUTING) drops packets from/to those ranges on the external interface; LGK8S-FENCE-FWD
 #   (from FORWARD only) drops forwarding through it; filter INPUT drops ext -> node IP.
@@ -45,8 +46,9 @@ K8S_STAGING_VERSION="v0.34.4"
 COREDNS_VERSION="v1.12.4"
 PAUSE_IMAGE="docker.io/local/pause:3.10"
 COREDNS_IMAGE="docker.io/local/coredns:${COREDNS_VERSION}"
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
-# (Not Debian's kubernetes-client: it is kubectl 1.20; kubectl is built with the components.)
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+# (Not Debian's kubernetes-client: it is kubectl 1.20. kubectl: a kubectl >= 1.32 on PATH, else
+# `build --kubectl` builds one with the components.)
 APT_PACKAGES=(etcd-server etcd-client containernetworking-plugins containerd runc
     iptables iproute2 conntrack openssl gcc libc6-dev)
 LOAD_IMAGES=(lockgate/processor:dev lockgate/kafka:dev)
@@ -161,8 +163,11 @@ for r in json.load(sys.stdin).get("Replace") or []:
 }
 
 build_kubernetes() {
-    local todo=() c src ldflags t
-    for c in "${COMPONENTS[@]}"; do
+    local todo=() c src ldflags t want=("${COMPONENTS[@]}")
+    if [[ ${WITH_KUBECTL} == 1 ]] || ! command -v kubectl >/dev/null 2>&1; then
+        want+=(kubectl)
+    fi
+    for c in "${want[@]}"; do
         stamp_ok "${c}" "${K8S_VERSION}" || todo+=("${c}")
     done
     ((${#todo[@]} == 0)) && {
@@ -177,16 +182,23 @@ build_kubernetes() {
         ldflags+=" -X ${p}.gitMinor=34 -X ${p}.gitTreeState=clean"
         ldflags+=" -X ${p}.buildDate=1970-01-01T00:00:00Z"
     done
+    # One `go build` for all of them: packages shared by the components compile once, and the
+    # build keeps more than one package in flight on a machine shared with other jobs.
+    t=${SECONDS}
+    log "go build ${todo[*]} ${K8S_VERSION} (cold: 10-60 min on a busy 2-core machine)"
+    rm -rf "${BIN}/.build"
+    mkdir -p "${BIN}/.build"
+    local pkgs=()
+    for c in "${todo[@]}"; do pkgs+=("./cmd/${c}"); done
+    (cd "${src}" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -p "${LOCKGATE_TEST_K8S_BUILD_JOBS:-4}" \
+        -trimpath -ldflags "${ldflags}" -o "${BIN}/.build/" "${pkgs[@]}") >&2 ||
+        die "go build ${pkgs[*]} failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
     for c in "${todo[@]}"; do
-        t=${SECONDS}
-        log "go build ${c} ${K8S_VERSION} (cold: minutes; kube-apiserver the longest)"
-        (cd "${src}" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
-            -ldflags "${ldflags}" -o "${BIN}/.${c}.tmp" "./cmd/${c}") >&2 ||
-            die "go build ./cmd/${c} failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
-        mv -f "${BIN}/.${c}.tmp" "${BIN}/${c}"
+        mv -f "${BIN}/.build/${c}" "${BIN}/${c}"
         stamp "${c}" "${K8S_VERSION}"
-        log "built ${c} in $((SECONDS - t)) s"
     done
+    rmdir "${BIN}/.build"
+    log "built ${todo[*]} in $((SECONDS - t)) s"
 }
 
 build_coredns() {
@@ -252,7 +264,17 @@ cmd_build() {
 PKI="${STATE}/pki"
 LOGS="${STATE}/logs"
 PIDS="${STATE}/pids"
-KUBECTL="${BIN}/kubectl"
+# kubectl: the cached one (`build --kubectl`), else one on PATH (>= 1.32; skew warnings only).
+find_kubectl() {
+    if [[ -x ${BIN}/kubectl ]]; then
+        printf '%s\n' "${BIN}/kubectl"
+    elif command -v kubectl >/dev/null 2>&1; then
+        command -v kubectl
+    else
+        return 1
+    fi
+}
+KUBECTL="$(find_kubectl || echo kubectl-missing)"
 
 ext_if() { ip -o route show default 2>/dev/null | awk '{for(i=1;i<NF;i++) if($i=="dev"){print $(i+1); exit}}'; }
 
@@ -414,7 +436,7 @@ net_up() {
         "type": "host-local",
         "dataDir": "${STATE}/cni/ipam",
         "ranges": [[{"subnet": "${POD_CIDR}"}]],
-        "routes": [{"dst": "${POD_CIDR}"}, {"dst": "${SERVICE_CIDR}"}, {"dst": "${NODE_IP}/32"}]
+        "routes": [{"dst": "${SERVICE_CIDR}"}, {"dst": "${NODE_IP}/32"}]
       }
     },
     {"type": "loopback"}
@@ -572,7 +594,13 @@ EOF
     # cgroupRoot must exist in every v1 hierarchy (or in the v2 tree).
     local d
     for d in /sys/fs/cgroup/*/; do
-        [[ -d ${d} && -w ${d} ]] && mkdir -p "${d}lgk8s"
+        [[ -d ${d} && -w ${d} ]] || continue
+        mkdir -p "${d}lgk8s"
+        # A new v1 cpuset cgroup has no CPUs/memory nodes: give it the parent's.
+        if [[ -f ${d}cpuset.cpus && -z "$(tr -d '[:space:]' <"${d}lgk8s/cpuset.cpus")" ]]; then
+            cat "${d}cpuset.cpus" >"${d}lgk8s/cpuset.cpus"
+            cat "${d}cpuset.mems" >"${d}lgk8s/cpuset.mems"
+        fi
     done
     [[ -f /sys/fs/cgroup/cgroup.controllers ]] && mkdir -p /sys/fs/cgroup/lgk8s
     start kubelet "${BIN}/kubelet" --config="${STATE}/kubelet.yaml" \
@@ -798,6 +826,16 @@ containers_down() {
         log "killing leftover shim ${pid}"
         kill -KILL "${pid}" 2>/dev/null || true
     done
+    # Containers whose shim is gone keep running: kill whatever is still in the pods' cgroups
+    # (every process there belongs to this cluster).
+    local procs
+    for procs in $(find /sys/fs/cgroup/*/lgk8s /sys/fs/cgroup/lgk8s -name cgroup.procs 2>/dev/null); do
+        for pid in $(cat "${procs}" 2>/dev/null); do
+            log "killing leftover pod process ${pid}"
+            kill -KILL "${pid}" 2>/dev/null || true
+        done
+    done
+    sleep 0.5
 }
 
 unmount_state() {
@@ -883,12 +921,14 @@ cmd_down() {
     containers_down
     stop_pid etcd
     unmount_state
-    for link in "${CNI_BRIDGE}" "${NODE_BRIDGE}"; do
-        ip link show "${link}" >/dev/null 2>&1 && ip link delete "${link}"
-    done
-    # veth host ends left behind (their netns normally takes them along).
+    # veth host ends left behind (their netns normally takes them along), then the bridges.
     for link in $(ip -o link show master "${CNI_BRIDGE}" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
         ip link delete "${link}" 2>/dev/null || true
+    done
+    for link in "${CNI_BRIDGE}" "${NODE_BRIDGE}"; do
+        if ip link show "${link}" >/dev/null 2>&1; then
+            ip link delete "${link}"
+        fi
     done
     iptables_down
     cgroups_down
@@ -925,7 +965,9 @@ cmd_status() {
 # ---------------------------------------------------------------------------------------------
 # dispatch
 # ---------------------------------------------------------------------------------------------
+WITH_KUBECTL=0
 main() {
+    [[ ${2:-} == --kubectl ]] && WITH_KUBECTL=1
     case "${1:-}" in
         build) cmd_build ;;
         up) cmd_up ;;
@@ -933,7 +975,7 @@ main() {
         status) cmd_status ;;
         env)
             printf 'export KUBECONFIG=%q\n' "${STATE}/admin.kubeconfig"
-            printf 'export LGK8S_BIN=%q\n' "${BIN}"
+            printf 'export LGK8S_KUBECTL=%q\n' "${KUBECTL}"
             ;;
         -h | --help | help)
             usage
