@@ -847,3 +847,11 @@ def test_notes_render(values_file: Path, tmp_path: Path) -> None:
     assert ("Staged rollout" in text) is (values_file == STRIMZI)
     assert ("Queryable state is on" in text) is (values_file == QUERY)
     assert "sums-query-token" in text if values_file == QUERY else "WARNING" not in text
+
+
+def test_liveness_shorter_than_the_transaction_timeout_is_refused() -> None:
+    slow = {"processing.transactionTimeoutMs": 60000, "terminationGracePeriodSeconds": 90}
+    with pytest.raises(HelmError, match="progressTimeoutMs .60000. must exceed"):
+        render(values_files=[MINIMAL], set_values=slow)
+    render(values_files=[MINIMAL], set_values={**slow, "probes.liveness.progressTimeoutMs": 90000})
+    render(values_files=[MINIMAL], set_values={**slow, "probes.liveness.enabled": False})

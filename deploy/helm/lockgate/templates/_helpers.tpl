@@ -277,6 +277,10 @@ Validations that the schema cannot express (relations between values). Renders n
 {{- if and (eq $p.guarantee "exactly_once") (lt (int64 $p.transactionTimeoutMs) (mul 2 (int64 $p.checkpointIntervalMs))) }}
 {{- fail (printf "processing.transactionTimeoutMs (%d) must be at least twice processing.checkpointIntervalMs (%d) with exactly_once: an epoch must fit well inside a transaction (the app refuses to start otherwise)" (int64 $p.transactionTimeoutMs) (int64 $p.checkpointIntervalMs)) }}
 {{- end }}
+{{- $live := .Values.probes.liveness }}
+{{- if and $live.enabled (le (int64 $live.progressTimeoutMs) (int64 $p.transactionTimeoutMs)) }}
+{{- fail (printf "probes.liveness.progressTimeoutMs (%d) must exceed processing.transactionTimeoutMs (%d): one record may run up to the transaction timeout (then it is dead-lettered), and a liveness restart before that replays it into a crash loop" (int64 $live.progressTimeoutMs) (int64 $p.transactionTimeoutMs)) }}
+{{- end }}
 {{- $needMs := add (int64 $p.checkpointIntervalMs) (int64 $p.transactionTimeoutMs) (include "lockgate.closeBudgetMs" . | int64) }}
 {{- if le (mul (int64 .Values.terminationGracePeriodSeconds) 1000) $needMs }}
 {{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed processing.checkpointIntervalMs + processing.transactionTimeoutMs + %d ms (%d ms) so that a stopping instance can finish and commit its epoch and flush its producer" (int64 .Values.terminationGracePeriodSeconds) (include "lockgate.closeBudgetMs" . | int64) $needMs) }}
