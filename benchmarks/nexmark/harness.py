@@ -67,7 +67,7 @@ TITLES = {
 class Settings:
     """One harness run's settings."""
 
-    events: int = 1_000_000
+    events: int = 300_000
     partitions: int = 4
     rate: int = 10_000
     seed: int = 42
@@ -609,7 +609,7 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
     environment, like the other harness sections)."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.nexmark", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="100k events, q0 q1 q2 q7 only")
-    ap.add_argument("--events", type=int, help="input events (default 1,000,000)")
+    ap.add_argument("--events", type=int, help="input events (default 300,000)")
     ap.add_argument("--queries", help=f"comma-separated (default {','.join(QUERIES)})")
     ap.add_argument("--systems", help="comma-separated (default lockgate,flink)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per system and query")
