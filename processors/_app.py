@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -524,6 +525,8 @@ class App:
         self.env: frozenset[str] = frozenset(env)
         self.cursor = KeyCursor()
         self._def = _Definition()
+        #: The module that created the app (where ``module:app`` specs look first).
+        self.defined_in: str | None = sys._getframe(1).f_globals.get("__name__")  # noqa: SLF001
 
     # -- definition -------------------------------------------------------------------------
 

@@ -853,7 +853,11 @@ def _find_spec(app: App | str) -> str:
         if ":" not in app:
             raise ValueError(f"app spec {app!r} must look like 'package.module:app'")
         return app
-    for name, module in list(sys.modules.items()):
+    home = getattr(app, "defined_in", None)  # the module that created it, first
+    modules = list(sys.modules.items())
+    if home is not None and home in sys.modules:
+        modules.insert(0, (home, sys.modules[home]))
+    for name, module in modules:
         if name == "__main__" or module is None:
             continue
         for attr, value in list(vars(module).items()):
