@@ -29,7 +29,7 @@ __all__ = ["MIB", "RocksDBMemory"]
 
 MIB = 1024 * 1024
 #: The memtable of one column family never exceeds this (RocksDB's default is 64 MB).
-_MAX_MEMTABLE = 16 * MIB
+_MAX_MEMTABLE = 8 * MIB
 #: Nor goes below this.
 _MIN_MEMTABLE = 1 * MIB
 
@@ -72,9 +72,13 @@ class RocksDBMemory:
         if self.memtable_bytes <= 0:
             # Several memtables fit in the manager's limit before it forces flushes.
             self.memtable_bytes = max(
-                _MIN_MEMTABLE, min(_MAX_MEMTABLE, self.write_buffer_bytes // 4)
+                _MIN_MEMTABLE, min(_MAX_MEMTABLE, self.write_buffer_bytes // 8)
             )
         self._cache = rocksdict.Cache(self.cache_bytes)
+        # No write stalls: with one database per key group, the database being written
+        # may hold none of the memtables over the limit (idle key groups hold them), and a
+        # stall would wait for a flush nobody triggers. Over the limit, every write flushes
+        # its own database's memtables instead (a soft bound, as in Kafka Streams).
         self._manager = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
             self.write_buffer_bytes, False, self._cache
         )

@@ -40,7 +40,7 @@ def test_sizes_are_checked() -> None:
         RocksDBMemory(cache_bytes=8 * MIB, write_buffer_bytes=16 * MIB)
     with pytest.raises(ValueError, match="below 4 MiB"):
         RocksDBMemory.for_budget(MIB)
-    assert RocksDBMemory.for_budget(1024 * MIB).memtable_bytes == 16 * MIB  # capped
+    assert RocksDBMemory.for_budget(1024 * MIB).memtable_bytes == 8 * MIB  # capped
     assert RocksDBMemory.for_budget(4 * MIB).memtable_bytes == MIB  # floor
 
 
