@@ -210,6 +210,57 @@ def run_one(
     )
 
 
+def storage_peak(
+    partitions: int, keys_per_group: int, value_bytes: int, limit_mib: int, bounded: bool
+) -> float:
+    """Peak RSS (MiB) of the state layer alone, in this process: call it in a fresh one.
+
+    Opens ``partitions`` key groups the way the runtime does (``RocksDBBackend``,
+    ``KeyGroup``; with ``bounded``, the ``StateMemory`` of ``limit_mib``, otherwise the old
+    defaults: RocksDB's per-database options and no process budget), then runs epochs
+    like the runtime's: every key group reads and writes 500 new keys through its cache,
+    drains, applies the committed writes to RocksDB and trims the caches (ceiling
+    ``state_cache_entries``' default), until each has ``keys_per_group`` keys. Values are
+    decoded from JSON, as the runtime's are (one object per record, nothing shared).
+    """
+    from processors._keygroups import KeyGroup, MemoryPlan, StateMemory
+    from processors._settings import Settings
+    from state.base.store import META_CHECKPOINT
+    from state.cache import KeyCursor
+    from state.codecs import JSON
+    from state.primitives import StateHandle, StoreSpec, ValueState
+    from state.rocksdb import RocksDBBackend
+
+    memory = StateMemory(MemoryPlan.of(Settings(memory_limit_bytes=limit_mib * MIB)))
+    handles: dict[str, StateHandle] = {
+        "blobs": ValueState(StoreSpec("blobs", "value", JSON), KeyCursor())
+    }
+    pad = "x" * value_bytes
+    with tempfile.TemporaryDirectory(prefix="membench-store-") as root:
+        backend = RocksDBBackend(Path(root), memory.rocksdb if bounded else None)
+        budget = memory.read_cache if bounded else None
+        kgs = [
+            KeyGroup(g, backend.open("app", g, ["blobs"]), handles, budget)
+            for g in range(partitions)
+        ]
+        batch = 500
+        for epoch, start in enumerate(range(0, keys_per_group, batch)):
+            for kg in kgs:
+                cache = kg.caches["blobs"]
+                for i in range(start, min(start + batch, keys_per_group)):
+                    key = f"{kg.index}-{i:09}".encode()
+                    cache.get(key)
+                    cache.put(key, orjson.loads(orjson.dumps({"i": i, "pad": pad})))
+                kg.db.apply({"blobs": cache.drain()}, {META_CHECKPOINT: str(epoch).encode()})
+            for kg in kgs:
+                for c in kg.caches.values():
+                    c.trim(200_000)
+        peak = _status(os.getpid())["VmHWM"]
+        for kg in kgs:
+            kg.close()
+    return peak
+
+
 def export_tree(ref: str, into: Path) -> Path:
     """Extract the tree of git commit ``ref`` into ``into`` (no change to the repository)."""
     archive = into / "tree.tar"
@@ -223,6 +274,43 @@ def export_tree(ref: str, into: Path) -> Path:
     return tree
 
 
+def storage_peak_in_child(
+    mode: str, partitions: int, keys_per_group: int, value_bytes: int, limit_mib: int
+) -> float:
+    """Run :func:`storage_peak` in a fresh interpreter (``mode``: bounded or baseline)."""
+    out = subprocess.run(  # noqa: S603 - this interpreter
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.memory",
+            "--bootstrap=-",
+            f"--storage-child={mode}",
+            f"--partitions={partitions}",
+            f"--keys-per-group={keys_per_group}",
+            f"--value-bytes={value_bytes}",
+            f"--limit-mib={limit_mib}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _storage_sweep(args: argparse.Namespace) -> int:
+    print("| state layer | key groups | state (MiB) | limit (MiB) | peak RSS (MiB) |")
+    print("|---|---|---|---|---|")
+    for n in (int(p) for p in args.partitions.split(",")):
+        for mode in ("bounded", "baseline"):
+            peak = storage_peak_in_child(
+                mode, n, args.keys_per_group, args.value_bytes, args.limit_mib
+            )
+            state = round(n * args.keys_per_group * (args.value_bytes + 40) / MIB, 1)
+            print(f"| {mode} | {n} | {state} | {args.limit_mib} | {peak} |", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep; print a Markdown table and write the JSON results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -232,7 +320,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=1024)
     parser.add_argument("--limit-mib", type=int, default=512)
     parser.add_argument("--baseline-ref", default=None)
+    parser.add_argument(
+        "--storage-child",
+        choices=["bounded", "baseline"],
+        default=None,
+        help="internal: print storage_peak for the first partition count and exit",
+    )
+    parser.add_argument(
+        "--storage", action="store_true", help="sweep the state layer alone (no broker)"
+    )
     args = parser.parse_args(argv)
+    if args.storage_child:
+        peak = storage_peak(
+            int(args.partitions.split(",")[0]),
+            args.keys_per_group,
+            args.value_bytes,
+            args.limit_mib,
+            args.storage_child == "bounded",
+        )
+        print(round(peak, 1))
+        return 0
+    if args.storage:
+        return _storage_sweep(args)
     counts = [int(p) for p in args.partitions.split(",")]
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="membench-code-") as tmp:

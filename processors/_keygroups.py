@@ -177,8 +177,9 @@ class _BudgetedCache(StoreCache):
         raw = self.db.get(self.name, key)
         value = DELETED if raw is None else self.codec.decode(raw)
         self.values[key] = value
-        self._seen += _entry_bytes(key, raw)
-        self._count += 1
+        if raw is not None:  # a miss is usually written next: sized when drained
+            self._seen += _entry_bytes(key, raw)
+            self._count += 1
         return value
 
     def drain(self) -> dict[bytes, bytes | None]:
