@@ -78,6 +78,7 @@ nitpick_ignore += [
     ("py:meth", "state.cache.StoreCache.drain"),
     ("py:class", "state.memory.store.MemoryKeyGroupStore"),
     ("py:class", "state.rocksdb.store.RocksDBKeyGroupStore"),
+    ("py:class", "state.rocksdb.memory.RocksDBMemory"),
     ("py:data", "NON_SETTINGS_ENV"),
     ("py:exc", "_TimerRewind"),
     ("py:mod", "processors._backfill_task"),
