@@ -5,7 +5,7 @@
 #
 #   build   fetch/build and cache the parts (idempotent; seconds when cached):
 #             - Debian packages (apt-get, only when missing): etcd-server, etcd-client,
-#               containernetworking-plugins, containerd, runc, iptables, iproute2, conntrack,
+#               containernetworking-plugins, containerd, runc, iptables, nftables, iproute2, conntrack,
 #               openssl, gcc, libc6-dev
 #             - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
 #               v1.34.4 (and kubectl with `build --kubectl`, or when none is on PATH) built from the Go module proxy (k8s.io/kubernetes module, its staging
@@ -50,7 +50,7 @@ COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-p
 # (Not Debian's kubernetes-client: it is kubectl 1.20. kubectl: a kubectl >= 1.32 on PATH, else
 # `build --kubectl` builds one with the components.)
 APT_PACKAGES=(etcd-server etcd-client containernetworking-plugins containerd runc
-    iptables iproute2 conntrack openssl gcc libc6-dev)
+    iptables nftables iproute2 conntrack openssl gcc libc6-dev)
 LOAD_IMAGES=(lockgate/processor:dev lockgate/kafka:dev)
 
 NODE_IP="10.200.0.1"
@@ -760,6 +760,7 @@ cmd_up() {
     mkdir -p "${STATE}" "${LOGS}" "${PIDS}"
     record_sysctls
     iptables-save >"${STATE}/iptables.before" 2>/dev/null || true
+    ip6tables-save >"${STATE}/ip6tables.before" 2>/dev/null || true
     gen_pki
     net_up
     containerd_up
@@ -866,22 +867,37 @@ iptables_down() {
         iptables -t mangle -X "${chain}" 2>/dev/null || true
     done
     while iptables -t filter -D INPUT -i "${ext}" -d "${NODE_IP}" -j DROP 2>/dev/null; do :; done
-    # Chains the kubelet and kube-proxy made (KUBE-*) that did not exist before `up`.
+    # Chains the kubelet and kube-proxy made (KUBE-*, IPv4 and IPv6) that did not exist before
+    # `up`, and the tables they created.
+    ipt_cleanup iptables "${STATE}/iptables.before" ip
+    ipt_cleanup ip6tables "${STATE}/ip6tables.before" ip6
+}
+
+# ipt_cleanup IPTABLES BEFORE NFT_FAMILY
+ipt_cleanup() {
+    local ipt=$1 before=$2 family=$3 table chain line
+    command -v "${ipt}-save" >/dev/null || return 0
     for table in filter nat mangle; do
-        for chain in $(iptables-save -t "${table}" 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p'); do
-            grep -q "^:${chain} " "${STATE}/iptables.before" 2>/dev/null && continue
+        for chain in $("${ipt}-save" -t "${table}" 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p'); do
+            grep -q "^:${chain} " "${before}" 2>/dev/null && continue
             # Remove the rules that jump to it, then the chain.
-            iptables-save -t "${table}" | grep -E -- "^-A [^ ]+ .*-j ${chain}( |$)" |
+            "${ipt}-save" -t "${table}" | { grep -E -- "^-A [^ ]+ .*-j ${chain}( |$)" || true; } |
                 while read -r line; do
                     # The saved rule quotes its comments: let the shell split it.
-                    eval "iptables -t ${table} -D ${line#-A }" 2>/dev/null || true
+                    eval "${ipt} -t ${table} -D ${line#-A }" 2>/dev/null || true
                 done
-            iptables -t "${table}" -F "${chain}" 2>/dev/null || true
+            "${ipt}" -t "${table}" -F "${chain}" 2>/dev/null || true
         done
-        for chain in $(iptables-save -t "${table}" 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p'); do
-            grep -q "^:${chain} " "${STATE}/iptables.before" 2>/dev/null && continue
-            iptables -t "${table}" -X "${chain}" 2>/dev/null || true
+        for chain in $("${ipt}-save" -t "${table}" 2>/dev/null | sed -n 's/^:\(KUBE-[^ ]*\).*/\1/p'); do
+            grep -q "^:${chain} " "${before}" 2>/dev/null && continue
+            "${ipt}" -t "${table}" -X "${chain}" 2>/dev/null || true
         done
+        # A table that did not exist before `up` and is empty again (no rules, no own chains):
+        # delete it (iptables-nft cannot; nft can, when installed).
+        if [[ -f ${before} ]] && ! grep -qx "\*${table}" "${before}" && command -v nft >/dev/null &&
+            ! "${ipt}-save" -t "${table}" 2>/dev/null | grep -qE '^(-A |:[^ ]+ - )'; then
+            nft delete table "${family}" "${table}" 2>/dev/null || true
+        fi
     done
 }
 

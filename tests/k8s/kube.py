@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support import docker as dk
 from tests.support.helm import CHART_DIR, ensure_helm
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO_ROOT / "deploy" / "k8s" / "cluster.sh"
-BUILD_IMAGES = REPO_ROOT / "docker" / "build-images.sh"
 PROCESSOR_IMAGE = "lockgate/processor:dev"
 KAFKA_IMAGE = "lockgate/kafka:dev"
 
@@ -64,7 +64,7 @@ class Cluster:
     @classmethod
     def up(cls) -> Cluster:
         t = time.monotonic()
-        subprocess.run([str(BUILD_IMAGES)], check=True, timeout=3600, stdout=subprocess.DEVNULL)
+        dk.ensure_images()  # docker/build-images.sh: skips images whose inputs did not change
         timed("images (docker/build-images.sh)", time.monotonic() - t)
         t = time.monotonic()
         cluster_sh("build")
