@@ -5,11 +5,13 @@
 #
 #   build   fetch/build and cache the parts (idempotent; seconds when cached):
 #             - Debian packages (apt-get, only when missing): etcd-server, etcd-client,
-#               containernetworking-plugins, containerd, runc, iptables, nftables, iproute2, conntrack,
-#               openssl, gcc, libc6-dev
+#               containernetworking-plugins, containerd, runc, iptables, nftables, iproute2,
+#               conntrack, openssl, gcc, libc6-dev
 #             - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
-#               v1.34.4 (and kubectl with `build --kubectl`, or when none is on PATH) built from the Go module proxy (k8s.io/kubernetes module, its staging
-#               replaces pointed at the published k8s.io/<x>@v0.34.4 modules)
+#               v1.34.4 built from the Go module proxy (the k8s.io/kubernetes module, its
+#               staging replaces pointed at the published k8s.io/<x>@v0.34.4 modules), in one
+#               `go build -p ${LOCKGATE_TEST_K8S_BUILD_JOBS:-4}`; kubectl too with --kubectl
+#               or when there is none on PATH (otherwise the one on PATH is used)
 #             - CoreDNS v1.12.4 (go install) and a static pause binary (gcc -static)
 #   up      start the cluster (build first if needed): certificates, kubeconfigs, a separate
 #           containerd (own root/state/socket), etcd, control plane, kubelet, kube-proxy,
