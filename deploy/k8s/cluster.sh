@@ -951,6 +951,10 @@ cmd_down() {
     iptables_down
     cgroups_down
     restore_sysctls
+    # The two helper images `up` made in dockerd (recreated in seconds by the next `up`).
+    if command -v docker >/dev/null 2>&1; then
+        docker image rm "${PAUSE_IMAGE#docker.io/}" "${COREDNS_IMAGE#docker.io/}" >/dev/null 2>&1 || true
+    fi
     # Keep the logs of the last run for post-mortems, then remove the state (never across a
     # mount: refuse when something is still mounted below it).
     if findmnt -rn -o TARGET | grep -qF "${STATE}/"; then

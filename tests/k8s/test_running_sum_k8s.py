@@ -14,6 +14,7 @@ flowing (restart time measured); scale down and up; an eviction that the PDB ref
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import urllib.error
@@ -343,3 +344,32 @@ def test_eviction_respects_the_pdb(pipeline: Pipeline) -> None:
     pipeline.wait_all_ready(REPLICAS)
     timed("evict pod 0 -> 2/2 Ready again", time.monotonic() - t)
     assert pipeline.problems() == []
+
+
+def test_pods_reach_nothing_outside_the_machine(pipeline: Pipeline) -> None:
+    """The network fence: a pod has no route off the machine and no upstream DNS."""
+    gateway = subprocess.run(
+        ["ip", "-o", "route", "show", "default"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    target = gateway[gateway.index("via") + 1] if "via" in gateway else "192.0.2.1"
+    probe = (
+        "import socket, sys\n"
+        "out = []\n"
+        f"for host in ({target!r}, '1.1.1.1'):\n"
+        "    s = socket.socket(); s.settimeout(3)\n"
+        "    try:\n"
+        "        s.connect((host, 443)); out.append(host + ' CONNECTED')\n"
+        "    except OSError as e:\n"
+        "        out.append(host + ' ' + type(e).__name__ + ' ' + str(e.errno))\n"
+        "try:\n"
+        "    socket.getaddrinfo('pypi.org', 443); out.append('pypi.org RESOLVED')\n"
+        "except OSError as e:\n"
+        "    out.append('pypi.org ' + type(e).__name__)\n"
+        "print('\\n'.join(out))\n"
+    )
+    out = pipeline.cluster.kubectl(
+        "-n", pipeline.ns, "exec", f"{STS}-0", "-c", "processor", "--", "python3", "-c", probe
+    )
+    lines = out.splitlines()
+    assert "CONNECTED" not in out and "RESOLVED" not in out, out
+    assert all(line.endswith(" 101") for line in lines[:2]), out  # ENETUNREACH: no route
