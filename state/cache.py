@@ -144,13 +144,19 @@ class StoreCache:
         ``None`` marks a deletion. The cache keeps the values, so reads stay correct
         while the epoch commits; the caller must apply the result to the database (or
         call :meth:`discard`) before the next :meth:`trim`, which may evict them.
+
+        Each encoded value is copied into an exactly-sized ``bytes``: orjson returns
+        objects that keep their whole output buffer (about 4 KiB for a 10-byte value,
+        16 KiB for 1 KiB), so an epoch with many changed keys briefly held ~15x its
+        encoded size (measured: +726 MiB for 46,000 changed 1 KiB values), which glibc
+        then kept as RSS, and the memory backend kept for good.
         """
         encode = self.codec.encode
         values = self.values
         out: dict[bytes, bytes | None] = {}
         for key in self.dirty:
             value = values[key]
-            out[key] = None if value is DELETED else encode(value)
+            out[key] = None if value is DELETED else bytes(memoryview(encode(value)))
         self.dirty.clear()
         return out
 
