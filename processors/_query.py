@@ -140,6 +140,26 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
 
 
+def _settle(
+    query: StateQuery,
+    answer: Callable[[StateQuery], Answer | None],
+    otherwise: Answer | None = None,
+) -> bool:
+    """Answer ``query`` with ``answer`` (``otherwise`` when it defers); False: still deferred.
+
+    An exception in ``answer`` becomes a 500 for that query (the loop goes on).
+    """
+    try:
+        result = answer(query) or otherwise
+    except Exception as exc:  # noqa: BLE001 - reported to the client, not fatal
+        result = Answer(500, {"status": "error", "error": type(exc).__name__})
+    if result is None:
+        return False
+    query.answer = result
+    query.done.set()
+    return True
+
+
 class QueryService:
     """The hand-off between the HTTP thread and the processing loop.
 
@@ -185,17 +205,8 @@ class QueryService:
         inbox = self._inbox
         for _ in range(len(inbox)):
             query = inbox.popleft()
-            if query.cancelled:
-                continue
-            try:
-                result = answer(query)
-            except Exception as exc:  # noqa: BLE001 - reported to the client, not fatal
-                result = Answer(500, {"status": "error", "error": type(exc).__name__})
-            if result is None:
+            if not query.cancelled and not _settle(query, answer):
                 self._deferred.append(query)
-                continue
-            query.answer = result
-            query.done.set()
 
     def retry_deferred(self, answer: Callable[[StateQuery], Answer | None]) -> None:
         """Answer the deferred queries again once the owner lookup finished (loop thread).
@@ -204,16 +215,10 @@ class QueryService:
         """
         deferred, self._deferred = self._deferred, []
         for query in deferred:
-            if query.cancelled:
-                continue
-            try:
-                result = answer(query)
-            except Exception as exc:  # noqa: BLE001 - reported to the client, not fatal
-                result = Answer(500, {"status": "error", "error": type(exc).__name__})
-            query.answer = result or Answer(
-                503, {"status": "owner unknown (rebalancing?); retry", "store": query.store}
-            )
-            query.done.set()
+            if not query.cancelled:
+                _settle(
+                    query, answer, Answer(503, {"status": "owner unknown (rebalancing?); retry"})
+                )
 
     # -- HTTP side ------------------------------------------------------------------------
 

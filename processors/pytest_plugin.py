@@ -322,9 +322,8 @@ def build_local_image(image: str, script: Path | None, kind: str = "kafka") -> N
 # ----------------------------------------------------------------------------- ports
 
 
-def _port_range() -> tuple[int, int]:
-    spec = os.environ.get(ENV_PORTS, DEFAULT_PORTS)
-    lo, _, hi = spec.partition("-")
+def _port_range(spec: str | None = None) -> tuple[int, int]:
+    lo, _, hi = (spec or os.environ.get(ENV_PORTS, DEFAULT_PORTS)).partition("-")
     return int(lo), int(hi)
 
 
@@ -337,12 +336,13 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def free_port(count: int = 1) -> int:
+def free_port(count: int = 1, ports: str | None = None) -> int:
     """Return a port p such that p .. p+count-1 are free on 127.0.0.1 right now.
 
-    Ports come from ``LOCKGATE_TEST_PLUGIN_PORTS`` (``lo-hi``, default 40000-44999).
+    Ports come from ``ports`` (``lo-hi``), else ``LOCKGATE_TEST_PLUGIN_PORTS`` (default
+    40000-44999).
     """
-    lo, hi = _port_range()
+    lo, hi = _port_range(ports)
     candidates = list(range(lo, hi - count + 2))
     random.shuffle(candidates)
     for port in candidates[:500]:

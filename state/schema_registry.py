@@ -409,14 +409,7 @@ class Avro(RegistryCodec):
         return parse_schema(json.loads(registered.schema_str))
 
     def encode(self, value: Any) -> bytes:
-        """Return ``value`` in the Confluent wire format (registering its schema).
-
-        Raises:
-            ValueError: the codec has no schema, is neither bound nor given a
-                ``subject``, or ``value`` does not match the schema.
-            confluent_kafka.schema_registry.SchemaRegistryError: the registry refused
-                the schema (e.g. an incompatible change) or cannot be reached.
-        """
+        """Return ``value`` in the Confluent wire format, as :meth:`RegistryCodec.encode`."""
         fast = self._fast_writer
         if fast is None:
             data = super().encode(value)

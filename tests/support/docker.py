@@ -23,9 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import random
 import shutil
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +36,7 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
+from processors import pytest_plugin as pp
 from processors.pytest_plugin import BrokerChoice, LockgateKafka
 from processors.pytest_plugin import start_kafka as plugin_start_kafka
 from processors.pytest_plugin import wait_kafka_ready as wait_kafka_ready  # re-exported
@@ -119,34 +118,14 @@ def ensure_images(*, force: bool = False, timeout: float = 1800.0) -> tuple[str,
 # ----------------------------------------------------------------------------- ports
 
 
-def _port_range() -> tuple[int, int]:
-    spec = os.environ.get("LOCKGATE_TEST_PORT_RANGE", "39000-39999")
-    lo, _, hi = spec.partition("-")
-    return int(lo), int(hi)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port(count: int = 1) -> int:
     """Return a port p in the test range such that p .. p+count-1 are free on 127.0.0.1.
 
-    A port is only free when it is checked: start the user quickly, and retry on a bind
-    failure (the Kafka helpers do).
+    The test range is ``LOCKGATE_TEST_PORT_RANGE`` (default 39000-39999), apart from the
+    plugin's. A port is only free when it is checked: start the user quickly, and retry on
+    a bind failure (the Kafka helpers do).
     """
-    lo, hi = _port_range()
-    candidates = list(range(lo, hi - count + 2))
-    random.shuffle(candidates)
-    for port in candidates[:500]:
-        if all(_port_free(port + i) for i in range(count)):
-            return port
-    raise RuntimeError(f"no {count} consecutive free ports in {lo}-{hi}")
+    return pp.free_port(count, os.environ.get("LOCKGATE_TEST_PORT_RANGE", "39000-39999"))
 
 
 # ----------------------------------------------------------------------------- cleanup
