@@ -12,17 +12,17 @@ records/s between the first and the last output record's timestamp (startup excl
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from benchmarks.quick_running_sum import run_and_time
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,37 +45,7 @@ def _produce(bs: str, topic: str, n: int, encode: Callable[[int], bytes]) -> Non
 
 def _run(bs: str, spec: str, env: dict[str, str], out: str, n: int) -> float:
     """Run ``spec`` until ``n`` outputs are committed; return records/s (first->last)."""
-    lockgate = Path(sys.executable).parent / "lockgate"
-    proc = subprocess.Popen(
-        [str(lockgate), "run", spec], env=env, cwd=ROOT, stderr=subprocess.DEVNULL
-    )
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"avro-json-reader-{uuid.uuid4().hex[:6]}",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    while True:
-        md = c.list_topics(out, timeout=10).topics[out]
-        if md.error is None and md.partitions:
-            break
-        time.sleep(0.2)
-    c.assign([TopicPartition(out, q, 0) for q in md.partitions])
-    got, first, last = 0, None, None
-    deadline = time.monotonic() + 600
-    while got < n and time.monotonic() < deadline and proc.poll() is None:
-        for m in c.consume(10000, 1.0):
-            if m.error():
-                continue
-            ts = m.timestamp()[1]
-            first = ts if first is None else min(first, ts)
-            last = ts if last is None else max(last, ts)
-            got += 1
-    proc.terminate()
-    proc.wait(60)
-    c.close()
+    got, first, last = run_and_time(bs, env, out, n, spec)
     if got < n or first is None or last is None or last == first:
         raise RuntimeError(f"{spec}: only {got}/{n} outputs arrived")
     return n / ((last - first) / 1000)

@@ -25,15 +25,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_and_time(
-    bs: str, env: dict[str, str], out: str, n: int
+    bs: str, env: dict[str, str], out: str, n: int, spec: str = "examples.running_sum:app"
 ) -> tuple[int, int | None, int | None]:
-    """Run ``lockgate run examples.running_sum:app`` until ``n`` outputs are committed.
+    """Run ``lockgate run SPEC`` until ``n`` outputs are committed.
 
     Returns (outputs read, first output timestamp, last output timestamp); stops the app.
     """
     lockgate = Path(sys.executable).parent / "lockgate"
     proc = subprocess.Popen(
-        [str(lockgate), "run", "examples.running_sum:app"], env=env, cwd=ROOT,
+        [str(lockgate), "run", spec], env=env, cwd=ROOT,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     c = Consumer(
