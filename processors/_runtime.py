@@ -50,6 +50,7 @@ from processors._globals import GlobalTables
 from processors._group_probe import GroupProbe
 from processors._health import HealthServer
 from processors._interleave import Interleaver
+from processors._k8s import scaled_down
 from processors._kafka import (
     CHANGELOG_CONFIG,
     PARTITION_EOF,
@@ -61,7 +62,7 @@ from processors._kafka import (
 from processors._keygroups import Restorer
 from processors._partitioner import key_group
 from processors._query import Answer, QueryService, StateQuery, valid_owner
-from processors._settings import GroupProtocol, OnError, Settings
+from processors._settings import GroupProtocol, LeaveGroup, OnError, Settings
 from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.base.store import checkpoint_of
@@ -670,6 +671,7 @@ class Runner(BarrierMixin):
                 self._end_epoch()
             except AbortEpoch as exc:
                 self._abort_epoch(str(exc))
+            self._leave_group_maybe()
         except Stopping as exc:
             return self._stopped_while_waiting(exc)
         except (FatalKafkaError, UserCodeError, ConfigError) as exc:
@@ -686,6 +688,56 @@ class Runner(BarrierMixin):
             return 1
         log.info("stopped", extra={"last_checkpoint": self._checkpoint})
         return 0
+
+    def _leave_group_maybe(self) -> None:
+        """On a clean stop, make a static member leave the group when it goes for good.
+
+        librdkafka never sends LeaveGroup for a static member that closes (KIP-345), so
+        its key groups wait ``session.timeout.ms`` for it. ``unsubscribe()`` first does
+        send it (classic protocol: the leave follows the revoke, which is served here;
+        ``close()`` afterwards no longer suppresses it). The open epoch was committed
+        just before: the revoke commits nothing new, and records fetched meanwhile are
+        dropped unprocessed (the next owner reads them from the committed offsets).
+        """
+        s = self.settings
+        if (
+            self._consumer is None
+            or not s.static_membership
+            or s.leave_group_on_stop is LeaveGroup.NEVER
+            or self._fatal is not None
+        ):
+            return
+        if s.group_protocol is not GroupProtocol.CLASSIC:
+            log.info(
+                "not leaving the group: under group.protocol=consumer librdkafka leaves a "
+                "static member only temporarily (the broker's session timeout applies)"
+            )
+            return
+        if s.leave_group_on_stop is LeaveGroup.SCALE_DOWN:
+            verdict = scaled_down(s.instance_id, sa_dir=s.kubernetes_token_dir)
+            if not verdict.leave:
+                log.info("keeping the static group membership: %s", verdict.reason)
+                return
+            reason = verdict.reason
+        else:
+            reason = "LOCKGATE_LEAVE_GROUP_ON_STOP=always"
+        log.info("leaving the consumer group: %s", reason)
+        started = time.monotonic()
+        try:
+            self._consumer.unsubscribe()
+            deadline = started + 10.0
+            while time.monotonic() < deadline and (self._kgs or self._consumer.assignment()):
+                self.metrics.beat()
+                self._consumer.consume(self.settings.consume_batch_size, 0.1)
+            for _ in range(3):  # the LeaveGroup goes out right after the unassign
+                self._consumer.poll(0.05)
+        except Exception as exc:  # noqa: BLE001 - best effort: the session timeout remains
+            log.warning("leaving the group failed: %s", exc)
+            return
+        log.info(
+            "left the consumer group",
+            extra={"seconds": round(time.monotonic() - started, 3), "left": not self._kgs},
+        )
 
     def _stopped_while_waiting(self, exc: Stopping) -> int:
         """SIGTERM arrived while a bounded call or a restore waited: stop without it."""

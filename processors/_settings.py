@@ -34,6 +34,7 @@ __all__ = [
     "NON_SETTINGS_PREFIXES",
     "Alignment",
     "Guarantee",
+    "LeaveGroup",
     "LogFormat",
     "OnError",
     "Settings",
@@ -67,6 +68,14 @@ class GroupProtocol(StrEnum):
 
     CLASSIC = "classic"
     CONSUMER = "consumer"
+
+
+class LeaveGroup(StrEnum):
+    """When a static member leaves the consumer group on a clean stop."""
+
+    NEVER = "never"
+    ALWAYS = "always"
+    SCALE_DOWN = "scale-down"
 
 
 class Alignment(StrEnum):
@@ -360,6 +369,23 @@ class Settings(BaseSettings):
     )
     static_membership: bool = Field(
         True, description="Set group.instance.id to the instance id (no rebalance on restart)."
+    )
+    leave_group_on_stop: LeaveGroup = Field(
+        LeaveGroup.SCALE_DOWN,
+        description=(
+            "Whether a static member leaves the group on SIGTERM (its key groups move at "
+            "once instead of after session.timeout.ms): never; always; scale-down (ask the "
+            "Kubernetes API whether this StatefulSet pod's ordinal is at or above the desired "
+            "replica count; outside Kubernetes or without access: stay). Classic protocol "
+            "only: under KIP-848 librdkafka always leaves a static member temporarily."
+        ),
+    )
+    kubernetes_token_dir: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount"),
+        description=(
+            "Directory with the service-account token, ca.crt and namespace used by "
+            "LOCKGATE_LEAVE_GROUP_ON_STOP=scale-down (the chart mounts a projected token)."
+        ),
     )
     http_port: int = Field(
         8080, ge=0, le=65535, description="Port of /livez /readyz /startupz /metrics (0: off)."

@@ -690,7 +690,7 @@ def test_pdb_only_with_several_replicas(
 
 def test_optional_crds_are_off_by_default() -> None:
     kinds = {doc["kind"] for doc in render(values_files=[MINIMAL])}
-    assert kinds == {"StatefulSet", "Service", "ServiceAccount"}
+    assert kinds == {"StatefulSet", "Service", "ServiceAccount", "Role", "RoleBinding"}
 
 
 def test_service_monitor_scrapes_metrics() -> None:

@@ -501,11 +501,52 @@ def test_network_policy() -> None:
     assert ingress["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"
     }
-    dns, kafka = policy["spec"]["egress"]
+    dns, kafka, api = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert kafka["ports"] == [{"port": 9093, "protocol": "TCP"}]
     assert kafka["to"][0]["podSelector"]["matchLabels"] == {"strimzi.io/cluster": "my-cluster"}
+    # kafka.leaveGroupOnScaleDown (default on): the one StatefulSet read at SIGTERM.
+    assert api["ports"] == [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]
+    off = render({"kafka": {"leaveGroupOnScaleDown": False}}, values_files=[STRIMZI])
+    assert len(one_manifest(off, "NetworkPolicy")["spec"]["egress"]) == 2
     assert not manifests(render(values_files=[MINIMAL]), "NetworkPolicy")
+
+
+def test_scale_down_leave_reads_only_its_own_statefulset() -> None:
+    """kafka.leaveGroupOnScaleDown: a Role on this StatefulSet (get only), a projected token."""
+    docs = render(values_files=[MINIMAL])
+    sts = one_manifest(docs, "StatefulSet")
+    role, binding = one_manifest(docs, "Role"), one_manifest(docs, "RoleBinding")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["statefulsets"],
+            "resourceNames": [sts["metadata"]["name"]],
+            "verbs": ["get"],
+        }
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    [subject] = binding["subjects"]
+    assert subject["name"] == sts["spec"]["template"]["spec"]["serviceAccountName"]
+    env = _env(docs)
+    assert env["LOCKGATE_LEAVE_GROUP_ON_STOP"]["value"] == "scale-down"
+    token_dir = env["LOCKGATE_KUBERNETES_TOKEN_DIR"]["value"]
+    pod = sts["spec"]["template"]["spec"]
+    [mount] = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "kubernetes-api"]
+    assert mount["mountPath"] == token_dir and mount["readOnly"] is True
+    [volume] = [v for v in pod["volumes"] if v["name"] == "kubernetes-api"]
+    sources = volume["projected"]["sources"]
+    assert sources[0]["serviceAccountToken"] == {"path": "token", "expirationSeconds": 3600}
+    assert sources[1]["configMap"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert sources[2]["downwardAPI"]["items"][0]["path"] == "namespace"
+    assert pod["automountServiceAccountToken"] is False  # the default token stays unmounted
+
+    off = render({"kafka": {"leaveGroupOnScaleDown": False}}, values_files=[MINIMAL])
+    assert not manifests(off, "Role") and not manifests(off, "RoleBinding")
+    assert _env(off)["LOCKGATE_LEAVE_GROUP_ON_STOP"]["value"] == "never"
+    assert "LOCKGATE_KUBERNETES_TOKEN_DIR" not in _env(off)
+    off_pod = one_manifest(off, "StatefulSet")["spec"]["template"]["spec"]
+    assert "kubernetes-api" not in {v["name"] for v in off_pod["volumes"]}
 
 
 # --- item 8: release isolation --------------------------------------------------------------
@@ -698,7 +739,7 @@ def test_query_is_off_by_default() -> None:
     assert not {n for n in env if n.startswith("LOCKGATE_QUERY_") and n != "LOCKGATE_QUERY_ENABLED"}
     policy = one_manifest(docs, "NetworkPolicy")
     assert len(policy["spec"]["ingress"]) == 1
-    assert len(policy["spec"]["egress"]) == 2  # DNS and the brokers only
+    assert len(policy["spec"]["egress"]) == 3  # DNS, the brokers, the API server only
 
 
 def test_query_env_and_peer_url() -> None:
@@ -751,7 +792,7 @@ def test_network_policy_lets_the_release_pods_forward_queries() -> None:
     [peer] = peers["from"]
     assert set(peer) == {"podSelector"}  # same namespace only
     assert peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
-    dns, kafka, forward = policy["spec"]["egress"]
+    dns, kafka, forward, _api = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert kafka["ports"] == [{"port": 9093, "protocol": "TCP"}]
     assert forward["ports"] == [{"port": 8080, "protocol": "TCP"}]
@@ -763,7 +804,7 @@ def test_network_policy_lets_the_release_pods_forward_queries() -> None:
         values_files=[QUERY], set_values={"httpPort": 9191, "networkPolicy.extraEgress": []}
     )
     egress = one_manifest(other, "NetworkPolicy")["spec"]["egress"]
-    assert egress[-1]["ports"] == [{"port": 9191, "protocol": "TCP"}]
+    assert egress[2]["ports"] == [{"port": 9191, "protocol": "TCP"}]
 
 
 @pytest.mark.parametrize(

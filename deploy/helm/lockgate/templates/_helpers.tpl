@@ -180,6 +180,15 @@ appears twice.
   value: {{ .Values.logging.format | quote }}
 - name: LOCKGATE_KAFKA__SESSION_TIMEOUT_MS
   value: {{ int64 .Values.kafka.sessionTimeoutMs | toString | quote }}
+{{- if .Values.kafka.leaveGroupOnScaleDown }}
+- name: LOCKGATE_LEAVE_GROUP_ON_STOP
+  value: "scale-down"
+- name: LOCKGATE_KUBERNETES_TOKEN_DIR
+  value: /var/run/secrets/lockgate/kubernetes
+{{- else }}
+- name: LOCKGATE_LEAVE_GROUP_ON_STOP
+  value: "never"
+{{- end }}
 {{- $config := .Values.kafka.config | default dict }}
 {{- range $key := keys $config | sortAlpha }}
 - name: {{ include "lockgate.kafkaEnvName" $key }}
