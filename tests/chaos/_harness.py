@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 from confluent_kafka import Producer
@@ -21,6 +22,8 @@ class InputFeeder(threading.Thread):
     """Produces running_sum inputs at a steady rate; remembers them for the model.
 
     Idempotent producer: per-partition order is the order of ``self.produced``.
+    ``total`` is an upper bound: :meth:`stop` ends the input earlier (once the faults a
+    test plans are over, rather than at a total sized for their longest possible run).
     """
 
     def __init__(self, bootstrap: str, topic: str, total: int, rate: float, keys: int) -> None:
@@ -32,6 +35,11 @@ class InputFeeder(threading.Thread):
         self.keys = keys
         self.produced: list[tuple[str, int, int]] = []
         self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        """Produce nothing more (what was produced is flushed); then ``join()``."""
+        self._halt.set()
 
     def run(self) -> None:
         try:
@@ -45,17 +53,31 @@ class InputFeeder(threading.Thread):
             )
             started = time.monotonic()
             for seq in range(self.total):
+                if self._halt.is_set():
+                    break
                 key = f"key-{(seq * 7919) % self.keys}"
                 v = (seq * 31) % 17
                 p.produce(self.topic, orjson.dumps({"v": v, "seq": seq}), key.encode())
                 self.produced.append((key, v, seq))
                 ahead = seq / self.rate - (time.monotonic() - started)
                 if ahead > 0:
-                    time.sleep(ahead)
+                    self._halt.wait(ahead)
                 p.poll(0)
             assert p.flush(60) == 0
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
+
+
+#: After the last planned fault, input keeps flowing this long (into the restarts and
+#: restores the fault caused); then a test stops its feeder instead of waiting out a
+#: feeding duration sized for a slow run of its faults.
+FLOW_AFTER_FAULTS_S = 4.0
+
+
+def stop_feeding_soon(feeder: InputFeeder | Any) -> None:
+    """Let input flow :data:`FLOW_AFTER_FAULTS_S` more seconds, then stop ``feeder``."""
+    time.sleep(FLOW_AFTER_FAULTS_S)
+    feeder.stop()
 
 
 class Fleet:

@@ -121,7 +121,10 @@ def produce_clicks(bootstrap: str, topic: str, clicks: Iterable[Click]) -> None:
 
 
 class ClickFeeder(threading.Thread):
-    """Produces clicks at a steady rate; ``produced`` is what it sent, in order."""
+    """Produces clicks at a steady rate; ``produced`` is what it sent, in order.
+
+    ``total`` is an upper bound: :meth:`stop` ends the input earlier.
+    """
 
     def __init__(
         self, bootstrap: str, topic: str, total: int, rate: float, users: int, regions: int
@@ -132,18 +135,25 @@ class ClickFeeder(threading.Thread):
         self.users, self.regions = users, regions
         self.produced: list[Click] = []
         self.error: BaseException | None = None
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        """Produce nothing more (what was produced is flushed); then ``join()``."""
+        self._halt.set()
 
     def run(self) -> None:
         try:
             p = _click_producer(self.bootstrap)
             started = time.monotonic()
             for seq in range(self.total):
+                if self._halt.is_set():
+                    break
                 click = (*user_region((seq * 7919) % self.users, self.regions), seq)
                 _produce(p, self.topic, click)
                 self.produced.append(click)
                 ahead = seq / self.rate - (time.monotonic() - started)
                 if ahead > 0:
-                    time.sleep(ahead)
+                    self._halt.wait(ahead)
                 p.poll(0)
             assert p.flush(60) == 0
         except BaseException as exc:  # noqa: BLE001 - reported by the test
@@ -244,6 +254,59 @@ def read_topic(
         c.close()
     out.sort(key=lambda m: (m.partition(), m.offset()))
     return out
+
+
+def count_committed_data(bootstrap: str, topic: str, timeout: float = 30.0) -> int:
+    """The records of ``topic`` without a ``lockgate-type`` header below its current end.
+
+    The end is each partition's high watermark when called; every record below it is
+    read (read_committed: once its transaction ended) and none beyond it is counted, so
+    this returns soon even while records keep coming (a read until ``idle`` seconds
+    without records would run to its timeout then).
+    """
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("pipeline-counter"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    data = 0
+    try:
+        md = c.list_topics(topic, timeout=10).topics[topic]
+        if md.error is not None or not md.partitions:
+            raise RuntimeError(f"topic {topic}: {md.error}")
+        ends = {
+            p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            for p in md.partitions
+        }
+        c.assign([TopicPartition(topic, p, 0) for p in md.partitions])
+        pending = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to {ends}")
+            for m in c.consume(1000, 0.5):
+                err = m.error()
+                if err is None:
+                    if m.offset() < ends[m.partition()]:
+                        data += not is_control(m)
+                    if m.offset() >= ends[m.partition()] - 1:
+                        pending.discard(m.partition())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    if m.offset() >= ends[m.partition()]:
+                        pending.discard(m.partition())
+                else:
+                    raise RuntimeError(err)
+            for tp in c.position([TopicPartition(topic, p) for p in pending]):
+                if tp.offset >= ends[tp.partition]:
+                    pending.discard(tp.partition)
+    finally:
+        c.close()
+    return data
 
 
 def read_clicks(bootstrap: str, topic: str, expected: int) -> list[Click]:

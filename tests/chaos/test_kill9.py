@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from tests.chaos._harness import Fleet, InputFeeder, chaos_env
+from tests.chaos._harness import Fleet, InputFeeder, chaos_env, stop_feeding_soon
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, read_all, read_inputs, unique
 
@@ -66,6 +66,7 @@ def test_random_kill9_never_loses_or_duplicates(kafka_bootstrap: str, tmp_path: 
                 fleet.procs[victim].kill9()
                 kills += 1
                 fleet.start(victim)
+        stop_feeding_soon(feeder)
         feeder.join(300)
         assert feeder.error is None, feeder.error
         expected = model(read_inputs(kafka_bootstrap, inp, len(feeder.produced)))
@@ -157,6 +158,7 @@ def test_at_least_once_under_kill9_loses_nothing(kafka_bootstrap: str, tmp_path:
             fleet.procs[victim].kill9()
             time.sleep(rng.uniform(0.0, 0.5))
             fleet.start(victim, wipe_state=rng.random() < 0.25)
+        stop_feeding_soon(feeder)
         feeder.join(120)
         assert feeder.error is None, feeder.error
         stored = read_inputs(kafka_bootstrap, inp, len(feeder.produced))

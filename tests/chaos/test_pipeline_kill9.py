@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos._harness import chaos_env, describe_group, kill_at_random
+from tests.chaos._harness import chaos_env, describe_group, kill_at_random, stop_feeding_soon
 from tests.chaos._pipeline import (
     CLICK_SPEC,
     REGION_SPEC,
@@ -114,6 +114,7 @@ def test_pipeline_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, align
             return fleets[name], victim
 
         kill_at_random(rng, pick, KILLS, history, started)
+        stop_feeding_soon(feeder)
         feeder.join(300)
         assert feeder.error is None, feeder.error
         n = len(feeder.produced)

@@ -26,7 +26,13 @@ import orjson
 from confluent_kafka import Producer
 
 from processors import key_group
-from tests.chaos._harness import Fleet, chaos_env, describe_group, kill_at_random
+from tests.chaos._harness import (
+    Fleet,
+    chaos_env,
+    describe_group,
+    kill_at_random,
+    stop_feeding_soon,
+)
 from tests.support.kafka import create_topic, read_all, unique
 
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "6"))
@@ -36,7 +42,11 @@ WINDOW_MS, DELAY_MS, TIMER_AFTER_MS = 1000, 200, 1000
 
 
 class EventFeeder(threading.Thread):
-    """Produces ``{"ts", "seq"}`` records with bounded disorder and ~3% far-late ones."""
+    """Produces ``{"ts", "seq"}`` records with bounded disorder and ~3% far-late ones.
+
+    ``total`` is an upper bound: :meth:`stop` ends the input earlier (the records that
+    carry every watermark past the data are sent either way).
+    """
 
     def __init__(self, bootstrap: str, topic: str, total: int, seconds: float, seed: int) -> None:
         super().__init__(daemon=True)
@@ -45,6 +55,12 @@ class EventFeeder(threading.Thread):
         self.base = (int(time.time() * 1000) - 3_600_000) // WINDOW_MS * WINDOW_MS
         self.error: BaseException | None = None
         self.max_ts = self.base
+        self._halt = threading.Event()
+        self.produced = 0  # events (the watermark-passing records not counted)
+
+    def stop(self) -> None:
+        """Produce no more events (the watermark-passing records still come); ``join()``."""
+        self._halt.set()
 
     def run(self) -> None:
         try:
@@ -58,6 +74,8 @@ class EventFeeder(threading.Thread):
             )
             started = time.monotonic()
             for seq in range(self.total):
+                if self._halt.is_set():
+                    break
                 key = f"k{self.rng.randrange(KEYS)}"
                 ts = self.base + seq * 5
                 if self.rng.random() < 0.03:
@@ -66,9 +84,10 @@ class EventFeeder(threading.Thread):
                     ts -= self.rng.randrange(0, DELAY_MS)  # within the bound: on time
                 self.max_ts = max(self.max_ts, ts)
                 p.produce(self.topic, orjson.dumps({"ts": ts, "seq": seq}), key.encode())
+                self.produced += 1
                 ahead = seq * self.seconds / self.total - (time.monotonic() - started)
                 if ahead > 0:
-                    time.sleep(ahead)
+                    self._halt.wait(ahead)
                 p.poll(0)
             # One record per partition far ahead: every watermark passes the data.
             flush = self.max_ts + 10 * WINDOW_MS
@@ -142,9 +161,10 @@ def test_windows_and_timers_exactly_once_under_kill9(kafka_bootstrap: str, tmp_p
     feeder.start()
     try:
         kill_at_random(rng, lambda: (fleet, rng.choice(fleet.ids)), KILLS, history, started)
+        stop_feeding_soon(feeder)
         feeder.join(300)
         assert feeder.error is None, feeder.error
-        inputs = read_all(kafka_bootstrap, inp, expected=total + PARTITIONS, idle=0.5)
+        inputs = read_all(kafka_bootstrap, inp, expected=feeder.produced + PARTITIONS, idle=0.5)
         windows, timers, late = model(inputs)
         assert windows and timers and late, "the input must make windows, timers and late records"
         got_w = read_all(kafka_bootstrap, out, expected=sum(windows.values()), timeout=180, idle=3)

@@ -27,6 +27,7 @@ from tests.chaos._pipeline import (
     PipelineFleet,
     Topics,
     check_pipeline,
+    count_committed_data,
     data_records,
     pipeline_env,
     read_clicks,
@@ -169,14 +170,15 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
             raise AssertionError(
                 f"{exc}\n{region.logs()}\n{http_get(port, '/metrics')[1]}"
             ) from exc
-        before = len(
-            data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=20, idle=1))
-        )
+        before = count_committed_data(kafka_bootstrap, topics.totals)
 
         def flowing() -> bool:
             # c1's clicks keep flowing downstream once the broker aborted c2's open
             # transaction (transaction timeout): nothing waits for c2's barriers.
-            got = read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=20, idle=0.5)
+            # (The read stops as soon as there are enough, at most after 20 s.)
+            got = read_topic(
+                kafka_bootstrap, topics.totals, expected=before + 201, timeout=20, idle=0
+            )
             return len(data_records(got)) > before + 200
 
         wait_until(flowing, timeout=45, interval=1, what="records flowing without c2")
@@ -187,16 +189,14 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
             "LOCKGATE_SAVEPOINT_DIR": common["LOCKGATE_SAVEPOINT_DIR"],
         }
         trig = lockgate_cli(
-            env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop", "--timeout", "15"
+            env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop", "--timeout", "8"
         )
         assert trig.returncode == 1, trig.stdout + trig.stderr
         assert "key group" in trig.stderr, trig.stderr
         # c1's key groups halted at the savepoint; it failed, so it was cancelled and they
         # resume: c1's clicks flow again.
         assert "cancelled" in trig.stderr, trig.stderr
-        before = len(
-            data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=20, idle=1))
-        )
+        before = count_committed_data(kafka_bootstrap, topics.totals)
         wait_until(flowing, timeout=45, interval=1, what="records flowing after the cancel")
         assert "savepoint cancelled: key groups resume" in click.procs["c1"].log_text()
     finally:
