@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python -m benchmarks.memory --bootstrap 127.0.0.1:59092 \\
         --partitions 4,16,32 --keys-per-group 8000 --value-bytes 1024 --limit-mib 512 \\
-        [--baseline-ref 828fabf]
+        [--baseline-ref 828fabf] [--fetch-defaults]
 
 For each partition count ``N`` it creates an input topic with ``N`` partitions, produces
 ``N * keys-per-group`` records with distinct keys and ``value-bytes`` of payload (so the
@@ -123,6 +123,17 @@ def _status(pid: int) -> dict[str, float]:
     return out
 
 
+#: librdkafka's own defaults of the limits the memory plan sets (processors/_keygroups.py
+#: ``MemoryPlan.fetch_config``) and no epoch bound (``MemoryPlan.epoch_bytes``): the
+#: instance as it was before its input side was budgeted.
+LIBRDKAFKA_FETCH_DEFAULTS = {
+    "LOCKGATE_KAFKA__QUEUED_MAX_MESSAGES_KBYTES": "65536",
+    "LOCKGATE_KAFKA__FETCH_MAX_BYTES": "52428800",
+    "LOCKGATE_KAFKA__MAX_PARTITION_FETCH_BYTES": "1048576",
+    "LOCKGATE_CHECKPOINT_MAX_BYTES": str(1 << 50),
+}
+
+
 def run_one(
     bootstrap: str,
     partitions: int,
@@ -198,8 +209,11 @@ def run_one(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
+    label = "baseline" if code_dir is not None else "bounded"
+    if extra_env and code_dir is None:
+        label = "state bounded, input not (librdkafka's fetch defaults, no epoch bound)"
     return Result(
-        code="baseline" if code_dir is not None else "bounded",
+        code=label,
         partitions=partitions,
         records=records,
         state_mib=round(records * (value_bytes + 40) / MIB, 1),
@@ -321,6 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-mib", type=int, default=512)
     parser.add_argument("--baseline-ref", default=None)
     parser.add_argument(
+        "--fetch-defaults",
+        action="store_true",
+        help="also run this checkout without the input bounds (librdkafka's fetch "
+        "defaults, no epoch bound)",
+    )
+    parser.add_argument(
         "--storage-child",
         choices=["bounded", "baseline"],
         default=None,
@@ -345,11 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     counts = [int(p) for p in args.partitions.split(",")]
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="membench-code-") as tmp:
-        codes: list[Path | None] = [None]
+        codes: list[tuple[Path | None, dict[str, str] | None]] = [(None, None)]
+        if args.fetch_defaults:
+            codes.append((None, LIBRDKAFKA_FETCH_DEFAULTS))
         if args.baseline_ref:
-            codes.append(export_tree(args.baseline_ref, Path(tmp)))
+            codes.append((export_tree(args.baseline_ref, Path(tmp)), None))
         for n in counts:
-            for code_dir in codes:
+            for code_dir, extra_env in codes:
                 result = run_one(
                     args.bootstrap,
                     n,
@@ -357,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.value_bytes,
                     args.limit_mib,
                     code_dir,
+                    extra_env=extra_env,
                 )
                 print(orjson.dumps(asdict(result)).decode(), flush=True)
                 results.append(result)

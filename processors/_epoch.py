@@ -200,6 +200,7 @@ class EpochMixin(SavepointMixin):
         m.records_out += self._epoch_out
         m.dlq_records += self._epoch_dlq
         self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        self._epoch_bytes = 0
         if self.eos:
             self._begin()
         self._reset_epoch_deadline()
@@ -632,6 +633,7 @@ class EpochMixin(SavepointMixin):
             kg.discard()
         self._rewind(list(self._kgs))
         self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        self._epoch_bytes = 0
         self.metrics.epochs_aborted += 1
         if self.eos and not fresh:
             self._begin()

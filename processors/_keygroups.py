@@ -47,6 +47,12 @@ DEFAULT_MEMORY_LIMIT = 2 * 1024**3
 #: is for Python, the operator chain, librdkafka's buffers and the epoch's dirty entries.
 ROCKSDB_SHARE = 0.25
 READ_CACHE_SHARE = 0.25
+#: Share of the limit that one epoch may fetch (value bytes) before it ends early.
+EPOCH_SHARE = 1 / 128
+#: Share for the input consumer's and the changelog reader's prefetch queues (each gets
+#: this much: librdkafka's queue bound plus the fetch responses in flight).
+CONSUMER_SHARE = 0.0625
+_MIB = 1024 * 1024
 #: A read-cache entry is counted at this many times its encoded key and value, plus
 #: :data:`ENTRY_OVERHEAD_BYTES` (the dict slot, the key's bytes object, the decoded value's
 #: object headers): an estimate, not a measurement.
@@ -92,12 +98,35 @@ class MemoryPlan:
         limit_source: ``setting``, ``cgroup`` or ``default``.
         rocksdb_bytes: block cache + memtables of all key-group databases together.
         read_cache_bytes: the read cache of the whole process (estimated sizes).
+        consumer_bytes: prefetched input of one consumer (:meth:`fetch_config`).
+        epoch_bytes: input value bytes after which an epoch ends before its interval.
     """
 
     limit_bytes: int
     limit_source: str
     rocksdb_bytes: int
     read_cache_bytes: int
+    consumer_bytes: int = 64 * _MIB
+    epoch_bytes: int = 16 * _MIB
+
+    def fetch_config(self) -> dict[str, int]:
+        """The librdkafka fetch limits that keep a consumer's prefetch within ``consumer_bytes``.
+
+        With librdkafka's defaults a consumer behind a backlog held about the whole input
+        (measured: a bare consumer of a 256,000 x 1 KiB topic, 32 partitions, draining at
+        20k records/s peaked at 366 MiB RSS; 112 MiB with a 1 MiB queue, 1 MiB fetches and
+        64 KiB per partition). An eighth of the share bounds the queue
+        (``queued.max.messages.kbytes``), a 32nd each fetch response (1..50 MiB: librdkafka
+        refuses a ``fetch.max.bytes`` below ``message.max.bytes``, 1,000,000 by default), a
+        quarter of that each partition's part (256 KiB..1 MiB). The caller applies them
+        under the user's own ``LOCKGATE_KAFKA__*`` values.
+        """
+        fetch = min(50 * _MIB, max(_MIB, self.consumer_bytes // 32))
+        return {
+            "queued.max.messages.kbytes": max(1024, self.consumer_bytes // 8 // 1024),
+            "fetch.max.bytes": fetch,
+            "max.partition.fetch.bytes": min(_MIB, max(256 * 1024, fetch // 4)),
+        }
 
     @classmethod
     def of(cls, settings: Settings, cgroup_limit: int | None = None) -> MemoryPlan:
@@ -119,7 +148,14 @@ class MemoryPlan:
         cache = settings.state_cache_memory_bytes
         if cache is None:
             cache = int(limit * READ_CACHE_SHARE)
-        return cls(limit, source, rocksdb, cache)
+        return cls(
+            limit,
+            source,
+            rocksdb,
+            cache,
+            consumer_bytes=max(16 * _MIB, int(limit * CONSUMER_SHARE)),
+            epoch_bytes=max(_MIB, int(limit * EPOCH_SHARE)),
+        )
 
 
 class ReadCacheBudget:

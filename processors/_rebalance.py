@@ -80,6 +80,7 @@ class RebalanceMixin(EpochMixin):
                 "limit_from": plan.limit_source,
                 "rocksdb_bytes": plan.rocksdb_bytes,
                 "read_cache_bytes": plan.read_cache_bytes,
+                "consumer_bytes": plan.consumer_bytes,
             },
         )
         self._state_cleaner: StateCleaner | None = None

@@ -304,7 +304,7 @@ class Runner(BarrierMixin):
         self._restorer = Restorer(
             self.name,
             self._backend,
-            Consumer(restore_consumer_config(s, self.name)),
+            Consumer(self._bounded_fetch(restore_consumer_config(s, self.name))),
             admin.end_offsets,
             self._restore_progress,
             s.restore_batch_records,
@@ -523,8 +523,19 @@ class Runner(BarrierMixin):
                 "this one (not a rolling update)"
             )
 
+    def _bounded_fetch(self, conf: dict[str, Any]) -> dict[str, Any]:
+        """``conf`` with the memory plan's fetch limits where the user set none."""
+        limits = self._state_memory.plan.fetch_config()
+        # librdkafka refuses fetch.max.bytes < message.max.bytes (a user may raise the latter).
+        limits["fetch.max.bytes"] = max(
+            limits["fetch.max.bytes"], int(conf.get("message.max.bytes", 1_000_000))
+        )
+        for key, value in limits.items():
+            conf.setdefault(key, value)
+        return conf
+
     def _subscribe(self) -> None:
-        conf = consumer_config(self.settings, self.name)
+        conf = self._bounded_fetch(consumer_config(self.settings, self.name))
         if self._interleaver is not None:
             conf["enable.partition.eof"] = True  # the interleaver needs "caught up"
         self._consumer = Consumer(conf)
@@ -590,6 +601,12 @@ class Runner(BarrierMixin):
         s = self.settings
         batch = s.consume_batch_size
         interval = s.checkpoint_interval_ms / 1000
+        # A backlog makes epochs as long as the interval allows (tens of thousands of
+        # records): bound what one epoch fetches, which bounds its state, changelog and
+        # commit-time memory (tests/integration/test_memory_budget.py).
+        epoch_bytes = self._state_memory.plan.epoch_bytes
+        if s.checkpoint_max_bytes is not None:
+            epoch_bytes = s.checkpoint_max_bytes
         metrics = self.metrics
         next_epoch = time.monotonic() + interval
         try:
@@ -597,6 +614,8 @@ class Runner(BarrierMixin):
                 try:
                     self._rewound.clear()
                     msgs = self._consumer.consume(batch, 0.1)
+                    if msgs:
+                        self._epoch_bytes += sum(map(len, msgs))  # C speed: value sizes
                     if self._fatal is not None:
                         fatal, self._fatal = self._fatal, None
                         raise fatal
@@ -659,7 +678,7 @@ class Runner(BarrierMixin):
                     continue
                 now = time.monotonic()
                 metrics.heartbeat = now
-                if now >= next_epoch or self._commit_now:
+                if now >= next_epoch or self._commit_now or self._epoch_bytes >= epoch_bytes:
                     try:
                         self._end_epoch()
                     except AbortEpoch as exc:

@@ -238,8 +238,9 @@ class Settings(BaseSettings):
         description=(
             "Memory this instance may use (the container's limit; the chart fills it from "
             "limits.memory via the downward API). A quarter goes to RocksDB (one block cache "
-            "and write-buffer manager shared by every key group) and a quarter to the read "
-            "cache. Default: the cgroup's memory limit, else 2 GiB."
+            "and write-buffer manager shared by every key group), a quarter to the read "
+            "cache, a 16th to each consumer's prefetch; an epoch ends early after fetching "
+            "a 128th. Default: the cgroup's memory limit, else 2 GiB."
         ),
     )
     state_rocksdb_memory_bytes: int | None = Field(
@@ -277,6 +278,15 @@ class Settings(BaseSettings):
     )
     checkpoint_interval_ms: int = Field(
         1000, ge=10, le=600_000, description="Epoch length: a checkpoint commits this often."
+    )
+    checkpoint_max_bytes: int | None = Field(
+        None,
+        ge=1024,
+        description=(
+            "An epoch ends before checkpoint_interval_ms once its input records' values hold "
+            "this many bytes (bounds an epoch's memory under a backlog). Default: the memory "
+            "limit / 128 (16 MiB at 2 GiB)."
+        ),
     )
     transaction_timeout_ms: int = Field(
         10_000,

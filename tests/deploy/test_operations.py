@@ -838,3 +838,15 @@ def test_network_policy_lets_the_release_pods_forward_queries() -> None:
 def test_bad_query_values_are_refused(set_values: dict[str, Any], message: str) -> None:
     with pytest.raises(HelmError, match=message):
         render(values_files=[QUERY], set_values=set_values)
+
+
+def test_memory_limit_reaches_the_runtime_through_the_downward_api() -> None:
+    """limits.memory -> LOCKGATE_MEMORY_LIMIT_BYTES (the whole memory plan is sized from it)."""
+    env = _env(render(values_files=[MINIMAL]))
+    assert env["LOCKGATE_MEMORY_LIMIT_BYTES"]["valueFrom"] == {
+        "resourceFieldRef": {"resource": "limits.memory"}
+    }
+    # No limit: the downward API would give the node's allocatable memory; the runtime
+    # reads the cgroup (none: 2 GiB) instead.
+    unlimited = render({"resources": {"limits": {"memory": None}}}, values_files=[MINIMAL])
+    assert "LOCKGATE_MEMORY_LIMIT_BYTES" not in _env(unlimited)

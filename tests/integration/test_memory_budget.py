@@ -16,7 +16,7 @@ import random
 import re
 from pathlib import Path
 
-from benchmarks.memory import storage_peak_in_child
+from benchmarks.memory import run_one, storage_peak_in_child
 from tests.support.kafka import create_topic, produce_numbers, read_all
 from tests.support.procs import AppProcess
 
@@ -69,3 +69,16 @@ def test_a_running_instance_opens_every_key_group_with_the_shared_budget(  # typ
         # the 32 MiB write-buffer manager, not RocksDB's 64 MiB), index blocks in the cache
         assert text.count("\n  write_buffer_size=4194304\n") == 3, text
         assert text.count("\n  cache_index_and_filter_blocks=true\n") == 3, text
+
+
+def test_a_whole_instance_catching_up_stays_under_its_memory_limit(kafka_bootstrap: str) -> None:
+    """Peak RSS of one instance behind a backlog: 16 key groups, 128,000 x 1 KiB records.
+
+    Besides the state layer, the consumer's prefetch (``MemoryPlan.fetch_config``) and the
+    epoch size under a backlog (``MemoryPlan.epoch_bytes``) come from the limit. Before
+    both, the same run peaked at 573-620 MiB against the 512 MiB limit.
+    """
+    limit_mib = 512
+    result = run_one(kafka_bootstrap, 16, 8000, 1024, limit_mib)
+    print(f"whole instance, 16 key groups, 128 MiB of state: peak RSS {result.peak_rss_mib} MiB")
+    assert result.peak_rss_mib < limit_mib, result

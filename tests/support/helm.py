@@ -318,9 +318,37 @@ def container_env(
                 kind = "Secret" if is_secret else "ConfigMap"
                 raise KeyError(f"{name}: {kind} {ref['name']!r} key {ref['key']!r} not given")
             out[name] = value
+        elif "resourceFieldRef" in source:
+            # The kubelet writes the container's own limit, in bytes (divisor 1).
+            resource = source["resourceFieldRef"]["resource"]
+            kind, _, what = resource.partition(".")
+            quantity = (container.get("resources") or {}).get(kind, {}).get(what)
+            if quantity is None:
+                raise ValueError(f"{name}: {resource} is not set (the node's would be used)")
+            out[name] = str(quantity_bytes(str(quantity)))
         else:
             raise ValueError(f"{name}: cannot resolve valueFrom {sorted(source)}")
     return out
+
+
+_QUANTITY_SUFFIXES = {
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+}
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity (``512Mi``, ``1G``, ``1073741824``) in bytes."""
+    for suffix in sorted(_QUANTITY_SUFFIXES, key=len, reverse=True):
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * _QUANTITY_SUFFIXES[suffix])
+    return int(quantity)
 
 
 def secret_files(

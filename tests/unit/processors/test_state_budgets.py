@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from confluent_kafka import Consumer
+
 from processors._keygroups import (
     DEFAULT_MEMORY_LIMIT,
     ENTRY_OVERHEAD_BYTES,
@@ -34,6 +36,31 @@ def test_memory_plan_from_setting_cgroup_or_default() -> None:
         Settings(state_rocksdb_memory_bytes=64 * 1024**2, state_cache_memory_bytes=1000)
     )
     assert (explicit.rocksdb_bytes, explicit.read_cache_bytes) == (64 * 1024**2, 1000)
+
+
+def test_fetch_limits_and_epoch_bound_follow_the_limit() -> None:
+    mib = 1024**2
+    small = MemoryPlan.of(Settings(memory_limit_bytes=256 * mib))
+    assert small.consumer_bytes == 16 * mib  # the floor
+    assert small.fetch_config() == {
+        "queued.max.messages.kbytes": 2048,
+        "fetch.max.bytes": mib,  # never below message.max.bytes' default (librdkafka refuses)
+        "max.partition.fetch.bytes": 256 * 1024,
+    }
+    assert small.epoch_bytes == 2 * mib
+    default = MemoryPlan.of(Settings(), cgroup_limit=None)
+    assert default.fetch_config() == {
+        "queued.max.messages.kbytes": 16384,
+        "fetch.max.bytes": 4 * mib,
+        "max.partition.fetch.bytes": mib,
+    }
+    assert default.epoch_bytes == 16 * mib
+    huge = MemoryPlan.of(Settings(memory_limit_bytes=64 * GIB)).fetch_config()
+    assert huge["fetch.max.bytes"] == 50 * mib and huge["max.partition.fetch.bytes"] == mib
+    # librdkafka accepts every one of them (it refuses e.g. fetch.max.bytes < 1,000,000)
+    for limit in (64 * mib, 2 * GIB, 64 * GIB):
+        conf = MemoryPlan.of(Settings(memory_limit_bytes=limit)).fetch_config()
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", **conf}).close()
 
 
 def test_cgroup_limit_files(tmp_path: Path) -> None:

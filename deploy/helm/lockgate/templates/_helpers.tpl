@@ -180,6 +180,13 @@ appears twice.
   value: {{ .Values.logging.format | quote }}
 - name: LOCKGATE_KAFKA__SESSION_TIMEOUT_MS
   value: {{ int64 .Values.kafka.sessionTimeoutMs | toString | quote }}
+{{- if dig "limits" "memory" "" (.Values.resources | default dict) }}
+# The memory budget (RocksDB, read cache, consumer prefetch, epoch size) from the limit.
+- name: LOCKGATE_MEMORY_LIMIT_BYTES
+  valueFrom:
+    resourceFieldRef:
+      resource: limits.memory
+{{- end }}
 {{- if .Values.kafka.leaveGroupOnScaleDown }}
 - name: LOCKGATE_LEAVE_GROUP_ON_STOP
   value: "scale-down"
