@@ -49,9 +49,13 @@ docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are er
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs/api build/docs-api
 	@echo "API reference: build/docs-api/index.html"
 
+test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
+    tests/integration/test_schema_registry_formats.py tests/integration/test_faust_word_count.py
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
-	@# tests | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
+	@# tests, then CHECKS_LANE_TESTS (integration tests that are neither timing-sensitive nor
+	@# CPU-heavy: the schema registry, Faust; their own broker) while the longer Spark lane
+	@# finishes | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
 	@# Phase 2, alone: integration, chaos and container tests. Timing-sensitive chaos tests
 	@# failed when a Spark lane ran beside them on this 2-core machine, so they never share it.
 	@# pytest's exit 5 (nothing collected, e.g. a -k in PYTEST_ARGS) is not a failure.
@@ -63,7 +67,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	checks=0; \
 	{ $(SUBMAKE) --no-print-directory lint typecheck docs-api && docker/ensure-engine.sh \
 	  && { $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) \
-	       tests/unit tests/deploy || [ $$? -eq 5 ]; }; \
+	       tests/unit tests/deploy $(CHECKS_LANE_TESTS) || [ $$? -eq 5 ]; }; \
 	} 2>&1 | sed -u 's/^/[checks] /' || checks=$$?; \
 	if [ $$checks -ne 0 ]; then kill -- -$$spark 2>/dev/null; fi; \
 	sparkrc=0; wait $$spark || sparkrc=$$?; \
@@ -71,7 +75,8 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	if [ $$checks -ne 0 ] || [ $$sparkrc -ne 0 ]; then \
 	    echo "make test: phase 1 failed (checks exit $$checks, spark exit $$sparkrc)" >&2; exit 1; fi
 	@$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) tests \
-	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark || [ $$? -eq 5 ]
+	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark \
+	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS)) || [ $$? -eq 5 ]
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark

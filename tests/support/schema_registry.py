@@ -127,7 +127,7 @@ class RegistryServer:
         }
         began = time.monotonic()
         self._proc = subprocess.Popen(
-            ["java", "-Xmx512m", "-jar", str(jar)],
+            ["java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-jar", str(jar)],
             cwd=jar.parent,
             env=env,
             stdout=self._log,
