@@ -173,6 +173,7 @@ class RunnerCore:
         self._uncommitted = 0  # records consumed since the last commit
         self._epoch_out = 0  # records emitted in the open epoch
         self._epoch_bytes = 0  # value bytes fetched in the open epoch
+        self._leaving = False  # the stop's explicit group leave is under way
         self._epoch_dlq = 0  # records dead-lettered in the open epoch
         self._last_epoch_records = 0
         #: Timers to dead-letter instead of running on the replay: (key, time, name) -> cause.

@@ -143,6 +143,7 @@ class EpochMixin(SavepointMixin):
         ):
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
             self._txn_began = time.monotonic()
+            self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
             return
         started = time.monotonic()
         ckpt, savepoint = self._source_checkpoint_id()

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import ssl
+import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -67,10 +68,12 @@ def scaled_down(
         timeout_s: bound of the whole request.
 
     Returns:
-        ``leave=True`` when the StatefulSet's ``spec.replicas`` is at most the pod's
-        ordinal or the StatefulSet is being deleted; ``leave=False`` otherwise and on
+        ``leave=True`` when the pod's ordinal is at or above ``spec.ordinals.start +
+        spec.replicas``, or the StatefulSet is being deleted or no longer exists (404:
+        the chart's Role names this StatefulSet only); ``leave=False`` otherwise and on
         every failure (not in Kubernetes, not a StatefulSet pod name, no token, refused,
-        unreachable, unexpected answer). Never raises.
+        unreachable, no answer within ``timeout_s`` in all, unexpected answer). Never
+        raises.
     """
     base = api or _api_base()
     if base is None:
@@ -92,21 +95,50 @@ def scaled_down(
     opener = urllib.request.build_opener(
         urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
     )
-    try:
-        with opener.open(request, timeout=timeout_s) as resp:
-            body = json.loads(resp.read(1 << 20))
-    except urllib.error.HTTPError as exc:
-        hint = " (the pod needs get on its StatefulSet)" if exc.code in (401, 403) else ""
-        return Verdict(False, f"GET {url}: HTTP {exc.code}{hint}")
-    except (OSError, ValueError) as exc:
-        return Verdict(False, f"GET {url}: {exc}")
-    if not isinstance(body, dict):
-        return Verdict(False, f"GET {url}: not a StatefulSet")
-    if (body.get("metadata") or {}).get("deletionTimestamp"):
+    answer: list[Verdict | dict[str, object]] = []
+
+    def fetch() -> None:
+        try:
+            with opener.open(request, timeout=timeout_s) as resp:
+                body = json.loads(resp.read(1 << 20))
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                # The Role names this StatefulSet only: "not found" means it is gone
+                # (e.g. helm uninstall deletes it before its pods stop).
+                answer.append(Verdict(True, f"StatefulSet {name} no longer exists"))
+            else:
+                hint = " (the pod needs get on its StatefulSet)" if exc.code in (401, 403) else ""
+                answer.append(Verdict(False, f"GET {url}: HTTP {exc.code}{hint}"))
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the membership
+            answer.append(Verdict(False, f"GET {url}: {type(exc).__name__}: {exc}"))
+        else:
+            answer.append(
+                body if isinstance(body, dict) else Verdict(False, f"GET {url}: not an object")
+            )
+
+    # One bound for the whole request (urllib's timeout is per socket operation).
+    worker = threading.Thread(target=fetch, name="lockgate-k8s-read", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not answer:
+        return Verdict(False, f"GET {url}: no answer within {timeout_s:g}s")
+    got = answer[0]
+    if isinstance(got, Verdict):
+        return got
+    return _judge(got, name, ordinal, url)
+
+
+def _judge(body: dict[str, object], name: str, ordinal: int, url: str) -> Verdict:
+    meta = body.get("metadata")
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):
         return Verdict(True, f"StatefulSet {name} is being deleted")
-    replicas = (body.get("spec") or {}).get("replicas", 1)
-    if not isinstance(replicas, int):
-        return Verdict(False, f"GET {url}: spec.replicas is {replicas!r}")
-    if ordinal >= replicas:
+    spec = body.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    replicas = spec.get("replicas", 1)
+    ordinals = spec.get("ordinals")
+    start = ordinals.get("start", 0) if isinstance(ordinals, dict) else 0
+    if not isinstance(replicas, int) or not isinstance(start, int):
+        return Verdict(False, f"GET {url}: spec.replicas {replicas!r}, ordinals.start {start!r}")
+    if ordinal >= start + replicas:
         return Verdict(True, f"StatefulSet {name} scaled to {replicas}: ordinal {ordinal} goes")
     return Verdict(False, f"StatefulSet {name} keeps {replicas} replicas (ordinal {ordinal})")

@@ -118,12 +118,13 @@ class MemoryPlan:
         64 KiB per partition). An eighth of the share bounds the queue
         (``queued.max.messages.kbytes``), a 32nd each fetch response (1..50 MiB: librdkafka
         refuses a ``fetch.max.bytes`` below ``message.max.bytes``, 1,000,000 by default), a
-        quarter of that each partition's part (256 KiB..1 MiB). The caller applies them
-        under the user's own ``LOCKGATE_KAFKA__*`` values.
+        quarter of that each partition's part (256 KiB..1 MiB). The input consumer takes
+        none of them when the user set any fetch limit (``LOCKGATE_KAFKA__*``) itself.
         """
         fetch = min(50 * _MIB, max(_MIB, self.consumer_bytes // 32))
         return {
-            "queued.max.messages.kbytes": max(1024, self.consumer_bytes // 8 // 1024),
+            # never above librdkafka's own default (64 MiB): a large limit does not loosen it
+            "queued.max.messages.kbytes": min(65536, max(1024, self.consumer_bytes // 8 // 1024)),
             "fetch.max.bytes": fetch,
             "max.partition.fetch.bytes": min(_MIB, max(256 * 1024, fetch // 4)),
         }
@@ -156,6 +157,34 @@ class MemoryPlan:
             consumer_bytes=max(16 * _MIB, int(limit * CONSUMER_SHARE)),
             epoch_bytes=max(_MIB, int(limit * EPOCH_SHARE)),
         )
+
+
+#: Fetch limits (and librdkafka's alias of one) that, set by the user, replace the plan's.
+_USER_FETCH_KEYS = (
+    "queued.max.messages.kbytes",
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.message.max.bytes",
+)
+
+
+def with_fetch_limits(conf: dict[str, Any], plan: MemoryPlan) -> dict[str, Any]:
+    """Return ``conf`` with ``plan``'s fetch limits, unless it sets one of them already.
+
+    The limits work together (librdkafka caps a fetch at the queue bound only when
+    ``fetch.max.bytes`` is its default), so a user's own fetch limit replaces all of
+    them. ``fetch.max.bytes`` is raised to ``message.max.bytes`` when that is larger
+    (librdkafka refuses the consumer otherwise). The changelog reader never sees the
+    user's fetch keys (``processors._kafka._CONSUMER_ONLY``): it always takes the plan's.
+    """
+    if any(k in conf for k in _USER_FETCH_KEYS):
+        return conf
+    limits = plan.fetch_config()
+    limits["fetch.max.bytes"] = max(
+        limits["fetch.max.bytes"], int(conf.get("message.max.bytes", 1_000_000))
+    )
+    conf.update(limits)
+    return conf
 
 
 class ReadCacheBudget:

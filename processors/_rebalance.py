@@ -98,6 +98,12 @@ class RebalanceMixin(EpochMixin):
             self._state_cleaner.sweep(self._kgs)
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self._leaving:
+            # A rebalance that was running when the leave's unsubscribe() came hands out
+            # partitions anyway (librdkafka postpones the unsubscribe): take nothing over,
+            # the pending unsubscribe revokes them again, and nothing is committed for them.
+            consumer.incremental_assign(self._co_partitions(partitions))
+            return
         try:
             self._assign(consumer, partitions)
         except AbortEpoch as exc:

@@ -59,7 +59,7 @@ from processors._kafka import (
     consumer_config,
     restore_consumer_config,
 )
-from processors._keygroups import Restorer
+from processors._keygroups import Restorer, with_fetch_limits
 from processors._partitioner import key_group
 from processors._query import Answer, QueryService, StateQuery, valid_owner
 from processors._settings import GroupProtocol, LeaveGroup, OnError, Settings
@@ -524,15 +524,7 @@ class Runner(BarrierMixin):
             )
 
     def _bounded_fetch(self, conf: dict[str, Any]) -> dict[str, Any]:
-        """``conf`` with the memory plan's fetch limits where the user set none."""
-        limits = self._state_memory.plan.fetch_config()
-        # librdkafka refuses fetch.max.bytes < message.max.bytes (a user may raise the latter).
-        limits["fetch.max.bytes"] = max(
-            limits["fetch.max.bytes"], int(conf.get("message.max.bytes", 1_000_000))
-        )
-        for key, value in limits.items():
-            conf.setdefault(key, value)
-        return conf
+        return with_fetch_limits(conf, self._state_memory.plan)
 
     def _subscribe(self) -> None:
         conf = self._bounded_fetch(consumer_config(self.settings, self.name))
@@ -607,6 +599,11 @@ class Runner(BarrierMixin):
         epoch_bytes = self._state_memory.plan.epoch_bytes
         if s.checkpoint_max_bytes is not None:
             epoch_bytes = s.checkpoint_max_bytes
+        if self._internal_set:
+            # Every epoch of a barrier writer is a barrier downstream: early epochs would
+            # multiply barriers and make aligned readers hold records for longer (their
+            # checkpoint is the slowest writer's). Its epochs follow the interval only.
+            epoch_bytes = 1 << 62
         metrics = self.metrics
         next_epoch = time.monotonic() + interval
         try:
@@ -714,9 +711,10 @@ class Runner(BarrierMixin):
         librdkafka never sends LeaveGroup for a static member that closes (KIP-345), so
         its key groups wait ``session.timeout.ms`` for it. ``unsubscribe()`` first does
         send it (classic protocol: the leave follows the revoke, which is served here;
-        ``close()`` afterwards no longer suppresses it). The open epoch was committed
-        just before: the revoke commits nothing new, and records fetched meanwhile are
-        dropped unprocessed (the next owner reads them from the committed offsets).
+        ``close()`` afterwards no longer suppresses it). Records fetched meanwhile are
+        dropped unprocessed: every commit (the revoke's included) covers processed
+        records only, so the next owner reads them from the committed offsets. Best
+        effort: any failure keeps the membership (the session timeout applies).
         """
         s = self.settings
         if (
@@ -726,23 +724,26 @@ class Runner(BarrierMixin):
             or self._fatal is not None
         ):
             return
-        if s.group_protocol is not GroupProtocol.CLASSIC:
-            log.info(
-                "not leaving the group: under group.protocol=consumer librdkafka leaves a "
-                "static member only temporarily (the broker's session timeout applies)"
-            )
-            return
-        if s.leave_group_on_stop is LeaveGroup.SCALE_DOWN:
-            verdict = scaled_down(s.instance_id, sa_dir=s.kubernetes_token_dir)
-            if not verdict.leave:
-                log.info("keeping the static group membership: %s", verdict.reason)
-                return
-            reason = verdict.reason
-        else:
-            reason = "LOCKGATE_LEAVE_GROUP_ON_STOP=always"
-        log.info("leaving the consumer group: %s", reason)
-        started = time.monotonic()
         try:
+            if s.leave_group_on_stop is LeaveGroup.SCALE_DOWN:
+                verdict = scaled_down(s.instance_id, sa_dir=s.kubernetes_token_dir)
+                if not verdict.leave:
+                    log.info("keeping the static group membership: %s", verdict.reason)
+                    return
+                reason = verdict.reason
+            else:
+                reason = "LOCKGATE_LEAVE_GROUP_ON_STOP=always"
+            if s.group_protocol is not GroupProtocol.CLASSIC:
+                log.info(
+                    "not leaving the group (%s): under group.protocol=consumer librdkafka "
+                    "leaves a static member only temporarily (the broker's session timeout "
+                    "applies)",
+                    reason,
+                )
+                return
+            log.info("leaving the consumer group: %s", reason)
+            started = time.monotonic()
+            self._leaving = True
             self._consumer.unsubscribe()
             deadline = started + 10.0
             while time.monotonic() < deadline and (self._kgs or self._consumer.assignment()):
@@ -753,10 +754,15 @@ class Runner(BarrierMixin):
         except Exception as exc:  # noqa: BLE001 - best effort: the session timeout remains
             log.warning("leaving the group failed: %s", exc)
             return
-        log.info(
-            "left the consumer group",
-            extra={"seconds": round(time.monotonic() - started, 3), "left": not self._kgs},
-        )
+        took = round(time.monotonic() - started, 3)
+        if self._kgs or self._consumer.assignment():
+            log.warning(
+                "leaving the group: the revoke did not complete within 10s (the session "
+                "timeout applies to what is left)",
+                extra={"seconds": took},
+            )
+        else:
+            log.info("left the consumer group", extra={"seconds": took})
 
     def _stopped_while_waiting(self, exc: Stopping) -> int:
         """SIGTERM arrived while a bounded call or a restore waited: stop without it."""

@@ -462,10 +462,15 @@ def test_grace_period() -> None:
 def test_grace_period_shorter_than_an_epoch_commit_is_refused() -> None:
     with pytest.raises(HelmError, match="terminationGracePeriodSeconds"):
         render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 10})
-    # 21 s > 1 s + 10 s, but not with the producer's 10 s flush on top.
+    # 34 s > 1 s + 10 s + the producer's 10 s flush, but not with the scale-down check and
+    # group leave (13 s) on top; without the leave, 22 s is enough.
     with pytest.raises(HelmError, match=r"flush its producer"):
-        render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 21})
-    render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 22})
+        render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 34})
+    render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 35})
+    no_leave = {"kafka": {"leaveGroupOnScaleDown": False}}
+    with pytest.raises(HelmError, match=r"flush its producer"):
+        render(no_leave, values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 21})
+    render(no_leave, values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 22})
     tight = {"processing.checkpointIntervalMs": 5000, "processing.transactionTimeoutMs": 9000}
     with pytest.raises(HelmError, match="at least twice processing.checkpointIntervalMs"):
         render(values_files=[MINIMAL], set_values=tight)

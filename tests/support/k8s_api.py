@@ -13,6 +13,7 @@ import json
 import ssl
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ class FakeStatefulSetAPI:
         self.sets: dict[str, dict[str, Any]] = {}
         self.status: int | None = None  # set to answer every request with this error
         self.requests: list[str] = []
+        self.trickle_s = 0.0  # send the body one byte per this many seconds
         key, cert = workdir / "key.pem", self.sa_dir / "ca.crt"
         subprocess.run(
             [
@@ -64,7 +66,13 @@ class FakeStatefulSetAPI:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if not api.trickle_s:
+                    self.wfile.write(data)
+                    return
+                for i in range(len(data)):  # a slow server: each read returns in time
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(api.trickle_s)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -79,11 +87,16 @@ class FakeStatefulSetAPI:
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
 
-    def set_replicas(self, name: str, replicas: int, deleting: bool = False) -> None:
+    def set_replicas(
+        self, name: str, replicas: int, deleting: bool = False, start: int | None = None
+    ) -> None:
         meta: dict[str, Any] = {"name": name, "namespace": self.namespace}
         if deleting:
             meta["deletionTimestamp"] = "2026-11-26T00:00:00Z"
-        self.sets[name] = {"kind": "StatefulSet", "metadata": meta, "spec": {"replicas": replicas}}
+        spec: dict[str, Any] = {"replicas": replicas}
+        if start is not None:
+            spec["ordinals"] = {"start": start}
+        self.sets[name] = {"kind": "StatefulSet", "metadata": meta, "spec": spec}
 
     def env(self) -> dict[str, str]:
         """The environment a pod would see (plus the token dir setting)."""

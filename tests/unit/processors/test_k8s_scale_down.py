@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,26 @@ def test_refused_read_stays_and_says_what_is_missing(api: FakeStatefulSetAPI) ->
     assert "HTTP 403" in verdict.reason and "get on its StatefulSet" in verdict.reason
 
 
-def test_unknown_statefulset_stays(api: FakeStatefulSetAPI) -> None:
+def test_a_statefulset_that_no_longer_exists_leaves(api: FakeStatefulSetAPI) -> None:
+    """helm uninstall deletes the StatefulSet before its pods stop (the Role names it only)."""
     verdict = scaled_down("other-1", sa_dir=api.sa_dir, api=api.url)
-    assert not verdict.leave and "HTTP 404" in verdict.reason
+    assert verdict.leave and "no longer exists" in verdict.reason
+
+
+def test_ordinals_start_is_honoured(api: FakeStatefulSetAPI) -> None:
+    api.set_replicas("orders", 2, start=5)  # pods orders-5, orders-6
+    assert not scaled_down("orders-6", sa_dir=api.sa_dir, api=api.url).leave
+    api.set_replicas("orders", 1, start=5)
+    assert scaled_down("orders-6", sa_dir=api.sa_dir, api=api.url).leave
+
+
+def test_the_bound_covers_the_whole_request(api: FakeStatefulSetAPI) -> None:
+    api.set_replicas("orders", 1)
+    api.trickle_s = 0.2  # ~100 bytes: 20 s, each read well within the timeout
+    started = time.monotonic()
+    verdict = scaled_down("orders-1", sa_dir=api.sa_dir, api=api.url, timeout_s=1.0)
+    assert time.monotonic() - started < 2.0
+    assert not verdict.leave and "no answer within 1s" in verdict.reason
 
 
 def test_untrusted_certificate_stays(api: FakeStatefulSetAPI, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from processors._keygroups import (
     ReadCacheBudget,
     StateCleaner,
     cgroup_memory_limit,
+    with_fetch_limits,
 )
 from processors._settings import Settings
 from state import JSON, MemoryBackend
@@ -57,10 +58,22 @@ def test_fetch_limits_and_epoch_bound_follow_the_limit() -> None:
     assert default.epoch_bytes == 16 * mib
     huge = MemoryPlan.of(Settings(memory_limit_bytes=64 * GIB)).fetch_config()
     assert huge["fetch.max.bytes"] == 50 * mib and huge["max.partition.fetch.bytes"] == mib
-    # librdkafka accepts every one of them (it refuses e.g. fetch.max.bytes < 1,000,000)
-    for limit in (64 * mib, 2 * GIB, 64 * GIB):
+    assert huge["queued.max.messages.kbytes"] == 65536  # never looser than librdkafka's own
+    # librdkafka accepts every one of them (it refuses e.g. fetch.max.bytes < 1,000,000
+    # and a queue above 2,097,151 KiB)
+    for limit in (64 * mib, 2 * GIB, 64 * GIB, 1024 * GIB):
         conf = MemoryPlan.of(Settings(memory_limit_bytes=limit)).fetch_config()
         Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", **conf}).close()
+
+
+def test_a_users_own_fetch_limit_replaces_the_plans() -> None:
+    plan = MemoryPlan.of(Settings(memory_limit_bytes=512 * 1024**2))
+    assert with_fetch_limits({"group.id": "g"}, plan) == {"group.id": "g", **plan.fetch_config()}
+    for key in ("fetch.max.bytes", "fetch.message.max.bytes", "queued.max.messages.kbytes"):
+        assert with_fetch_limits({key: 5_000_000}, plan) == {key: 5_000_000}
+    raised = with_fetch_limits({"message.max.bytes": 8_000_000}, plan)
+    assert raised["fetch.max.bytes"] == 8_000_000  # librdkafka refuses less
+    Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", **raised}).close()
 
 
 def test_cgroup_limit_files(tmp_path: Path) -> None:

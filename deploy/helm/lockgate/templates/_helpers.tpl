@@ -355,10 +355,11 @@ name, so that two releases cannot share a group, changelogs and transactional id
 
 {{/*
 What a graceful stop needs beyond finishing and committing the open epoch: the producer's final
-flush (processors/_runtime.py: flush(10) on close), in milliseconds.
+flush (processors/_runtime.py: flush(10) on close), plus, with kafka.leaveGroupOnScaleDown, the
+StatefulSet read (3 s in all) and the leave (revoke served within 10 s), in milliseconds.
 */}}
 {{- define "lockgate.closeBudgetMs" -}}
-10000
+{{- if .Values.kafka.leaveGroupOnScaleDown }}23000{{ else }}10000{{ end }}
 {{- end }}
 
 {{/*
