@@ -193,6 +193,10 @@ if ((want_kafka)); then
     build_image kafka "$KAFKA_IMAGE" "$ctx"
 fi
 
+# The vfs storage driver stores every layer as a full copy: the images a rebuild replaced
+# (now untagged) would fill the disk over many test runs. Remove them (best effort).
+docker image prune -f >/dev/null 2>&1 || true
+
 say "done in $((SECONDS - total_start))s"
 ((want_processor)) && printf '%s\n' "$PROCESSOR_IMAGE"
 ((want_kafka)) && printf '%s\n' "$KAFKA_IMAGE"
