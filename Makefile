@@ -51,13 +51,21 @@ docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are er
 
 test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
     tests/integration/test_schema_registry_formats.py tests/integration/test_faust_word_count.py
-test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos
+test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
+    tests/integration/test_pipeline_savepoint.py tests/integration/test_stranded_partitions.py \
+    tests/integration/test_subscription_change.py
+test: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}/.cache}/lockgate/k8s}
+test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos, k8s (when built)
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
 	@# tests, then CHECKS_LANE_TESTS (integration tests that are neither timing-sensitive nor
 	@# CPU-heavy: the schema registry, Faust; their own broker) while the longer Spark lane
 	@# finishes | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
-	@# Phase 2, alone: integration, chaos and container tests. Timing-sensitive chaos tests
-	@# failed when a Spark lane ran beside them on this 2-core machine, so they never share it.
+	@# Phase 2, two lanes, each with its own broker: [faults] chaos, containers and the longest
+	@# fault tests | [integration] the other integration tests. Both mostly wait (load average
+	@# below 1 when phase 2 ran alone); the Spark lane never runs beside them (chaos tests
+	@# failed when it did on this 2-core machine).
+	@# Phase 3: the Kubernetes tier when its parts are built (deploy/k8s/cluster.sh build, about
+	@# 40 min cold, cached after) and we are root; else it says how to get it.
 	@# pytest's exit 5 (nothing collected, e.g. a -k in PYTEST_ARGS) is not a failure.
 	@# $(SUBMAKE), not the MAKE variable: a dry run (make -n) must not run this line.
 	@set -o pipefail; \
@@ -74,9 +82,29 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	if [ $$sparkrc -eq 5 ]; then sparkrc=0; fi; \
 	if [ $$checks -ne 0 ] || [ $$sparkrc -ne 0 ]; then \
 	    echo "make test: phase 1 failed (checks exit $$checks, spark exit $$sparkrc)" >&2; exit 1; fi
-	@$(BIN)/pytest -p no:cacheprovider -q -ra --durations=40 $(PYTEST_ARGS) tests \
-	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark \
-	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS)) || [ $$? -eq 5 ]
+	@set -o pipefail; \
+	setsid bash -o pipefail -c '$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 \
+	    $(PYTEST_ARGS) $(FAULTS_LANE_TESTS) 2>&1 | sed -u "s/^/[faults] /"' & faults=$$!; \
+	trap 'kill -- -$$faults 2>/dev/null' INT TERM; \
+	integration=0; \
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 $(PYTEST_ARGS) tests \
+	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark --ignore=tests/k8s \
+	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS) $(FAULTS_LANE_TESTS)) 2>&1 \
+	    | sed -u 's/^/[integration] /' || integration=$$?; \
+	if [ $$integration -eq 5 ]; then integration=0; fi; \
+	faultsrc=0; wait $$faults || faultsrc=$$?; \
+	if [ $$faultsrc -eq 5 ]; then faultsrc=0; fi; \
+	if [ $$integration -ne 0 ] || [ $$faultsrc -ne 0 ]; then \
+	    echo "make test: phase 2 failed (integration exit $$integration, faults exit $$faultsrc)" >&2; exit 1; fi
+	@cache="$(K8S_CACHE)"; \
+	if [ "$$(id -u)" -eq 0 ] && [ -x "$$cache/bin/kube-apiserver" ] && [ -x "$$cache/bin/kubelet" ] \
+	    && [ -x "$$cache/bin/coredns" ]; then \
+	  LOCKGATE_TEST_K8S=1 $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 \
+	      $(PYTEST_ARGS) tests/k8s || [ $$? -eq 5 ]; \
+	else \
+	  echo "make test: Kubernetes tier skipped: its parts are not built in $$cache (or not root);" \
+	       "run deploy/k8s/cluster.sh build once (about 40 min), then make test or make test-k8s"; \
+	fi
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark
