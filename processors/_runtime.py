@@ -751,11 +751,12 @@ class Runner(BarrierMixin):
                 self._consumer.consume(self.settings.consume_batch_size, 0.1)
             for _ in range(3):  # the LeaveGroup goes out right after the unassign
                 self._consumer.poll(0.05)
+            left = not (self._kgs or self._consumer.assignment())
         except Exception as exc:  # noqa: BLE001 - best effort: the session timeout remains
             log.warning("leaving the group failed: %s", exc)
             return
         took = round(time.monotonic() - started, 3)
-        if self._kgs or self._consumer.assignment():
+        if not left:
             log.warning(
                 "leaving the group: the revoke did not complete within 10s (the session "
                 "timeout applies to what is left)",
