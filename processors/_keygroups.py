@@ -106,8 +106,8 @@ class MemoryPlan:
     limit_source: str
     rocksdb_bytes: int
     read_cache_bytes: int
-    consumer_bytes: int = 64 * _MIB
-    epoch_bytes: int = 16 * _MIB
+    consumer_bytes: int
+    epoch_bytes: int
 
     def fetch_config(self) -> dict[str, int]:
         """The librdkafka fetch limits that keep a consumer's prefetch within ``consumer_bytes``.

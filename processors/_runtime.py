@@ -304,7 +304,9 @@ class Runner(BarrierMixin):
         self._restorer = Restorer(
             self.name,
             self._backend,
-            Consumer(self._bounded_fetch(restore_consumer_config(s, self.name))),
+            Consumer(
+                with_fetch_limits(restore_consumer_config(s, self.name), self._state_memory.plan)
+            ),
             admin.end_offsets,
             self._restore_progress,
             s.restore_batch_records,
@@ -523,11 +525,8 @@ class Runner(BarrierMixin):
                 "this one (not a rolling update)"
             )
 
-    def _bounded_fetch(self, conf: dict[str, Any]) -> dict[str, Any]:
-        return with_fetch_limits(conf, self._state_memory.plan)
-
     def _subscribe(self) -> None:
-        conf = self._bounded_fetch(consumer_config(self.settings, self.name))
+        conf = with_fetch_limits(consumer_config(self.settings, self.name), self._state_memory.plan)
         if self._interleaver is not None:
             conf["enable.partition.eof"] = True  # the interleaver needs "caught up"
         self._consumer = Consumer(conf)
@@ -596,14 +595,14 @@ class Runner(BarrierMixin):
         # A backlog makes epochs as long as the interval allows (tens of thousands of
         # records): bound what one epoch fetches, which bounds its state, changelog and
         # commit-time memory (tests/integration/test_memory_budget.py).
-        epoch_bytes = self._state_memory.plan.epoch_bytes
+        epoch_bytes: int | None = self._state_memory.plan.epoch_bytes
         if s.checkpoint_max_bytes is not None:
             epoch_bytes = s.checkpoint_max_bytes
         if self._internal_set:
             # Every epoch of a barrier writer is a barrier downstream: early epochs would
             # multiply barriers and make aligned readers hold records for longer (their
             # checkpoint is the slowest writer's). Its epochs follow the interval only.
-            epoch_bytes = 1 << 62
+            epoch_bytes = None
         metrics = self.metrics
         next_epoch = time.monotonic() + interval
         try:
@@ -611,7 +610,7 @@ class Runner(BarrierMixin):
                 try:
                     self._rewound.clear()
                     msgs = self._consumer.consume(batch, 0.1)
-                    if msgs:
+                    if msgs and epoch_bytes is not None:
                         self._epoch_bytes += sum(map(len, msgs))  # C speed: value sizes
                     if self._fatal is not None:
                         fatal, self._fatal = self._fatal, None
@@ -675,7 +674,11 @@ class Runner(BarrierMixin):
                     continue
                 now = time.monotonic()
                 metrics.heartbeat = now
-                if now >= next_epoch or self._commit_now or self._epoch_bytes >= epoch_bytes:
+                if (
+                    now >= next_epoch
+                    or self._commit_now
+                    or (epoch_bytes is not None and self._epoch_bytes >= epoch_bytes)
+                ):
                     try:
                         self._end_epoch()
                     except AbortEpoch as exc:

@@ -27,6 +27,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from processors._k8s import SERVICE_ACCOUNT_DIR
 from processors.exceptions import ConfigError
 
 __all__ = [
@@ -391,7 +392,7 @@ class Settings(BaseSettings):
         ),
     )
     kubernetes_token_dir: Path = Field(
-        Path("/var/run/secrets/kubernetes.io/serviceaccount"),
+        SERVICE_ACCOUNT_DIR,
         description=(
             "Directory with the service-account token, ca.crt and namespace used by "
             "LOCKGATE_LEAVE_GROUP_ON_STOP=scale-down (the chart mounts a projected token)."
