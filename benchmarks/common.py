@@ -49,7 +49,7 @@ def _list(name: str, default: str) -> list[str]:
 class Config:
     """Everything a run can be tuned with (``BENCH_*`` environment variables)."""
 
-    records: int = field(default_factory=lambda: _int("BENCH_RECORDS", 1_000_000))
+    records: int = field(default_factory=lambda: _int("BENCH_RECORDS", 500_000))
     quix_records: int = field(default_factory=lambda: _int("BENCH_QUIX_RECORDS", 0))
     faust_records: int = field(default_factory=lambda: _int("BENCH_FAUST_RECORDS", 0))
     keys: int = field(default_factory=lambda: _int("BENCH_KEYS", 100_000))
@@ -67,32 +67,50 @@ class Config:
             "BENCH_WINDOW_SWEEP", "1000:1000,1000:1000:10000,10000:10000,10000:10000:10000"
         )
     )
+    #: runs per window sweep point (the sweep is lockgate alone: no interleaving needed)
+    window_sweep_repeat: int = field(default_factory=lambda: _int("BENCH_WINDOW_SWEEP_REPEAT", 1))
     #: input records per window sweep point (0: BENCH_RECORDS)
     window_sweep_records: int = field(default_factory=lambda: _int("BENCH_WINDOW_SWEEP_RECORDS", 0))
-    repeat: int = field(default_factory=lambda: _int("BENCH_REPEAT", 2))
+    repeat: int = field(default_factory=lambda: _int("BENCH_REPEAT", 5))
     systems: list[str] = field(
-        default_factory=lambda: _list("BENCH_SYSTEMS", "raw,lockgate,quix,faust")
+        default_factory=lambda: _list("BENCH_SYSTEMS", "raw,lockgate,quix,quix_handler,faust")
     )
     workloads: list[str] = field(
         default_factory=lambda: _list("BENCH_WORKLOADS", "passthrough,sum_alo,sum_eos,window")
     )
     steps: list[str] = field(
         default_factory=lambda: _list(
-            "BENCH_STEPS", "matrix,sweep,windows,recovery,latency,profile,pipeline,enrich"
+            "BENCH_STEPS",
+            "matrix,sweep,windows,recovery,latency,profile,pipeline,enrich,nexmark",
         )
     )
+    #: commit / checkpoint intervals (ms) of the sweep; 1000 comes from the matrix
     sweep_intervals: list[int] = field(
-        default_factory=lambda: [int(x) for x in _list("BENCH_SWEEP_INTERVALS", "100,1000,5000")]
+        default_factory=lambda: [int(x) for x in _list("BENCH_SWEEP_INTERVALS", "1000,5000")]
+    )
+    #: systems of the sweep (each at every interval, interleaved)
+    sweep_systems: list[str] = field(
+        default_factory=lambda: _list("BENCH_SWEEP_SYSTEMS", "raw,lockgate,quix,faust")
+    )
+    #: workloads of the sweep (keyed running sum exactly-once and at-least-once)
+    sweep_workloads: list[str] = field(
+        default_factory=lambda: _list("BENCH_SWEEP_WORKLOADS", "sum_eos,sum_alo")
+    )
+    #: repeats of the sweep's own runs (0: BENCH_REPEAT)
+    sweep_repeat: int = field(default_factory=lambda: _int("BENCH_SWEEP_REPEAT", 3))
+    #: seconds of broker idle CPU measured before each block of runs
+    idle_seconds: float = field(
+        default_factory=lambda: float(os.environ.get("BENCH_IDLE_SECONDS", "3"))
     )
     recovery_keys: list[int] = field(
         default_factory=lambda: [
-            int(x.replace("_", "")) for x in _list("BENCH_RECOVERY_KEYS", "10000,100000,1000000")
+            int(x.replace("_", "")) for x in _list("BENCH_RECOVERY_KEYS", "10000,100000")
         ]
     )
     latency_rate: int = field(default_factory=lambda: _int("BENCH_LATENCY_RATE", 2_000))
-    latency_seconds: int = field(default_factory=lambda: _int("BENCH_LATENCY_SECONDS", 15))
+    latency_seconds: int = field(default_factory=lambda: _int("BENCH_LATENCY_SECONDS", 10))
     profile_workloads: list[str] = field(
-        default_factory=lambda: _list("BENCH_PROFILE_WORKLOADS", "sum_eos,sum_alo,sum_eos+native")
+        default_factory=lambda: _list("BENCH_PROFILE_WORKLOADS", "sum_eos")
     )
     run_timeout: int = field(default_factory=lambda: _int("BENCH_RUN_TIMEOUT", 240))
     kafka_port: int = field(default_factory=lambda: _int("BENCH_KAFKA_PORT", 49092))
@@ -108,7 +126,7 @@ class Config:
         and values). Defaults: Quix Streams 1/10, Faust 1/100 of BENCH_RECORDS (at least
         5,000 records), so that their runs last about as long as lockgate's.
         """
-        if system == "quix":
+        if system in ("quix", "quix_handler"):
             return min(self.records, self.quix_records or max(5_000, self.records // 10))
         if system == "faust":
             return min(self.records, self.faust_records or max(5_000, self.records // 100))
@@ -134,13 +152,21 @@ class Config:
             f"BENCH_RECORDS={self.records} BENCH_QUIX_RECORDS={self.records_for('quix')} "
             f"BENCH_FAUST_RECORDS={self.records_for('faust')} BENCH_KEYS={self.keys} "
             f"BENCH_PARTITIONS={self.partitions} BENCH_REPEAT={self.repeat} "
+            f"BENCH_SYSTEMS={','.join(self.systems)} "
+            f"BENCH_SWEEP_INTERVALS={','.join(map(str, self.sweep_intervals))} "
+            f"BENCH_SWEEP_SYSTEMS={','.join(self.sweep_systems)} "
+            f"BENCH_SWEEP_WORKLOADS={','.join(self.sweep_workloads)} "
+            f"BENCH_SWEEP_REPEAT={self.sweep_repeat or self.repeat} "
+            f"BENCH_IDLE_SECONDS={self.idle_seconds:g} "
             f"BENCH_WINDOW_KEYS={self.window_keys} BENCH_WINDOWS={self.windows} "
             f"BENCH_WINDOW_MS={self.window_ms} BENCH_WINDOW_DELAY_MS={self.window_delay_ms} "
             f"BENCH_WINDOW_SWEEP={self.window_sweep} "
             f"BENCH_WINDOW_SWEEP_RECORDS={self.sweep_records} "
+            f"BENCH_WINDOW_SWEEP_REPEAT={self.window_sweep_repeat} "
             f"BENCH_RECOVERY_KEYS={','.join(map(str, self.recovery_keys))} "
             f"BENCH_LATENCY_RATE={self.latency_rate} "
-            f"BENCH_LATENCY_SECONDS={self.latency_seconds}"
+            f"BENCH_LATENCY_SECONDS={self.latency_seconds} "
+            f"BENCH_PROFILE_WORKLOADS={','.join(self.profile_workloads)}"
         )
 
 

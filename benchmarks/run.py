@@ -1,11 +1,13 @@
 """``make bench``: one broker, one run, every system; writes benchmarks/RESULTS.md.
 
 Steps (``BENCH_STEPS``, default all): matrix (4 workloads x raw / lockgate / Quix
-Streams / Faust), sweep (lockgate checkpoint intervals), windows (lockgate's window
-operator: open windows per key group vs throughput, windows.py), recovery (kill -9 vs
-state size), latency (fixed offered load), profile (py-spy on lockgate's exactly-once
-sum), pipeline (two-app pipelines, savepoints: pipeline.py), enrich (two-input as-of
-join vs the running sum: enrich.py).
+Streams / Faust, plus Quix Streams running the hand-written window handler; systems
+interleaved within each repeat), sweep (commit / checkpoint interval of every system on
+the keyed running sum, interleaved), windows (lockgate's window operator: open windows
+per key group vs throughput, windows.py), recovery (kill -9 vs state size), latency
+(fixed offered load), profile (py-spy on lockgate's exactly-once sum), pipeline (two-app
+pipelines, savepoints: pipeline.py), enrich (two-input as-of join vs the running sum:
+enrich.py), nexmark (Nexmark queries, lockgate vs Flink: benchmarks/nexmark/harness.py).
 Every knob is a ``BENCH_*`` variable, see benchmarks/common.py and docs/benchmarks.md.
 """
 
@@ -22,6 +24,7 @@ import time
 import traceback
 from array import array
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,11 @@ from benchmarks import broker, data, enrich, pipeline, report, runner, venvs, wi
 from benchmarks import proc as procs
 from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, MAIN_PY, ROOT, Config, elapsed, say
 
-PEER_VENVS = {"quix": "quix", "faust": "faust"}
+PEER_VENVS = {"quix": "quix", "quix_handler": "quix", "faust": "faust"}
+#: the pipeline step's defaults within make bench (its own defaults when run alone are
+#: larger): BENCH_PIPELINE_REPEAT and BENCH_SAVEPOINT_KEYS override them
+MAKE_BENCH_PIPELINE_REPEAT = 3
+MAKE_BENCH_SAVEPOINT_KEYS = (10_000, 100_000)
 
 
 # ------------------------------------------------------------------ environment facts
@@ -100,6 +107,7 @@ class Bench:
             "profiles": {},
             "pipeline": {},
             "enrich": {},
+            "nexmark": {},
             "step_seconds": {},
             "errors": [],
         }
@@ -145,15 +153,25 @@ class Bench:
             self.results.setdefault("datasets", []).append(info)
         return self.datasets[key]
 
-    def run(self, system: str, workload: str, tag: str, **kw: Any) -> dict[str, Any]:
+    def idle(self) -> float | None:
+        """The broker's idle CPU utilisation now (nothing of the harness running)."""
+        got = runner.broker_idle(self.cfg)
+        if got is not None:
+            say(f"  broker idle: {got:.3f} CPU s/s over {self.cfg.idle_seconds:g}s")
+        return got
+
+    def run(
+        self, system: str, workload: str, tag: str, idle: float | None = None, **kw: Any
+    ) -> dict[str, Any]:
         """One measured run (errors become a failed row, never abort the harness)."""
         assert self.admin is not None
         w = runner.WORKLOADS[workload]
         n = self.cfg.records_for(system)
         ds = self.dataset(w.dataset, n)
         spec = runner.RunSpec(system, w, f"{self.run_id}-{tag}", **kw)
+        t0 = time.monotonic()
         try:
-            res = runner.measure(self.cfg, self.admin, spec, ds, self.out_dir)
+            res = runner.measure(self.cfg, self.admin, spec, ds, self.out_dir, idle=idle)
         except Exception as exc:  # noqa: BLE001 - reported, the run goes on
             say(f"  !! {tag} failed: {exc!r}")
             self.results["errors"].append(f"{tag}: {exc!r}\n{traceback.format_exc()}")
@@ -163,62 +181,79 @@ class Bench:
             runner.cleanup_topics(self.admin, self.inputs)
         if w.dataset == "events":
             res["dataset"] = windows.dataset_info(ds)
+        res["run_wall_s"] = round(time.monotonic() - t0, 1)
         rate = f"{res['rate']:,}/s" if res.get("rate") else "n/a"
         cpu = res.get("cpu_s_per_m")
         verdict = "complete" if res["ok"] else f"NOT OK: {res.get('status')} {res.get('check')}"
-        say(f"  {tag}: {rate}, {cpu} CPU s/M, peak RSS {res.get('peak_rss_mb')} MiB, {verdict}")
+        say(
+            f"  {tag}: {rate}, {cpu} CPU s/M, peak RSS {res.get('peak_rss_mb')} MiB, "
+            f"load {res.get('load_before')}->{res.get('load_after')}, "
+            f"{res['run_wall_s']}s, {verdict}"
+        )
         return res
 
     def step_matrix(self) -> None:
+        """Every workload on every system, ``BENCH_REPEAT`` times: repeat -> workload ->
+        system, so the systems compared run back to back (A B A B ...); the broker's idle
+        CPU is measured once before each workload's block of runs."""
         cfg = self.cfg
-        total = cfg.repeat * len(cfg.workloads) * len(cfg.systems)
+        plan = [(w, s) for w in cfg.workloads for s in cfg.systems if runner.runs_workload(s, w)]
+        total = cfg.repeat * len(plan)
         i = 0
         for rep in range(1, cfg.repeat + 1):
             for workload in cfg.workloads:
+                idle = self.idle()
                 for system in cfg.systems:
+                    if not runner.runs_workload(system, workload):
+                        continue
                     i += 1
                     say(
                         f"matrix {i}/{total}: {workload} on {system} (run {rep}), "
                         f"{cfg.records_for(system):,} records"
                     )
-                    res = self.run(system, workload, f"{workload}-{system}-r{rep}")
+                    res = self.run(system, workload, f"{workload}-{system}-r{rep}", idle=idle)
                     res["rep"] = rep
                     self.results["matrix"].append(res)
                     self.save()
 
     def step_sweep(self) -> None:
-        """lockgate's running sum at each checkpoint interval, and at-least-once.
+        """The commit / checkpoint interval of every system of BENCH_SWEEP_SYSTEMS on the
+        keyed running sum (BENCH_SWEEP_WORKLOADS: exactly-once and at-least-once).
 
-        At-least-once and exactly-once at 1 s are the matrix's lockgate runs (same
-        harness run, same input) when the matrix ran; the other intervals run here.
+        The 1 s points are the matrix's runs (same harness run, same input) when the
+        matrix ran them; the other intervals run here, BENCH_SWEEP_REPEAT times,
+        interleaved (repeat -> workload -> interval -> system).
         """
         cfg = self.cfg
-        reused = {"sum_alo": "at-least-once", "sum_eos": "exactly-once 1000 ms"}
-        configs: list[tuple[str, str, int]] = []
-        for workload, label in reused.items():
-            rows = [
-                r
-                for r in self.results["matrix"]
-                if r.get("system") == "lockgate" and r.get("workload") == workload
-            ]
-            if rows:
-                for r in rows:
-                    self.results["sweep"].append({**r, "label": label, "from_matrix": True})
-            else:
-                configs.append((label, workload, 1000))
-        configs += [
-            (f"exactly-once {ms} ms", "sum_eos", ms) for ms in cfg.sweep_intervals if ms != 1000
-        ]
-        total = cfg.repeat * len(configs)
+        reps = cfg.sweep_repeat or cfg.repeat
+        configs: list[tuple[str, int]] = []
+        for workload in cfg.sweep_workloads:
+            for ms in cfg.sweep_intervals:
+                reused = [
+                    r
+                    for r in self.results["matrix"]
+                    if r.get("workload") == workload
+                    and r.get("system") in cfg.sweep_systems
+                    and r.get("commit_ms", 1000) == ms
+                ]
+                if reused:
+                    for r in reused:
+                        self.results["sweep"].append({**r, "from_matrix": True})
+                else:
+                    configs.append((workload, ms))
+        total = reps * len(configs) * len(cfg.sweep_systems)
         i = 0
-        for rep in range(1, cfg.repeat + 1):
-            for label, workload, ms in configs:
-                i += 1
-                say(f"sweep {i}/{total}: lockgate running sum, {label} (run {rep})")
-                res = self.run("lockgate", workload, f"sweep-{workload}-{ms}-r{rep}", commit_ms=ms)
-                res.update(rep=rep, label=label)
-                self.results["sweep"].append(res)
-                self.save()
+        for rep in range(1, reps + 1):
+            for workload, ms in configs:
+                idle = self.idle()
+                for system in cfg.sweep_systems:
+                    i += 1
+                    say(f"sweep {i}/{total}: {system} {workload}, commit every {ms} ms (run {rep})")
+                    tag = f"sweep-{workload}-{ms}-{system}-r{rep}"
+                    res = self.run(system, workload, tag, idle=idle, commit_ms=ms)
+                    res["rep"] = rep
+                    self.results["sweep"].append(res)
+                    self.save()
 
     def step_windows(self) -> None:
         """lockgate's window operator: open windows per key group vs throughput (windows.py).
@@ -226,7 +261,8 @@ class Bench:
         The window workload of the matrix is the comparison with the peers.
         """
         assert self.admin is not None
-        wb = windows.WindowBench(self.cfg, self.admin, self.out_dir, self.run_id, self.inputs)
+        cfg = replace(self.cfg, repeat=self.cfg.window_sweep_repeat)
+        wb = windows.WindowBench(cfg, self.admin, self.out_dir, self.run_id, self.inputs)
         try:
             wb.run(["sweep"])
         finally:
@@ -488,9 +524,13 @@ class Bench:
     def step_pipeline(self) -> None:
         """Two-app pipeline aligned vs unaligned, alignment time, savepoints (pipeline.py)."""
         assert self.admin is not None
-        pb = pipeline.PipelineBench(
-            self.cfg, pipeline.PipelineConfig(), self.admin, self.out_dir, self.run_id
-        )
+        pc = pipeline.PipelineConfig()
+        # make bench's time budget: fewer repeats and no 1M-key savepoint unless asked for
+        if not os.environ.get("BENCH_PIPELINE_REPEAT"):
+            pc.repeat = MAKE_BENCH_PIPELINE_REPEAT
+        if not os.environ.get("BENCH_SAVEPOINT_KEYS"):
+            pc.savepoint_keys = list(MAKE_BENCH_SAVEPOINT_KEYS)
+        pb = pipeline.PipelineBench(self.cfg, pc, self.admin, self.out_dir, self.run_id)
         try:
             self.results["pipeline"] = pb.run()
         finally:
@@ -520,6 +560,34 @@ class Bench:
             }
             doc = json.dumps({"meta": meta, "enrich": eb.results}, indent=1)
             enrich.OUT_JSON.write_text(doc)
+
+    # -- nexmark ----------------------------------------------------------------------
+
+    def step_nexmark(self) -> None:
+        """Nexmark queries on lockgate and Flink (benchmarks/nexmark/harness.py).
+
+        Guarded: when the harness's ``bench_step`` is missing the step records an error
+        and the run goes on.
+        """
+        assert self.admin is not None
+        try:
+            from benchmarks.nexmark import harness as nexmark_harness
+
+            bench_step = nexmark_harness.bench_step
+        except (ImportError, AttributeError) as exc:
+            msg = f"nexmark: benchmarks.nexmark.harness.bench_step is not available: {exc!r}"
+            say(f"  !! {msg}")
+            self.results["nexmark"] = {"errors": [msg]}
+            self.results["errors"].append(msg)
+            return
+        try:
+            res = bench_step(self.cfg, self.admin, self.out_dir, self.run_id)
+        except Exception as exc:  # noqa: BLE001 - reported, the run goes on
+            say(f"  !! nexmark failed: {exc!r}")
+            res = {"errors": [f"{exc!r}\n{traceback.format_exc()}"]}
+        self.results["nexmark"] = res
+        self.results["errors"].extend(f"nexmark: {e}" for e in res.get("errors", []))
+        self.save()
 
 
 def analyze_profile(path: Path) -> dict[str, Any]:
@@ -712,7 +780,8 @@ def main() -> int:
     )
     say(f"machine load: {bench.results['uptime_before']}")
     t = time.monotonic()
-    needed = {PEER_VENVS[s] for s in cfg.systems if s in PEER_VENVS} | {"plot"}
+    systems = set(cfg.systems) | (set(cfg.sweep_systems) if "sweep" in cfg.steps else set())
+    needed = {PEER_VENVS[s] for s in systems if s in PEER_VENVS} | {"plot"}
     if "profile" in cfg.steps:
         needed.add("pyspy")
     for name in sorted(needed):
@@ -730,7 +799,9 @@ def main() -> int:
         say("producing the inputs (once per workload and size)")
         for system in cfg.systems:
             for workload in cfg.workloads:
-                bench.dataset(runner.WORKLOADS[workload].dataset, cfg.records_for(system))
+                if runner.runs_workload(system, workload):
+                    w = runner.WORKLOADS[workload]
+                    bench.dataset(w.dataset, cfg.records_for(system))
         bench.results["step_seconds"]["inputs"] = round(time.monotonic() - t, 1)
         steps = {
             "matrix": bench.step_matrix,
@@ -741,6 +812,7 @@ def main() -> int:
             "profile": bench.step_profile,
             "pipeline": bench.step_pipeline,
             "enrich": bench.step_enrich,
+            "nexmark": bench.step_nexmark,
         }
         for name in cfg.steps:
             t = time.monotonic()

@@ -8,6 +8,17 @@ know when the run is complete), the output's last stable offsets (a secondary
 "visible" rate), and the CPU of the process tree (utime+stime from /proc/<pid>/stat,
 children included), which is interpolated at the first and last append time. Peak
 RSS is the sum of VmHWM over the process tree just before it is stopped.
+
+Window workload: outputs are not one per input, so the rate counts the input records
+consumed between the first and the last output: the group's committed input offsets
+(sampled), interpolated linearly between the samples where they changed (the first
+commit's records spread over the commit interval before it), taken at the first and the
+last output's append time.
+
+Broker CPU: the broker's utime+stime over the same span minus its idle rate (measured
+with nothing running for ``BENCH_IDLE_SECONDS`` before the run, or before the block of
+runs it belongs to) times the span. The 1-minute load average is read before and after
+every run.
 """
 
 from __future__ import annotations
@@ -55,7 +66,17 @@ WORKLOADS = {
     ),
 }
 
-SYSTEMS = ["raw", "lockgate", "quix", "faust"]
+SYSTEMS = ["raw", "lockgate", "quix", "quix_handler", "faust"]
+#: systems that run only some workloads (quix_handler: Quix Streams running the raw
+#: loop's / Faust's per-record window handler instead of its native window)
+ONLY = {"quix_handler": {"window"}}
+
+
+def runs_workload(system: str, workload: str) -> bool:
+    """Whether ``system`` takes part in ``workload``."""
+    return workload in ONLY.get(system, {workload})
+
+
 LOCKGATE_APPS = {"passthrough": "passthrough", "sum": "running_sum", "window": "window"}
 
 
@@ -76,13 +97,14 @@ def command(system: str, logic: str) -> list[str]:
         return [str(MAIN_PY), "-m", "benchmarks.apps.raw_loop"]
     if system == "lockgate":
         return [str(LOCKGATE_BIN), "run", f"benchmarks.apps.lockgate_apps:{LOCKGATE_APPS[logic]}"]
-    if system == "quix":
+    if system in ("quix", "quix_handler"):
         return [str(VENVS / "quix" / "bin" / "python"), "-m", "benchmarks.apps.quix_app"]
     if system == "faust":
         return [
             str(VENVS / "faust" / "bin" / "python"),
             "-m",
             "benchmarks.apps.faust_app",
+            "--loop=uvloop",  # read by `import faust` (mode.loop.use)
             "worker",
             "-l",
             "info",  # below WARN: disables the spinner, which sets the root logger to DEBUG
@@ -107,6 +129,8 @@ def app_env(cfg: Config, spec: RunSpec, ds: Dataset, output: str, state_dir: Pat
         "BENCH_PARTITIONS": str(cfg.partitions),
         "PYTHONUNBUFFERED": "1",
     }
+    if spec.system in ("quix", "quix_handler"):
+        env["BENCH_QUIX_WINDOW"] = "handler" if spec.system == "quix_handler" else "native"
     if spec.system == "lockgate":
         env.update(
             {
@@ -134,6 +158,17 @@ def _broker_cpu(port: int) -> float:
     return procs.cpu_seconds(pid) if pid else 0.0
 
 
+def broker_idle(cfg: Config) -> float | None:
+    """The broker's CPU utilisation (CPU s per s) over ``cfg.idle_seconds`` with nothing
+    of the harness running; None when its pid is unknown."""
+    pid = broker_pid(cfg.kafka_port)
+    if not pid or cfg.idle_seconds <= 0:
+        return None
+    c0, t0 = procs.cpu_seconds(pid), time.monotonic()
+    time.sleep(cfg.idle_seconds)
+    return round((procs.cpu_seconds(pid) - c0) / (time.monotonic() - t0), 4)
+
+
 def measure(
     cfg: Config,
     admin: Admin,
@@ -141,13 +176,17 @@ def measure(
     ds: Dataset,
     out_dir: Path,
     on_started: Any = None,
+    idle: float | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` on ``ds`` until every input offset is committed; return the figures.
 
     ``on_started(proc)`` is called once the first output is visible (the profiler
     attaches there) and may return a callable that is called when the run is done.
+    ``idle``: the broker's idle CPU utilisation measured just before (else measured here).
     """
     w = spec.workload
+    if idle is None:
+        idle = broker_idle(cfg)
     output = f"bench.{spec.tag}.out"
     admin.create({output: cfg.partitions}, {"message.timestamp.type": "LogAppendTime"})
     state_dir = out_dir / "state" / spec.tag
@@ -215,10 +254,11 @@ def measure(
         "peak_rss_mb": round(rss, 1),
         "load_before": load_before,
         "load_after": load_after,
+        "broker_idle_util": idle,
         "check": check,
         "ok": status == "ok" and check["ok"],
     }
-    res.update(_rates(samples, out, ds, w, p.started, done_at))
+    res.update(_rates(samples, out, ds, w, p.started, done_at, spec.commit_ms / 1000, idle))
     res["records_in"] = ds.records
     shutil.rmtree(state_dir, ignore_errors=True)
     return res
@@ -236,6 +276,23 @@ def _interp(series: list[tuple[float, float]], t: float) -> float:
     return series[-1][1]
 
 
+def _progress(
+    samples: list[tuple[float, list[int], int, float, float]], commit_s: float, started: float
+) -> list[tuple[float, float]]:
+    """Input records consumed over time, from the committed offsets: one point per sample
+    where the sum changed, and the first commit's records spread over the commit interval
+    before it (not before the process started)."""
+    pts: list[tuple[float, float]] = []
+    last = 0
+    for t, _, c, _, _ in samples:
+        if c > last:
+            if not pts:
+                pts.append((max(started, t - commit_s), 0.0))
+            pts.append((t, float(c)))
+            last = c
+    return pts
+
+
 def _rates(
     samples: list[tuple[float, list[int], int, float, float]],
     out: Any,
@@ -243,23 +300,34 @@ def _rates(
     w: Workload,
     started: float,
     done_at: float | None,
+    commit_s: float = 1.0,
+    idle: float | None = None,
 ) -> dict[str, Any]:
     """Throughput, CPU and startup figures.
 
     Rate: output records (read_committed) between the first and the last output's
-    LogAppendTime; for the window workload the input records between the first and the
-    last window-closing input record (known from the model) over the same span.
+    LogAppendTime; for the window workload the input records consumed over the same span
+    (committed input offsets interpolated at the two append times; see the module doc).
     """
     res: dict[str, Any] = {"rate": None, "cpu_s_per_m": None}
     if out.total < 2 or out.last_ts <= out.first_ts:
         return res
     t_first, t_last = out.first_ts / 1000, out.last_ts / 1000
     secs = t_last - t_first
-    n = ds.trigger_span if w.logic == "window" else out.total - 1
+    if w.logic == "window":
+        prog = _progress(samples, commit_s, started)
+        n = round(_interp(prog, t_last) - _interp(prog, t_first)) if len(prog) >= 3 else 0
+        res["rate_basis"] = "committed input offsets"
+        if n <= 0:  # fewer than two commits: the model's trigger span
+            n = ds.trigger_span
+            res["rate_basis"] = "model (input records between the first and last trigger)"
+    else:
+        n = out.total - 1
     cpu = [(t, c) for t, _, _, c, _ in samples]
     bcpu = [(t, c) for t, _, _, _, c in samples]
     used = _interp(cpu, t_last) - _interp(cpu, t_first)
     bused = _interp(bcpu, t_last) - _interp(bcpu, t_first)
+    bnet = max(0.0, bused - (idle or 0.0) * secs)
     res.update(
         rate=round(n / secs),
         seconds=round(secs, 2),
@@ -267,7 +335,8 @@ def _rates(
         startup_s=round(t_first - started, 2),
         cpu_s_per_m=round(used / n * 1e6, 2) if n else None,
         cpu_util=round(used / secs, 2),
-        broker_cpu_s_per_m=round(bused / n * 1e6, 2) if n else None,
+        broker_cpu_s_per_m=round(bnet / n * 1e6, 2) if n else None,
+        broker_cpu_gross_s_per_m=round(bused / n * 1e6, 2) if n else None,
     )
     # Secondary: the same span measured on commit visibility (read_committed LSO samples).
     if w.logic != "window":

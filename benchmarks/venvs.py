@@ -27,6 +27,7 @@ PINS: dict[str, list[str]] = {
         "cramjam==2.14.0",
         "rocksdict==0.3.29",  # Faust's rocksdb:// store uses rocksdict when installed
         "orjson==3.13.0",  # Faust's json codec uses orjson when installed
+        "uvloop==0.23.0",  # the worker runs with --loop=uvloop
     ],
     "plot": ["matplotlib==3.11.2"],
     "pyspy": ["py-spy==0.4.3"],
@@ -38,7 +39,7 @@ PINS: dict[str, list[str]] = {
 #: The packages whose versions RESULTS.md lists per venv.
 KEY_PACKAGES = {
     "quix": ["quixstreams", "confluent-kafka", "rocksdict", "orjson", "pydantic"],
-    "faust": ["faust-streaming", "aiokafka", "mode-streaming", "rocksdict", "orjson"],
+    "faust": ["faust-streaming", "aiokafka", "mode-streaming", "rocksdict", "orjson", "uvloop"],
     "plot": ["matplotlib"],
     "pyspy": ["py-spy"],
     "flink": ["apache-flink", "apache-flink-libraries", "apache-beam"],

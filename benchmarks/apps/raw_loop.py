@@ -1,5 +1,9 @@
 """The Python ceiling: a bare confluent-kafka consume -> JSON decode -> work -> encode -> produce.
 
+Client tuning (the harness's one policy, the same as lockgate's clients): producer
+``linger.ms`` 5, ``compression.type`` lz4, idempotent, and ``retry.backoff.ms`` 10 under
+exactly-once; consumer ``fetch.wait.max.ms`` 100.
+
 At-least-once: every ``BENCH_COMMIT_MS`` flush the producer, then commit the consumer
 positions. Exactly-once: a transaction per ``BENCH_COMMIT_MS`` with the input offsets
 sent to it. State (running sum, open windows) lives in a dict: no changelog and no
@@ -68,6 +72,10 @@ def main() -> None:
     }
     if EOS:
         pconf["transactional.id"] = f"{GROUP}-raw"
+        # The client-tuning policy of the harness (lockgate's producer under exactly-once,
+        # processors/_kafka.py): a short first backoff, so a retriable
+        # CONCURRENT_TRANSACTIONS right after a commit does not cost librdkafka's 100 ms.
+        pconf["retry.backoff.ms"] = 10
     producer = Producer(pconf)
     if EOS:
         producer.init_transactions(60)
