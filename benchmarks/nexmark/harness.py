@@ -45,12 +45,17 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from benchmarks import broker, flink, venvs
 from benchmarks import proc as procs
 from benchmarks.broker import Admin, GroupOffsets
-from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, ROOT, say
+from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, ROOT, Config, say
 from benchmarks.nexmark.generator import GenConfig, produce
 
 QUERIES = ["q0", "q1", "q2", "q7", "q3", "q5", "q8"]
 TWO_STAGE = {"q5", "q7"}
-SYSTEMS = ["lockgate", "flink"]
+SYSTEMS = ["lockgate", "flink", "quix"]
+#: queries Quix Streams cannot express with the same results, and why (none today:
+#: benchmarks/nexmark/quix_apps.py says how each one is written)
+QUIX_CANNOT: dict[str, str] = {}
+#: Quix apps that re-key through a repartition topic (group_by)
+QUIX_REPARTITION = {"q5", "q7"}
 RESULTS = BENCH_DIR / "RESULTS-nexmark.md"
 TITLES = {
     "q0": "pass-through (bids)",
@@ -215,13 +220,22 @@ def _interp(series: list[tuple[float, float]], t: float) -> float:
 class Harness:
     """The whole run: input once, then every (query, system, repeat)."""
 
-    def __init__(self, s: Settings, admin: Admin, out_dir: Path, broker_pid: int | None) -> None:
+    def __init__(
+        self,
+        s: Settings,
+        admin: Admin,
+        out_dir: Path,
+        broker_pid: int | None,
+        run_name: str | None = None,
+    ) -> None:
         self.s = s
         self.admin = admin
         self.bootstrap = admin.bootstrap
         self.out_dir = out_dir
         self.broker_pid = broker_pid
-        self.input = f"nexmark.{out_dir.name}.events"
+        #: names this run's topics and groups (its last 6 characters are in every one)
+        self.run_name = run_name or out_dir.name
+        self.input = f"nexmark.{self.run_name}.events"
         self.input_records = 0
         self.broker_idle: float | None = None
         self.results: dict[str, Any] = {"runs": [], "errors": [], "checks": {}}
@@ -231,7 +245,12 @@ class Harness:
     def prepare(self) -> None:
         """Set up Flink (venv, connector), measure the broker idle, write the input."""
         if "flink" in self.s.systems:
-            self.jar = flink.ensure()
+            try:
+                self.jar = flink.ensure()
+            except Exception as exc:  # noqa: BLE001 - the other systems still run
+                self._drop("flink", exc)
+        if "flink" in self.s.systems:
+            assert self.jar is not None
             self.results["flink"] = {
                 "versions": {
                     k: v
@@ -241,10 +260,25 @@ class Harness:
                 "connector": self.jar.name,
                 "java": flink.java_version(),
             }
+        if "quix" in self.s.systems:
+            try:
+                venvs.ensure("quix")
+            except Exception as exc:  # noqa: BLE001 - the other systems still run
+                self._drop("quix", exc)
+        if "quix" in self.s.systems:
+            self.results["quix"] = {
+                "versions": {
+                    k: v
+                    for k, v in venvs.freeze("quix").items()
+                    if k in ("quixstreams", "confluent-kafka", "rocksdict", "orjson")
+                },
+                "cannot": {q: QUIX_CANNOT[q] for q in self.s.queries if q in QUIX_CANNOT},
+            }
         wait_rehearsal()
         say("measuring the broker's idle CPU for 10 s")
         self.broker_idle = idle_cpu(self.broker_pid)
         self.results["broker_idle_cores"] = self.broker_idle
+        self.results["repeat"] = self.s.repeat
         self.admin.create({self.input: self.s.partitions}, {"retention.ms": "-1"})
         t0 = time.monotonic()
         self.input_records = produce(self.bootstrap, self.input, self.s.partitions, self.s.gen)
@@ -263,6 +297,11 @@ class Harness:
             "disorder_ms": self.s.gen.disorder_ms(),
             "watermark_delay_ms": self.s.watermark_delay_ms,
         }
+
+    def _drop(self, system: str, exc: Exception) -> None:
+        say(f"  !! {system} cannot be set up: {exc!r}")
+        self.results["errors"].append(f"{system} setup: {exc!r}")
+        self.s.systems = [x for x in self.s.systems if x != system]
 
     # -- start
     def _start(self, run: Run) -> None:
@@ -293,6 +332,11 @@ class Harness:
             argv = [str(flink.python()), str(flink.JOB), run.query]
             run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}.log"))
             return
+        if run.system == "quix":
+            env = {**base, "NEXMARK_PARTITIONS": str(s.partitions)}
+            argv = [str(venvs.python("quix")), "-m", "benchmarks.nexmark.quix_apps", run.query]
+            run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}.log"))
+            return
         stage = f"nexmark.{run.tag}.stage"
         stages = ["_a", "_b"] if run.query in TWO_STAGE else [""]
         for suffix in stages:
@@ -313,7 +357,7 @@ class Harness:
             run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}{suffix}.log"))
 
     def _group(self, run: Run) -> str:
-        if run.system == "flink":
+        if run.system in ("flink", "quix"):
             return f"nexmark-{run.tag}"
         return f"nexmark-{run.tag}-a" if run.query in TWO_STAGE else f"nexmark-{run.tag}"
 
@@ -322,12 +366,14 @@ class Harness:
         """Run ``system`` on ``query`` to the end of the input; return its figures."""
         wait_rehearsal()
         s = self.s
-        tag = f"{self.out_dir.name[-6:]}-{query}-{system[:2]}{i}"
+        tag = f"{self.run_name[-6:]}-{query}-{system[:2]}{i}"
         run = Run(system, query, tag)
         output = f"nexmark.{tag}.out"
-        self.admin.create({output: s.partitions})
+        # no time retention: Quix's outputs carry the events' 2015 timestamps
+        keep = {"retention.ms": "-1"}
+        self.admin.create({output: s.partitions}, keep)
         if system == "lockgate" and query in TWO_STAGE:
-            self.admin.create({f"nexmark.{tag}.stage": s.partitions})
+            self.admin.create({f"nexmark.{tag}.stage": s.partitions}, keep)
         groups = GroupOffsets(self.bootstrap, self._group(run), self.input, s.partitions)
         # two-stage lockgate: the second app's progress on the stage topic
         stage_b = (
@@ -336,6 +382,8 @@ class Harness:
             else None
         )
         last_b = -1
+        # Quix's q5/q7: its progress on its repartition topic (created at its start)
+        quix_repartition = system == "quix" and query in QUIX_REPARTITION
         load_before = Path("/proc/loadavg").read_text().split()[0]
         self._start(run)
         started = time.time()
@@ -370,6 +418,8 @@ class Harness:
                         status = "a process exited"
                         break
                     if committed >= self.input_records:
+                        if quix_repartition and stage_b is None:
+                            stage_b = self._quix_stage(tag)
                         b = stage_b.committed() if stage_b is not None else 0
                         moved = out != last_out or b != last_b
                         last_b = b
@@ -410,6 +460,15 @@ class Harness:
         shutil.rmtree(self.out_dir / "state" / tag, ignore_errors=True)
         return res
 
+    def _quix_stage(self, tag: str) -> GroupOffsets | None:
+        """The Quix app's progress on its repartition topic(s), when they exist yet."""
+        group = f"nexmark-{tag}"
+        try:
+            mine = [t for t in self.admin.topics() if t.startswith("repartition__") and group in t]
+        except Exception:  # noqa: BLE001 - try again at the next sample
+            return None
+        return GroupOffsets(self.bootstrap, group, mine, self.s.partitions) if mine else None
+
     def _figures(
         self, samples: list[tuple[float, int, int, float, float]], started: float
     ) -> dict[str, Any]:
@@ -446,6 +505,8 @@ class Harness:
             ref_tag = ""
             for i in range(self.s.repeat):
                 for system in self.s.systems:
+                    if system == "quix" and query in QUIX_CANNOT:
+                        continue
                     say(f"{query} ({TITLES[query]}): {system} run {i + 1}/{self.s.repeat}")
                     try:
                         res = self.measure(system, query, i)
@@ -509,9 +570,8 @@ def _loads(runs: list[dict[str, Any]]) -> str:
 def render(doc: dict[str, Any]) -> str:
     """RESULTS-nexmark.md from a nexmark.json document."""
     meta, res = doc["meta"], doc["nexmark"]
-    inp = res.get("input", {})
     lines = [
-        "# Nexmark: lockgate and Flink SQL on one broker",
+        "# Nexmark: lockgate, Flink SQL and Quix Streams on one broker",
         "",
         f"Run {meta['started']} on {meta['machine'].get('cpu', '?')} "
         f"({meta['machine'].get('cores', '?')} cores), git {meta['git']}; "
@@ -523,13 +583,27 @@ def render(doc: dict[str, Any]) -> str:
     ]
     if meta.get("note"):
         lines += [meta["note"], ""]
+    lines += _body(res)
+    lines += [
+        'Method and caveats: docs/benchmarks.md, section "Nexmark and Flink". The machine '
+        "may be shared with other work during a run (load averages above).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _body(res: dict[str, Any]) -> list[str]:
+    """The input and config sentences, the per-query table, the ratios, the errors."""
+    inp = res.get("input", {})
+    lines: list[str] = []
     if inp:
         lines += [
             f"Input: {inp['events']:,} events (seed {inp['seed']}, "
             f"{inp['rate_event_time']:,} events per second of event time, "
             f"disorder group {inp['disorder_group']} = at most {inp['disorder_ms']} ms out of "
-            f"order) on {inp['partitions']} partitions; watermark delay "
-            f"{inp['watermark_delay_ms']} ms in both systems. Broker idle CPU: "
+            f"order) on {inp['partitions']} partitions; watermark delay (Quix: grace) "
+            f"{inp['watermark_delay_ms']} ms in every system; {res.get('repeat', 1)} run(s) "
+            "per system and query, interleaved. Broker idle CPU: "
             + (
                 f"{res['broker_idle_cores'] * 100:.1f} % of a core (subtracted from the broker "
                 "column)."
@@ -543,17 +617,33 @@ def render(doc: dict[str, Any]) -> str:
         lines += [
             f"Flink: {', '.join(f'{k} {v}' for k, v in fl['versions'].items())}, "
             f"{fl['connector']}, {fl['java']}; mini-cluster, parallelism 1, checkpoints every "
-            "1 s (exactly-once), heap state, exactly-once Kafka sink. lockgate: exactly-once, "
-            "checkpoints every 1 s, one instance (q5, q7: two apps, two processes).",
+            "1 s (exactly-once), heap state, exactly-once Kafka sink"
+            + (f"; JVM options `{fl['jvm_options']}`" if fl.get("jvm_options") else "")
+            + ".",
             "",
         ]
+    qx = res.get("quix")
+    if qx:
+        lines += [
+            f"Quix Streams: {', '.join(f'{k} {v}' for k, v in qx['versions'].items())}; "
+            "exactly-once, commit interval 1 s, RocksDB state with changelog topics, one "
+            'process; windows with `closing_strategy="partition"`; q5 and q7 re-key with '
+            "`group_by` (a repartition topic) in the same process "
+            "(benchmarks/nexmark/quix_apps.py).",
+            "",
+        ]
+        for q, why in qx.get("cannot", {}).items():
+            lines += [f"Quix cannot express {q}: {why}", ""]
     lines += [
+        "lockgate: exactly-once, checkpoints every 1 s, one instance (q5, q7: two apps, two "
+        "processes).",
+        "",
         "Rate: input events consumed per second between the first committed input offset "
         "and the output's final committed size (start-up excluded); CPU: seconds of the "
         "system's process tree (the Flink JVM included) per million input events over the "
         "same span; RSS: peak, summed over the tree. Medians (ranges) over the runs. "
         "Check: each run's committed output, as a multiset of rows, against the query's "
-        "first successful run.",
+        "first successful run (lockgate's when it ran).",
         "",
         "| query | system | runs ok | events/s | CPU s / M events | peak RSS MB | "
         "broker CPU s / M | start-up s | load before → after | outputs | check |",
@@ -579,26 +669,31 @@ def render(doc: dict[str, Any]) -> str:
                 f"{' / '.join(format(r['outputs'], ',') for r in rs)} | {'; '.join(checks)} |"
             )
     lines.append("")
-    ratios = []
-    for query in QUERIES:
-        lg = [r["rate"] for r in runs if r["query"] == query and r["system"] == "lockgate"
-              and r.get("ok") and r.get("rate")]  # fmt: skip
-        fk = [r["rate"] for r in runs if r["query"] == query and r["system"] == "flink"
-              and r.get("ok") and r.get("rate")]  # fmt: skip
-        if lg and fk:
-            ratios.append(f"{query} {median(lg) / median(fk):.2f}×")
-    if ratios:
-        lines += [f"lockgate / Flink throughput (medians): {', '.join(ratios)}.", ""]
+    for peer, label in (("flink", "Flink"), ("quix", "Quix Streams")):
+        ratios = []
+        for query in QUERIES:
+            lg = _rates(runs, query, "lockgate")
+            other = _rates(runs, query, peer)
+            if lg and other:
+                ratios.append(f"{query} {median(lg) / median(other):.2f}×")
+            elif peer == "quix" and query in QUIX_CANNOT and lg:
+                ratios.append(f"{query} —")
+        if ratios:
+            lines += [f"lockgate / {label} throughput (medians): {', '.join(ratios)}.", ""]
     if res.get("errors"):
         lines += [f"Errors: {len(res['errors'])}:", ""]
         lines += [f"- `{e}`" for e in res["errors"]]
         lines.append("")
-    lines += [
-        'Method and caveats: docs/benchmarks.md, section "Nexmark and Flink". The machine '
-        "may be shared with other work during a run (load averages above).",
-        "",
+    return lines
+
+
+def _rates(runs: list[dict[str, Any]], query: str, system: str) -> list[float]:
+    """The rates of the successful runs of ``system`` on ``query``."""
+    return [
+        r["rate"]
+        for r in runs
+        if r["query"] == query and r["system"] == system and r.get("ok") and r.get("rate")
     ]
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main
@@ -611,7 +706,7 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
     ap.add_argument("--quick", action="store_true", help="100k events, q0 q1 q2 q7 only")
     ap.add_argument("--events", type=int, help="input events (default 300,000)")
     ap.add_argument("--queries", help=f"comma-separated (default {','.join(QUERIES)})")
-    ap.add_argument("--systems", help="comma-separated (default lockgate,flink)")
+    ap.add_argument("--systems", help="comma-separated (default lockgate,flink,quix)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per system and query")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--disorder", type=int, default=1, help="out-of-order group size")
@@ -704,6 +799,105 @@ def _cleanup_topics(bootstrap: str, run_name: str, keep_broker: bool) -> None:
         return
     admin = Admin(bootstrap)
     mine = [t for t in admin.topics() if run_name[-6:] in t or run_name in t]
+    if mine:
+        for fut in admin.admin.delete_topics(mine, operation_timeout=30).values():
+            try:
+                fut.result(60)
+            except Exception:  # noqa: BLE001, S110 - best effort
+                pass
+
+
+# --------------------------------------------------------------------------- make bench
+
+#: ``make bench``'s step defaults (``BENCH_NEXMARK_*`` override them): sized for about
+#: 10 minutes on a quiet 2-core machine, every query on every system that expresses it
+STEP_EVENTS = 200_000
+STEP_REPEAT = 1
+
+
+def bench_step(cfg: Config, admin: Admin, out_dir: Path, run_id: str) -> dict[str, Any]:
+    """The "nexmark" step of ``make bench`` on its running broker (``cfg.bootstrap``).
+
+    Every query of :data:`QUERIES` on lockgate, Flink and Quix Streams (where it can
+    express it), ``BENCH_NEXMARK_EVENTS`` events (default :data:`STEP_EVENTS`),
+    ``BENCH_NEXMARK_REPEAT`` runs per system and query (default :data:`STEP_REPEAT`),
+    ``BENCH_NEXMARK_QUERIES``/``BENCH_NEXMARK_SYSTEMS`` to narrow it. Never raises: a
+    failed query, system or setup is recorded in ``errors``. Deletes its own topics.
+    Returns the JSON-serialisable results :func:`markdown_section` renders.
+    """
+    t0 = time.monotonic()
+    s = Settings()
+    s.events = _env_int("BENCH_NEXMARK_EVENTS", STEP_EVENTS)
+    s.repeat = _env_int("BENCH_NEXMARK_REPEAT", STEP_REPEAT)
+    s.queries = _env_list("BENCH_NEXMARK_QUERIES", QUERIES)
+    s.systems = _env_list("BENCH_NEXMARK_SYSTEMS", SYSTEMS)
+    s.run_timeout = max(cfg.run_timeout, 300)
+    s.kafka_port = cfg.kafka_port
+    s.external_broker = cfg.external_broker
+    if cfg.external_broker:
+        pid = _pid_listening(int(cfg.external_broker.rsplit(":", 1)[1]))
+    else:
+        pid = broker.broker_pid(cfg.kafka_port)
+    step_dir = out_dir / "nexmark"
+    step_dir.mkdir(parents=True, exist_ok=True)
+    run_name = f"step-{re.sub(r'[^A-Za-z0-9]', '', run_id)[-6:] or 'run'}"
+    harness = Harness(s, admin, step_dir, pid, run_name=run_name)
+    try:
+        harness.run()
+    except Exception as exc:  # noqa: BLE001 - the step never raises
+        say(f"  !! nexmark step: {exc!r}")
+        harness.results["errors"].append(f"step: {exc!r}")
+    finally:
+        try:
+            _delete_topics(admin, run_name)
+        except Exception as exc:  # noqa: BLE001 - best effort
+            harness.results["errors"].append(f"topic cleanup: {exc!r}")
+    res = harness.results
+    res["queries"] = s.queries
+    res["systems"] = s.systems
+    res["step_minutes"] = round((time.monotonic() - t0) / 60, 2)
+    for r in res.get("runs", []):
+        if not r.get("ok"):
+            res["errors"].append(
+                f"{r['query']} {r['system']} {r['tag']}: {r.get('status')}, {r.get('check')}"
+            )
+    try:
+        (step_dir / "nexmark.json").write_text(json.dumps(res, indent=1, default=str))
+    except OSError as exc:
+        res["errors"].append(f"writing nexmark.json: {exc!r}")
+    return json.loads(json.dumps(res, default=str))  # type: ignore[no-any-return]
+
+
+def markdown_section(results: dict[str, Any]) -> list[str]:
+    """The "## Nexmark: lockgate, Flink SQL and Quix Streams" section of RESULTS.md."""
+    lines = [
+        "## Nexmark: lockgate, Flink SQL and Quix Streams",
+        "",
+        f"Step `nexmark` of `make bench` ({results.get('step_minutes', 0):.1f} min): the "
+        f"queries {', '.join(results.get('queries', QUERIES))} on "
+        f"{', '.join(results.get('systems', SYSTEMS))}, on this run's broker "
+        "(`python -m benchmarks.nexmark` runs it alone, into "
+        'benchmarks/RESULTS-nexmark.md; method: docs/benchmarks.md, "Nexmark and Flink").',
+        "",
+    ]
+    lines += _body(results)
+    return lines
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").replace("_", "")
+    return int(raw) if raw else default
+
+
+def _env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name, "")
+    return [x.strip() for x in raw.split(",") if x.strip()] if raw else list(default)
+
+
+def _delete_topics(admin: Admin, run_name: str) -> None:
+    """Delete the topics of this run (every one holds ``nexmark`` and its short name)."""
+    short = run_name[-6:]
+    mine = [t for t in admin.topics() if "nexmark" in t and short in t]
     if mine:
         for fut in admin.admin.delete_topics(mine, operation_timeout=30).values():
             try:
