@@ -2,8 +2,11 @@
 
 ``python benchmarks/nexmark/flink_job.py QUERY`` with ``BENCH_BOOTSTRAP``, ``BENCH_INPUT``,
 ``BENCH_OUTPUT``, ``BENCH_GROUP``, ``NEXMARK_DELAY_MS``, ``NEXMARK_CONNECTOR_JAR`` and
-``BENCH_STATE_DIR`` set by the harness (benchmarks/nexmark/__main__.py). Stdlib and
-PyFlink only: this file runs in the Flink venv, not the project's.
+``BENCH_STATE_DIR`` set by the harness (benchmarks/nexmark/harness.py). Stdlib and
+PyFlink only: this file runs in the Flink venv, not the project's. ``python
+benchmarks/nexmark/flink_job.py --serve DIR`` runs query after query in one process (one
+gateway JVM, a fresh table environment and mini-cluster job per query), as requested by
+files in ``DIR`` (``serve``; the harness's ``--flink-shared-jvm`` and ``make bench``).
 
 Setup: parallelism 1, checkpoints every second (exactly-once mode, state on the heap,
 checkpoints to ``BENCH_STATE_DIR``), a bounded Kafka source (earliest offset to the
@@ -21,9 +24,11 @@ docs/benchmarks.md). Times leave as epoch ms.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from pathlib import Path
 
 SOURCE_DDL = """
 CREATE TABLE events (
@@ -160,21 +165,19 @@ CREATE TABLE sink ({columns}) WITH (
 """
 
 
-def main() -> int:
-    """Run one query to the end of its bounded input."""
+def run_query(query: str, output: str, group: str, state_dir: str) -> None:
+    """Run ``query`` to the end of its bounded input, writing ``output``."""
     from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
-    query = sys.argv[1]
     env = os.environ
     params = {
         "bootstrap": env["BENCH_BOOTSTRAP"],
         "input": env["BENCH_INPUT"],
-        "output": env["BENCH_OUTPUT"],
-        "group": env["BENCH_GROUP"],
+        "output": output,
+        "group": group,
         "delay_s": f"{int(env.get('NEXMARK_DELAY_MS', '4000')) / 1000:.3f}",
     }
-    state_dir = env["BENCH_STATE_DIR"]
     conf = Configuration()
     conf.set_string("parallelism.default", "1")
     conf.set_string("execution.checkpointing.interval", "1 s")
@@ -197,6 +200,39 @@ def main() -> int:
     result = t_env.execute_sql(insert)
     result.wait()
     print(f"flink-job: {query} finished at {time.time():.3f}", flush=True)
+
+
+def serve(control: Path) -> int:
+    """Run queries one after another in this process (one gateway JVM): each request is
+    a file ``<n>.json`` (``query``, ``output``, ``group``, ``state_dir``) in ``control``;
+    the answer ``<n>.done`` holds ``ok`` or the error; the file ``stop`` ends the loop."""
+    done: set[str] = set()
+    while not (control / "stop").exists():
+        todo = sorted(f for f in control.glob("*.json") if f.stem not in done)
+        if not todo:
+            time.sleep(0.05)
+            continue
+        req = todo[0]
+        done.add(req.stem)
+        try:
+            args = json.loads(req.read_text())
+            run_query(args["query"], args["output"], args["group"], args["state_dir"])
+            answer = "ok"
+        except Exception as exc:  # noqa: BLE001 - answered, the next request still runs
+            answer = f"failed: {exc!r}"[:2000]
+        tmp = control / f"{req.stem}.tmp"
+        tmp.write_text(answer)
+        tmp.replace(control / f"{req.stem}.done")
+    return 0
+
+
+def main() -> int:
+    """``QUERY``: run it (``BENCH_OUTPUT``, ``BENCH_GROUP``, ``BENCH_STATE_DIR``);
+    ``--serve DIR``: run the queries requested in ``DIR`` (see :func:`serve`)."""
+    if sys.argv[1] == "--serve":
+        return serve(Path(sys.argv[2]))
+    env = os.environ
+    run_query(sys.argv[1], env["BENCH_OUTPUT"], env["BENCH_GROUP"], env["BENCH_STATE_DIR"])
     return 0
 
 

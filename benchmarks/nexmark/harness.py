@@ -82,6 +82,8 @@ class Settings:
     queries: list[str] = field(default_factory=lambda: list(QUERIES))
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
     run_timeout: int = 600
+    #: one PyFlink process (one gateway JVM) runs every query, one after another
+    flink_shared_jvm: bool = False
     kafka_port: int = 49092
     external_broker: str = ""
 
@@ -204,6 +206,8 @@ class Run:
     query: str
     tag: str
     procs: list[procs.Proc] = field(default_factory=list)
+    #: the shared Flink JVM's answer file for this run (``Settings.flink_shared_jvm``)
+    done_file: Path | None = None
 
 
 def _interp(series: list[tuple[float, float]], t: float) -> float:
@@ -240,6 +244,8 @@ class Harness:
         self.broker_idle: float | None = None
         self.results: dict[str, Any] = {"runs": [], "errors": [], "checks": {}}
         self.jar: Path | None = None
+        self.flink_server: procs.Proc | None = None
+        self.flink_requests = 0
 
     # -- setup
     def prepare(self) -> None:
@@ -329,6 +335,9 @@ class Harness:
                 # the JVM's own log per run (PyFlink's default is one file in the venv)
                 "FLINK_LOG_DIR": str(logs / f"{run.tag}-flink"),
             }
+            if s.flink_shared_jvm:
+                self._flink_request(run, env, logs, state)
+                return
             argv = [str(flink.python()), str(flink.JOB), run.query]
             run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}.log"))
             return
@@ -355,6 +364,43 @@ class Harness:
             }
             argv = [str(LOCKGATE_BIN), "run", f"benchmarks.nexmark.apps:{run.query}{suffix}"]
             run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}{suffix}.log"))
+
+    def _flink_request(self, run: Run, env: dict[str, str], logs: Path, state: Path) -> None:
+        """Ask the shared Flink process (started at the first request) to run ``run``."""
+        control = self.out_dir / "flink-control"
+        if self.flink_server is None or not self.flink_server.alive:
+            shutil.rmtree(control, ignore_errors=True)
+            control.mkdir(parents=True)
+            env = {**env, "FLINK_LOG_DIR": str(logs / "flink-shared")}
+            argv = [str(flink.python()), str(flink.JOB), "--serve", str(control)]
+            self.flink_server = procs.Proc(argv, env, logs / "flink-shared.log")
+        self.flink_requests += 1
+        name = f"{self.flink_requests:04d}"
+        request = {
+            "query": run.query,
+            "output": env["BENCH_OUTPUT"],
+            "group": env["BENCH_GROUP"],
+            "state_dir": str(state),
+        }
+        # the peak RSS of this run only: reset each process's VmHWM (clear_refs 5)
+        for pid in procs.descendants(self.flink_server.pid):
+            try:
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
+            except OSError:
+                pass
+        tmp = control / f"{name}.tmp"
+        tmp.write_text(json.dumps(request))
+        tmp.replace(control / f"{name}.json")
+        run.procs.append(self.flink_server)
+        run.done_file = control / f"{name}.done"
+
+    def stop_flink(self) -> None:
+        """Stop the shared Flink process, if one runs."""
+        if self.flink_server is None:
+            return
+        (self.out_dir / "flink-control" / "stop").touch()
+        self.flink_server.stop(timeout=30)
+        self.flink_server = None
 
     def _group(self, run: Run) -> str:
         if run.system in ("flink", "quix"):
@@ -407,7 +453,16 @@ class Harness:
                 if len(samples) % 4 == 1:  # peak RSS while the tree lives (Flink exits)
                     rss = max(rss, sum(p.rss_mb() for p in run.procs))
                 alive = [p.alive for p in run.procs]
-                if system == "flink":
+                if run.done_file is not None:
+                    if run.done_file.exists():
+                        answer = run.done_file.read_text()
+                        if answer != "ok":
+                            status = answer
+                        break
+                    if not alive[0]:
+                        status = f"the shared Flink process exited ({alive})"
+                        break
+                elif system == "flink":
                     if not alive[0]:
                         code = run.procs[0].popen.returncode
                         if code != 0:
@@ -435,7 +490,12 @@ class Harness:
                 time.sleep(0.25)
             rss = max(rss, sum(p.rss_mb() for p in run.procs))
         finally:
-            codes = [p.stop(timeout=30) for p in run.procs]
+            if run.done_file is None:
+                codes = [p.stop(timeout=30) for p in run.procs]
+            else:
+                codes = [0]
+                if status != "ok":  # a job may still run in it: start afresh
+                    self.stop_flink()
             groups.close()
             if stage_b is not None:
                 stage_b.close()
@@ -500,6 +560,13 @@ class Harness:
     def run(self) -> dict[str, Any]:
         """Every query: the systems interleaved, ``repeat`` times; then the checks."""
         self.prepare()
+        try:
+            self._queries()
+        finally:
+            self.stop_flink()
+        return self.results
+
+    def _queries(self) -> None:
         for query in self.s.queries:
             reference: Counter[tuple[Any, ...]] | None = None
             ref_tag = ""
@@ -529,7 +596,6 @@ class Harness:
                         f"{res['outputs']} outputs, check: {res['check']}"
                     )
                     self.results["runs"].append(res)
-        return self.results
 
 
 def _compare(rows: Counter[tuple[Any, ...]], ref: Counter[tuple[Any, ...]], ref_tag: str) -> str:
@@ -712,6 +778,11 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
     ap.add_argument("--disorder", type=int, default=1, help="out-of-order group size")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    ap.add_argument(
+        "--flink-shared-jvm",
+        action="store_true",
+        help="one PyFlink process (one JVM) runs all queries (default: one per query)",
+    )
     ap.add_argument("--no-results", action="store_true", help="do not write RESULTS-nexmark.md")
     ap.add_argument("--render", metavar="JSON", help="only re-render RESULTS-nexmark.md")
     ns = ap.parse_args(argv)
@@ -730,6 +801,7 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
         ap.error(f"unknown: {sorted(unknown)}")
     s.repeat, s.partitions, s.disorder = ns.repeat, ns.partitions, ns.disorder
     s.seed, s.run_timeout = ns.seed, ns.timeout
+    s.flink_shared_jvm = ns.flink_shared_jvm
     s.kafka_port = int(os.environ.get("BENCH_KAFKA_PORT", "49092"))
     s.external_broker = os.environ.get("BENCH_BROKER", "")
     return s, ns
