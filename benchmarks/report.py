@@ -901,9 +901,9 @@ def _bounds(profiles: dict[str, Any]) -> str:
 def _records_for(cfg: dict[str, Any], system: str) -> int:
     records = cfg["records"]
     if system in ("quix", "quix_handler"):
-        return min(records, cfg.get("quix_records") or max(5_000, records // 10))
+        return min(records, cfg.get("quix_records") or max(2_500, records // 20))
     if system == "faust":
-        return min(records, cfg.get("faust_records") or max(5_000, records // 100))
+        return min(records, cfg.get("faust_records") or max(2_500, records // 200))
     return records
 
 
