@@ -265,6 +265,7 @@ class Harness:
                 },
                 "connector": self.jar.name,
                 "java": flink.java_version(),
+                "shared_jvm": self.s.flink_shared_jvm,
             }
         if "quix" in self.s.systems:
             try:
@@ -684,7 +685,13 @@ def _body(res: dict[str, Any]) -> list[str]:
             f"Flink: {', '.join(f'{k} {v}' for k, v in fl['versions'].items())}, "
             f"{fl['connector']}, {fl['java']}; mini-cluster, parallelism 1, checkpoints every "
             "1 s (exactly-once), heap state, exactly-once Kafka sink"
-            + (f"; JVM options `{fl['jvm_options']}`" if fl.get("jvm_options") else "")
+            + (
+                "; one PyFlink process (one JVM) ran the queries in turn, each as its own "
+                "job (start-up: the first query's includes the JVM's; peak RSS: reset at "
+                "each query, but the heap the JVM kept from earlier queries counts)"
+                if fl.get("shared_jvm")
+                else "; a fresh PyFlink process (JVM) per run"
+            )
             + ".",
             "",
         ]
@@ -893,8 +900,10 @@ def bench_step(cfg: Config, admin: Admin, out_dir: Path, run_id: str) -> dict[st
     Every query of :data:`QUERIES` on lockgate, Flink and Quix Streams (where it can
     express it), ``BENCH_NEXMARK_EVENTS`` events (default :data:`STEP_EVENTS`),
     ``BENCH_NEXMARK_REPEAT`` runs per system and query (default :data:`STEP_REPEAT`),
-    ``BENCH_NEXMARK_QUERIES``/``BENCH_NEXMARK_SYSTEMS`` to narrow it. Never raises: a
-    failed query, system or setup is recorded in ``errors``. Deletes its own topics.
+    ``BENCH_NEXMARK_QUERIES``/``BENCH_NEXMARK_SYSTEMS`` to narrow it; Flink runs every
+    query in one PyFlink process (one JVM, ``BENCH_NEXMARK_FLINK_SHARED_JVM=0``: one per
+    query). Never raises: a failed query, system or setup is recorded in ``errors``.
+    Deletes its own topics.
     Returns the JSON-serialisable results :func:`markdown_section` renders.
     """
     t0 = time.monotonic()
@@ -904,6 +913,7 @@ def bench_step(cfg: Config, admin: Admin, out_dir: Path, run_id: str) -> dict[st
     s.queries = _env_list("BENCH_NEXMARK_QUERIES", QUERIES)
     s.systems = _env_list("BENCH_NEXMARK_SYSTEMS", SYSTEMS)
     s.run_timeout = max(cfg.run_timeout, 300)
+    s.flink_shared_jvm = os.environ.get("BENCH_NEXMARK_FLINK_SHARED_JVM", "1") != "0"
     s.kafka_port = cfg.kafka_port
     s.external_broker = cfg.external_broker
     if cfg.external_broker:
