@@ -126,7 +126,7 @@ run: $(STAMP) ## Demo: broker (if none configured), demo input, running_sum, pri
 images: ## Build the processor and Kafka images (local base image, no registry)
 	docker/build-images.sh
 
-bench: $(STAMP) ## Benchmarks vs raw confluent-kafka, Quix Streams, Faust -> benchmarks/RESULTS.md
+bench: $(STAMP) ## Benchmarks vs raw confluent-kafka, Quix Streams, Faust, then Nexmark vs Flink (under 45 min) -> benchmarks/RESULTS.md
 	$(BIN)/python -m benchmarks.run
 
 .PHONY: bench-nexmark
