@@ -109,3 +109,18 @@ class Context:
             self._emit(topic, key, value, headers)
         else:
             self._emit(topic, key, value, headers, timestamp)
+
+
+def direct_context(emit: Callable[..., None], timers: Any = None) -> Context:
+    """Return a :class:`Context` whose ``emit`` *is* ``emit``.
+
+    One Python call less per emitted record than :meth:`Context.emit`, which forwards
+    to it. ``emit`` must accept ``(topic, key, value, headers=None, timestamp=None)`` with
+    :meth:`Context.emit`'s contract. The object is an instance of a one-off subclass
+    of :class:`Context`, so ``isinstance`` checks and every other attribute behave as
+    usual.
+    """
+    cls = type("Context", (Context,), {"__slots__": (), "emit": emit, "__doc__": Context.__doc__})
+    cls.__module__ = Context.__module__
+    ctx: Context = cls(emit, timers)
+    return ctx

@@ -325,9 +325,17 @@ class RunnerCore:
         self._epoch_dlq += 1
 
     def _emit(
-        self, topic: str, key: Any, value: Any, headers: Headers, timestamp: int | None = None
+        self,
+        topic: str,
+        key: Any,
+        value: Any,
+        headers: Headers = None,
+        timestamp: int | None = None,
     ) -> None:
-        """``ctx.emit``: encode and produce one output of the current record."""
+        """Encode and produce one output of the current record.
+
+        This is ``ctx.emit`` itself (see :func:`processors._context.direct_context`).
+        """
         codecs = self._outputs.get(topic)
         if codecs is None:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")

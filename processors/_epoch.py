@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import orjson
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from processors._alignment import Snapshot
 from processors._control import REGISTRY_TOPIC, checkpoint_key, registry_key
@@ -244,8 +244,12 @@ class EpochMixin(SavepointMixin):
                     continue
                 per_store[name] = changes
                 topic = changelog_topic(self.name, name)
+                produce = self._producer.produce
                 for key, value in changes.items():
-                    self._produce(topic, value, key, partition=g)
+                    try:  # the common case without a Python frame per key
+                        produce(topic, value, key, partition=g)
+                    except (BufferError, KafkaException):
+                        self._produce(topic, value, key, partition=g)  # waits or raises
             if per_store:
                 writes[g] = per_store
         return writes

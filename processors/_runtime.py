@@ -37,7 +37,7 @@ from processors._alignment import Aligner, Decision, Forced
 from processors._app import App
 from processors._barriers import BarrierMixin, WatermarkUpdate
 from processors._barriers import lockgate_headers as _lockgate_headers
-from processors._context import Context
+from processors._context import direct_context
 from processors._control import (
     CONTROL_CONFIG,
     REGISTRY_TOPIC,
@@ -142,7 +142,7 @@ class Runner(BarrierMixin):
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
         svc = app.time_service
-        self._ctx = Context(self._emit, None if svc is None else svc.timers)
+        self._ctx = direct_context(self._emit, None if svc is None else svc.timers)
         self._tick_time = svc is not None and svc.needs_tick
         self._record_error_outside: BaseException | None = None
         self._timer_blamable = False  # see timer_started

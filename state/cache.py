@@ -141,6 +141,8 @@ class StoreCache:
     def drain(self) -> dict[bytes, bytes | None]:
         """Return the encoded final value of every dirty key and clear the dirty set.
 
+        The keys come in ascending byte order.
+
         ``None`` marks a deletion. The cache keeps the values, so reads stay correct
         while the epoch commits; the caller must apply the result to the database (or
         call :meth:`discard`) before the next :meth:`trim`, which may evict them.
@@ -154,7 +156,10 @@ class StoreCache:
         encode = self.codec.encode
         values = self.values
         out: dict[bytes, bytes | None] = {}
-        for key in self.dirty:
+        # In key order: RocksDB inserts a sorted batch into its memtable 2-3x faster than
+        # a hash-ordered one (measured: 1.0-1.8 vs 3.3-4.1 us per entry for 60,000 keys),
+        # far more than the sort costs.
+        for key in sorted(self.dirty):
             value = values[key]
             out[key] = None if value is DELETED else bytes(memoryview(encode(value)))
         self.dirty.clear()
