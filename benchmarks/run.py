@@ -37,6 +37,9 @@ PEER_VENVS = {"quix": "quix", "quix_handler": "quix", "faust": "faust"}
 #: larger): BENCH_PIPELINE_REPEAT and BENCH_SAVEPOINT_KEYS override them
 MAKE_BENCH_PIPELINE_REPEAT = 3
 MAKE_BENCH_SAVEPOINT_KEYS = (10_000, 100_000)
+#: the window sweep's points within make bench (the fewest and the most open windows per
+#: key group of windows.py's default points); BENCH_WINDOW_SWEEP overrides them
+MAKE_BENCH_WINDOW_SWEEP = "1000:1000,10000:10000:10000"
 
 
 # ------------------------------------------------------------------ environment facts
@@ -772,6 +775,8 @@ def _dirty() -> str:
 
 def main() -> int:
     cfg = Config()
+    if not os.environ.get("BENCH_WINDOW_SWEEP"):
+        cfg.window_sweep = MAKE_BENCH_WINDOW_SWEEP
     bench = Bench(cfg)
     say(
         f"lockgate benchmarks: {cfg.records:,} records per workload "
