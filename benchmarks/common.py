@@ -97,10 +97,10 @@ class Config:
         default_factory=lambda: _list("BENCH_SWEEP_WORKLOADS", "sum_eos,sum_alo")
     )
     #: repeats of the sweep's own runs (0: BENCH_REPEAT)
-    sweep_repeat: int = field(default_factory=lambda: _int("BENCH_SWEEP_REPEAT", 3))
+    sweep_repeat: int = field(default_factory=lambda: _int("BENCH_SWEEP_REPEAT", 2))
     #: seconds of broker idle CPU measured before each block of runs
     idle_seconds: float = field(
-        default_factory=lambda: float(os.environ.get("BENCH_IDLE_SECONDS", "3"))
+        default_factory=lambda: float(os.environ.get("BENCH_IDLE_SECONDS", "2"))
     )
     recovery_keys: list[int] = field(
         default_factory=lambda: [
