@@ -400,14 +400,12 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
                         f"{_cell(rows, 'broker_cpu_s_per_m', 1)} | {_loads(rows)} |"
                     )
         a("")
-        lg = {
-            ms: _vals([r for r in _sel(sweep, "sum_eos", "lockgate") if r["commit_ms"] == ms])
-            for ms in intervals
-        }
-        alo = {
-            ms: _vals([r for r in _sel(sweep, "sum_alo", "lockgate") if r["commit_ms"] == ms])
-            for ms in intervals
-        }
+
+        def at(w: str, ms: int) -> list[float]:
+            return _vals([r for r in _sel(sweep, w, "lockgate") if r.get("commit_ms", 1000) == ms])
+
+        lg = {ms: at("sum_eos", ms) for ms in intervals}
+        alo = {ms: at("sum_alo", ms) for ms in intervals}
         pairs = [
             f"{ms / 1000:g} s: {_ratio_cell(lg[ms], alo[ms])}"
             for ms in intervals

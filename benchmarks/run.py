@@ -179,6 +179,7 @@ class Bench:
             say(f"  !! {tag} failed: {exc!r}")
             self.results["errors"].append(f"{tag}: {exc!r}\n{traceback.format_exc()}")
             res = {"system": system, "workload": workload, "ok": False, "rate": None}
+            res.update(tag=spec.tag, commit_ms=spec.commit_ms)
             res["status"] = f"harness error: {exc!r}"
         finally:
             runner.cleanup_topics(self.admin, self.inputs)
