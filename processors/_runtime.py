@@ -23,6 +23,7 @@ commit.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import logging
 import os
 import signal
@@ -226,8 +227,18 @@ class Runner(BarrierMixin):
                 return 0
             except AbortEpoch as exc:
                 raise FatalKafkaError(f"start-up: {exc}") from exc
+            # What start-up built (modules, the app, clients, settings) lives as long as
+            # the process: the cyclic collector need not walk it again. Its full
+            # collections walked it each time: 11-14% of a busy instance's CPU (keyed sum,
+            # exactly-once, measured with gc.callbacks: 0.65-1.26 s of gen-2 collections
+            # per 400,000 records, 0.1 s frozen). Unreachable cycles are collected first
+            # (none is frozen); unfrozen at the end, so an embedding process (tests)
+            # collects this runner's cycles once it is gone.
+            gc.collect()
+            gc.freeze()
             code = self._loop()
         finally:
+            gc.unfreeze()
             if self._http is not None:
                 self._http.stop()
         if self._hung_clients:

@@ -161,7 +161,7 @@ class StoreCache:
         # far more than the sort costs.
         for key in sorted(self.dirty):
             value = values[key]
-            out[key] = None if value is DELETED else bytes(memoryview(encode(value)))
+            out[key] = None if value is DELETED else memoryview(encode(value)).tobytes()
         self.dirty.clear()
         return out
 

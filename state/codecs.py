@@ -10,7 +10,7 @@ the built-in ones are module-level singletons. :class:`Model` (pydantic v2 model
 from __future__ import annotations
 
 import pickle  # noqa: S403 - only used when the user opts in with PICKLE
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -81,13 +81,13 @@ class _Json:
 class _Str:
     name = "str"
 
+    def __init__(self) -> None:
+        # UTF-8, strict: bytes.decode itself, so decoding a key adds no Python frame.
+        self.decode: Callable[[bytes], Any] = bytes.decode
+
     @staticmethod
     def encode(value: Any) -> bytes:
         return str(value).encode()
-
-    @staticmethod
-    def decode(data: bytes) -> Any:
-        return data.decode()
 
 
 class _Bytes:
