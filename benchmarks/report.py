@@ -250,7 +250,10 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
         "time (output topics use `message.timestamp.type=LogAppendTime`; records are read "
         "back with `read_committed`, so aborted ones never count). Window workload: the input "
         "records consumed between the first and the last output (the group's committed input "
-        "offsets, interpolated between commits at the two append times), over the same span. "
+        "offsets, interpolated between commits at the two append times), over the same span; "
+        "a run with fewer than two commits within its span counts the model's input records "
+        "between the first and the last window-closing record instead (`(m)` in the "
+        "appendix). "
         "Startup, group join and the end-of-input idle time are excluded. `load`: the range "
         "of the 1-min load average before/after the cell's runs."
     )
@@ -778,7 +781,8 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
             "In the order they ran. `load`: the 1-min load average before -> after the run; "
             "`broker idle`: the broker's CPU rate (CPU s/s) measured with nothing running "
             "before the run's block, subtracted from its broker CPU; `wall s`: the whole run "
-            "(start, processing, stop, read-back and check)."
+            "(start, processing, stop, read-back and check); `(m)`: window rate from the "
+            "model's count (fewer than two commits within the output span)."
         )
         a("")
         a(
@@ -789,7 +793,8 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
         for r in runs:
             a(
                 f"| {r.get('tag', '')} | {NAMES.get(r.get('system', ''), r.get('system'))} | "
-                f"{r.get('workload')} | {r.get('commit_ms', '')} | {_fmt(r.get('rate'))} | "
+                f"{r.get('workload')} | {r.get('commit_ms', '')} | {_fmt(r.get('rate'))}"
+                f"{' (m)' if str(r.get('rate_basis', '')).startswith('model') else ''} | "
                 f"{_fmt(r.get('cpu_s_per_m'), 1)} | {_fmt(r.get('broker_cpu_s_per_m'), 1)} "
                 f"({_fmt(r.get('broker_cpu_gross_s_per_m'), 1)}) | "
                 f"{_fmt(r.get('broker_idle_util'), 3)} | {r.get('load_before')} -> "
