@@ -1,1 +1,1 @@
-"""Nexmark on Kafka: lockgate and Flink SQL (python -m benchmarks.nexmark)."""
+"""Nexmark on Kafka: lockgate, Flink SQL and Quix Streams (python -m benchmarks.nexmark)."""

@@ -167,8 +167,8 @@ CREATE TABLE sink ({columns}) WITH (
 
 def run_query(query: str, output: str, group: str, state_dir: str) -> None:
     """Run ``query`` to the end of its bounded input, writing ``output``."""
-    from pyflink.common import Configuration
-    from pyflink.table import EnvironmentSettings, TableEnvironment
+    from pyflink.common import Configuration  # type: ignore[import-not-found,unused-ignore]
+    from pyflink.table import EnvironmentSettings, TableEnvironment  # type: ignore[import-not-found,unused-ignore]
 
     env = os.environ
     params = {

@@ -1,16 +1,19 @@
-"""Nexmark on one broker: lockgate and Flink SQL, query by query, with a result check.
+"""Nexmark on one broker: lockgate, Flink SQL and Quix Streams, query by query, checked.
 
 ``python -m benchmarks.nexmark [--quick] [--events N] [--queries q0,q1,...]
-[--systems lockgate,flink] [--repeat R] [--disorder G]`` (or ``make bench-nexmark``):
+[--systems lockgate,flink,quix] [--repeat R] [--disorder G] [--flink-shared-jvm]`` (or
+``make bench-nexmark``; ``make bench``'s step: :func:`bench_step`, :func:`markdown_section`):
 
 1. the broker (the harness's own on ``BENCH_KAFKA_PORT``, or ``BENCH_BROKER``'s) and its
    idle CPU, measured for 10 s before anything runs;
 2. N events from benchmarks/nexmark/generator.py (seeded) into one topic of
    ``--partitions`` partitions, written once and read by every run;
-3. per query, runs of each system, interleaved (lockgate, flink, lockgate, ...): lockgate
-   (``lockgate run benchmarks.nexmark.apps:<query>``, exactly-once, checkpoints every 1 s;
-   q5 and q7 are two apps, two processes) and Flink (benchmarks/nexmark/flink_job.py:
-   mini-cluster, parallelism 1, checkpoints every 1 s, exactly-once sink);
+3. per query, runs of each system, interleaved (lockgate, flink, quix, lockgate, ...):
+   lockgate (``lockgate run benchmarks.nexmark.apps:<query>``, exactly-once, checkpoints
+   every 1 s; q5 and q7 are two apps, two processes), Flink
+   (benchmarks/nexmark/flink_job.py: mini-cluster, parallelism 1, checkpoints every 1 s,
+   exactly-once sink; with ``--flink-shared-jvm`` one process runs every query) and Quix
+   Streams (benchmarks/nexmark/quix_apps.py: exactly-once, commit interval 1 s);
 4. figures per run, from samples every 0.25 s: the input's committed offsets (consumer
    group), the output's last stable offsets, the CPU of the process tree. The run's span
    starts at the first sample with committed input (so start-up and the first checkpoint
@@ -19,8 +22,8 @@
    same span; peak RSS = the tree's summed VmHWM at the end; broker CPU over the span minus
    its idle rate;
 5. the check: every run's output, read back with ``read_committed``, as a multiset of
-   rows, must equal the first Flink run's output of the same query (and the lockgate runs
-   each other's); on in-order input (the default) the systems must agree exactly;
+   rows, must equal the query's first successful run (lockgate's when it ran); on
+   in-order input (the default) the systems must agree exactly;
 6. benchmarks/RESULTS-nexmark.md and ``benchmarks/out/<timestamp>/nexmark.json``.
 """
 

@@ -39,7 +39,7 @@ import os
 import sys
 from typing import Any
 
-from quixstreams import Application
+from quixstreams import Application  # type: ignore[import-not-found,unused-ignore]
 
 from benchmarks.nexmark.generator import AUCTION, BID, END, PERSON, event_time
 
