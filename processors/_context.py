@@ -120,7 +120,10 @@ def direct_context(emit: Callable[..., None], timers: Any = None) -> Context:
     of :class:`Context`, so ``isinstance`` checks and every other attribute behave as
     usual.
     """
-    cls = type("Context", (Context,), {"__slots__": (), "emit": emit, "__doc__": Context.__doc__})
+    # staticmethod: a plain function must not be bound to the context (a bound method,
+    # what the runtime passes, would not be either way).
+    attrs = {"__slots__": (), "emit": staticmethod(emit), "__doc__": Context.__doc__}
+    cls = type("Context", (Context,), attrs)
     cls.__module__ = Context.__module__
     ctx: Context = cls(emit, timers)
     return ctx

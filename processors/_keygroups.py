@@ -254,7 +254,7 @@ class _BudgetedCache(StoreCache):
         """Drain (:meth:`StoreCache.drain`), sizing the encoded entries.
 
         The size estimate is an average, so large drains are sized from an evenly
-        spread sample of at most ``_SIZE_SAMPLE`` entries (one pass over every entry
+        spread sample of ``_SIZE_SAMPLE`` to ``2 * _SIZE_SAMPLE`` entries (one pass over every entry
         cost a few percent of a busy epoch's CPU).
         """
         out = super().drain()

@@ -218,6 +218,7 @@ class Runner(BarrierMixin):
                 self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms, self._query
             )
             self._http.start()
+        unfreeze = False
         try:
             try:
                 self._setup()
@@ -233,12 +234,15 @@ class Runner(BarrierMixin):
             # exactly-once, measured with gc.callbacks: 0.65-1.26 s of gen-2 collections
             # per 400,000 records, 0.1 s frozen). Unreachable cycles are collected first
             # (none is frozen); unfrozen at the end, so an embedding process (tests)
-            # collects this runner's cycles once it is gone.
+            # collects this runner's cycles once it is gone. Process-wide: when the
+            # embedding process froze objects itself, they stay frozen.
             gc.collect()
+            unfreeze = gc.get_freeze_count() == 0
             gc.freeze()
             code = self._loop()
         finally:
-            gc.unfreeze()
+            if unfreeze:
+                gc.unfreeze()
             if self._http is not None:
                 self._http.stop()
         if self._hung_clients:

@@ -23,6 +23,7 @@ most epochs go first, a hot key survives, and dirty entries are never dropped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import islice
 from typing import Any, Final
 
@@ -159,7 +160,11 @@ class StoreCache:
         # In key order: RocksDB inserts a sorted batch into its memtable 2-3x faster than
         # a hash-ordered one (measured: 1.0-1.8 vs 3.3-4.1 us per entry for 60,000 keys),
         # far more than the sort costs.
-        for key in sorted(self.dirty):
+        try:
+            keys: Iterable[bytes] = sorted(self.dirty)
+        except TypeError:  # keys that do not order (a test codec's): any order will do
+            keys = self.dirty
+        for key in keys:
             value = values[key]
             out[key] = None if value is DELETED else memoryview(encode(value)).tobytes()
         self.dirty.clear()

@@ -83,6 +83,7 @@ class _Str:
 
     def __init__(self) -> None:
         # UTF-8, strict: bytes.decode itself, so decoding a key adds no Python frame.
+        # Takes ``bytes`` only (what Kafka, RocksDB and the runtime hand it).
         self.decode: Callable[[bytes], Any] = bytes.decode
 
     @staticmethod
