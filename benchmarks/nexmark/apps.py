@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from benchmarks.nexmark.generator import AUCTION, BID, PERSON, event_time
+from benchmarks.nexmark.rows import q0_row, q1_row
 from processors import App, Context, Sliding, Tumbling, Watermarks, WindowResult
 
 INPUT = os.environ.get("BENCH_INPUT", "nexmark-events")
@@ -38,43 +39,11 @@ def _is_bid(v: dict[str, Any]) -> bool:
 # --- q0: pass-through -------------------------------------------------------------------
 
 
-def q0_row(v: dict[str, Any]) -> dict[str, Any]:
-    """``auction, bidder, price, dateTime, extra`` of a bid."""
-    b = v["bid"]
-    return {
-        "auction": b["auction"],
-        "bidder": b["bidder"],
-        "price": b["price"],
-        "dateTime": b["dateTime"],
-        "extra": b["extra"],
-    }
-
-
 q0 = App("nexmark-q0")
 q0.stream(INPUT).filter(_is_bid).map(q0_row).to(OUTPUT)
 
 
 # --- q1: currency conversion ------------------------------------------------------------
-
-
-def euro(cents: int) -> str:
-    """``0.908 * price`` exactly, as a decimal with 3 places (Flink's DECIMAL(23, 3))."""
-    milli = cents * 908
-    sign = "-" if milli < 0 else ""
-    milli = abs(milli)
-    return f"{sign}{milli // 1000}.{milli % 1000:03d}"
-
-
-def q1_row(v: dict[str, Any]) -> dict[str, Any]:
-    """A bid with its price in euros."""
-    b = v["bid"]
-    return {
-        "auction": b["auction"],
-        "bidder": b["bidder"],
-        "price": euro(b["price"]),
-        "dateTime": b["dateTime"],
-        "extra": b["extra"],
-    }
 
 
 q1 = App("nexmark-q1")

@@ -880,9 +880,13 @@ def _cleanup_topics(bootstrap: str, run_name: str, keep_broker: bool) -> None:
     if not keep_broker:
         return
     admin = Admin(bootstrap)
-    mine = [t for t in admin.topics() if run_name[-6:] in t or run_name in t]
-    if mine:
-        for fut in admin.admin.delete_topics(mine, operation_timeout=30).values():
+    _delete(admin, [t for t in admin.topics() if run_name[-6:] in t or run_name in t])
+
+
+def _delete(admin: Admin, topics: list[str]) -> None:
+    """Delete ``topics`` (best effort: a failure leaves a topic behind, nothing more)."""
+    if topics:
+        for fut in admin.admin.delete_topics(topics, operation_timeout=30).values():
             try:
                 fut.result(60)
             except Exception:  # noqa: BLE001, S110 - best effort
@@ -982,10 +986,4 @@ def _env_list(name: str, default: list[str]) -> list[str]:
 def _delete_topics(admin: Admin, run_name: str) -> None:
     """Delete the topics of this run (every one holds ``nexmark`` and its short name)."""
     short = run_name[-6:]
-    mine = [t for t in admin.topics() if "nexmark" in t and short in t]
-    if mine:
-        for fut in admin.admin.delete_topics(mine, operation_timeout=30).values():
-            try:
-                fut.result(60)
-            except Exception:  # noqa: BLE001, S110 - best effort
-                pass
+    _delete(admin, [t for t in admin.topics() if "nexmark" in t and short in t])

@@ -42,6 +42,7 @@ from typing import Any
 from quixstreams import Application  # type: ignore[import-not-found,unused-ignore]
 
 from benchmarks.nexmark.generator import AUCTION, BID, END, PERSON, event_time
+from benchmarks.nexmark.rows import q0_row, q1_row
 
 ENV = os.environ
 DELAY_MS = int(ENV.get("NEXMARK_DELAY_MS", "4000"))
@@ -62,33 +63,6 @@ QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8")
 
 def _extract(value: Any, _headers: Any, _ts: int, _type: Any) -> int:
     return event_time(value)
-
-
-def q0_row(v: dict[str, Any]) -> dict[str, Any]:
-    """``auction, bidder, price, dateTime, extra`` of a bid."""
-    b = v["bid"]
-    return {
-        "auction": b["auction"],
-        "bidder": b["bidder"],
-        "price": b["price"],
-        "dateTime": b["dateTime"],
-        "extra": b["extra"],
-    }
-
-
-def euro(cents: int) -> str:
-    """``0.908 * price`` exactly, as a decimal with 3 places (Flink's DECIMAL(23, 3))."""
-    milli = cents * 908
-    sign = "-" if milli < 0 else ""
-    milli = abs(milli)
-    return f"{sign}{milli // 1000}.{milli % 1000:03d}"
-
-
-def q1_row(v: dict[str, Any]) -> dict[str, Any]:
-    """A bid with its price in euros."""
-    row = q0_row(v)
-    row["price"] = euro(row["price"])
-    return row
 
 
 def _q3(value: dict[str, Any], state: Any) -> list[dict[str, Any]]:
