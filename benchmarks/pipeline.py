@@ -710,12 +710,21 @@ def render(p: dict[str, Any], meta: dict[str, Any]) -> list[str]:  # noqa: C901
         f"`{meta.get('uptime_before', '')}`, after `{meta.get('uptime_after', '')}`."
     )
     if meta.get("git_after") and meta["git_after"] != meta.get("git"):
+        from benchmarks.report import _same_runtime
+
         a("")
-        a(
-            "**The lockgate source changed during the run** (others' commits and uncommitted "
-            f"edits in processors/; at the end: git `{meta['git_after']}`): earlier runs "
-            "of this section measured different code than later ones."
-        )
+        if _same_runtime(meta.get("git", ""), meta["git_after"]):
+            a(
+                f"HEAD moved during the run (at the end: git `{meta['git_after']}`), by "
+                "commits outside `processors/` and `state/`: every run measured the same "
+                "lockgate code."
+            )
+        else:
+            a(
+                "**The lockgate source changed during the run** (others' commits and "
+                f"uncommitted edits in processors/; at the end: git `{meta['git_after']}`): "
+                "earlier runs of this section measured different code than later ones."
+            )
     a("")
     a(f"Settings: `{p.get('env_line', '')}`")
     a("")

@@ -746,10 +746,16 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
     after = res.get("git_after")
     if after and after != lg.get("git"):
         a("")
-        a(
-            f"**The lockgate source changed during the run** (at the end: git `{after}`): "
-            "runs before and after the change measured different code."
-        )
+        if _same_runtime(lg.get("git", ""), after):
+            a(
+                f"HEAD moved during the run (at the end: git `{after}`), by commits outside "
+                "`processors/` and `state/`: every run measured the same lockgate code."
+            )
+        else:
+            a(
+                f"**The lockgate source changed during the run** (at the end: git `{after}`): "
+                "runs before and after the change measured different code."
+            )
     a("")
     a("## Commands")
     a("")
@@ -908,6 +914,27 @@ def _bounds(profiles: dict[str, Any]) -> str:
             "is Python bytecode and allocation, i.e. interpreter overhead per record."
         )
     return " ".join(parts)
+
+
+def _same_runtime(before: str, after: str) -> bool:
+    """Whether git revisions ``before`` and ``after`` (as recorded: a short hash, maybe
+    followed by "+ uncommitted changes ...") have the same ``processors/`` and ``state/``.
+
+    False when either carries uncommitted changes or git cannot tell.
+    """
+
+    if not before or not after or " " in before or " " in after:
+        return False
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "diff", "--quiet", before, after, "--", "processors", "state"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0
 
 
 def _records_for(cfg: dict[str, Any], system: str) -> int:
