@@ -60,6 +60,20 @@ def _fleets(
     return click, region
 
 
+def _wait_stable(*fleets: PipelineFleet) -> None:
+    """Wait until every instance of ``fleets`` owns two key groups (the groups formed)."""
+
+    def stable() -> bool:
+        owned = [
+            metric(http_get(port, "/metrics")[1], "lockgate_key_groups_assigned")
+            for fleet in fleets
+            for port in fleet.ports.values()
+        ]
+        return bool(owned) and owned == [2.0] * len(owned)
+
+    wait_until(stable, timeout=60, what="both groups with two key groups per instance")
+
+
 @pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
 def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
     kafka_bootstrap: str, tmp_path: Path, alignment: str
@@ -75,9 +89,9 @@ def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
         "LOCKGATE_SAVEPOINT_DIR": str(sp_dir),
         "LOCKGATE_ALIGNMENT": alignment,
     }
-    # Fed from when the apps start, over 15 s: the stop-with-savepoint lands mid-stream
-    # even when the apps take seconds to start (a loaded machine; fed from before their
-    # start, the backlog could all be processed before the trigger).
+    # Fed once both groups have formed, over 15 s: the stop-with-savepoint lands
+    # mid-stream even when the apps take seconds to start and rebalance (a loaded machine:
+    # fed earlier, the whole input could be processed before the trigger).
     feeder = ClickFeeder(kafka_bootstrap, topics.clicks, total, rate=800, users=40, regions=5)
     first = _fleets(kafka_bootstrap, topics, tmp_path / "a", **common)
     (tmp_path / "a").mkdir()
@@ -87,6 +101,7 @@ def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
     try:
         for fleet in first:
             fleet.start_all()
+        _wait_stable(*first)
         feeder.start()
         read_topic(kafka_bootstrap, topics.totals, expected=1500, timeout=90, idle=0)
         env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
@@ -148,16 +163,8 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
         region.start_all()
         read_topic(kafka_bootstrap, topics.totals, expected=800, timeout=90, idle=0)
 
-        def stable() -> bool:  # a stopped member in the middle of a rebalance stalls it all
-            owned = []
-            for fleet in (click, region):
-                for port in fleet.ports.values():
-                    owned.append(
-                        metric(http_get(port, "/metrics")[1], "lockgate_key_groups_assigned")
-                    )
-            return owned == [2.0, 2.0, 2.0, 2.0]
-
-        wait_until(stable, timeout=60, what="both groups with two key groups per instance")
+        # A stopped member in the middle of a rebalance stalls it all.
+        _wait_stable(click, region)
         time.sleep(1)
         port = region.ports["r1"]
         # An epoch that met the start-up rebalance aborts (ILLEGAL_GENERATION: r2 joined
