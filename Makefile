@@ -54,6 +54,13 @@ test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
 test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
     tests/integration/test_pipeline_savepoint.py tests/integration/test_stranded_partitions.py \
     tests/integration/test_subscription_change.py
+# Each lane's whole output is also kept in $(TEST_LOGS)/<lane>.log; when a phase fails, its
+# lanes' FAILED/ERROR summary lines are repeated last, so the tail of a CI log names them.
+TEST_LOGS := build/test-logs
+lane_failures = for lane in $(1); do \
+	  { grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error).* =+$$' $(TEST_LOGS)/$$lane.log \
+	    || tail -n 5 $(TEST_LOGS)/$$lane.log; } 2>/dev/null | sed "s/^/make test: [$$lane] /" >&2; done
+
 test: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}/.cache}/lockgate/k8s}
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos, k8s (when built)
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
@@ -69,32 +76,36 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# pytest's exit 5 (nothing collected, e.g. a -k in PYTEST_ARGS) is not a failure.
 	@# $(SUBMAKE), not the MAKE variable: a dry run (make -n) must not run this line.
 	@set -o pipefail; \
+	mkdir -p $(TEST_LOGS); \
 	setsid bash -o pipefail -c '$(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 \
-	    $(PYTEST_ARGS) tests/spark 2>&1 | sed -u "s/^/[spark] /"' & spark=$$!; \
+	    $(PYTEST_ARGS) tests/spark 2>&1 | tee $(TEST_LOGS)/spark.log | sed -u "s/^/[spark] /"' & spark=$$!; \
 	trap 'kill -- -$$spark 2>/dev/null' INT TERM; \
 	checks=0; \
 	{ $(SUBMAKE) --no-print-directory lint typecheck docs-api && docker/ensure-engine.sh \
 	  && { $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) \
 	       tests/unit tests/deploy $(CHECKS_LANE_TESTS) || [ $$? -eq 5 ]; }; \
-	} 2>&1 | sed -u 's/^/[checks] /' || checks=$$?; \
+	} 2>&1 | tee $(TEST_LOGS)/checks.log | sed -u 's/^/[checks] /' || checks=$$?; \
 	if [ $$checks -ne 0 ]; then kill -- -$$spark 2>/dev/null; fi; \
 	sparkrc=0; wait $$spark || sparkrc=$$?; \
 	if [ $$sparkrc -eq 5 ]; then sparkrc=0; fi; \
 	if [ $$checks -ne 0 ] || [ $$sparkrc -ne 0 ]; then \
+	    $(call lane_failures,checks spark); \
 	    echo "make test: phase 1 failed (checks exit $$checks, spark exit $$sparkrc)" >&2; exit 1; fi
 	@set -o pipefail; \
 	setsid bash -o pipefail -c '$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 \
-	    $(PYTEST_ARGS) $(FAULTS_LANE_TESTS) 2>&1 | sed -u "s/^/[faults] /"' & faults=$$!; \
+	    $(PYTEST_ARGS) $(FAULTS_LANE_TESTS) 2>&1 | tee $(TEST_LOGS)/faults.log \
+	    | sed -u "s/^/[faults] /"' & faults=$$!; \
 	trap 'kill -- -$$faults 2>/dev/null' INT TERM; \
 	integration=0; \
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 $(PYTEST_ARGS) tests \
 	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark --ignore=tests/k8s \
 	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS) $(FAULTS_LANE_TESTS)) 2>&1 \
-	    | sed -u 's/^/[integration] /' || integration=$$?; \
+	    | tee $(TEST_LOGS)/integration.log | sed -u 's/^/[integration] /' || integration=$$?; \
 	if [ $$integration -eq 5 ]; then integration=0; fi; \
 	faultsrc=0; wait $$faults || faultsrc=$$?; \
 	if [ $$faultsrc -eq 5 ]; then faultsrc=0; fi; \
 	if [ $$integration -ne 0 ] || [ $$faultsrc -ne 0 ]; then \
+	    $(call lane_failures,faults integration); \
 	    echo "make test: phase 2 failed (integration exit $$integration, faults exit $$faultsrc)" >&2; exit 1; fi
 	@cache="$(K8S_CACHE)"; \
 	if [ "$$(id -u)" -eq 0 ] && [ -x "$$cache/bin/kube-apiserver" ] && [ -x "$$cache/bin/kubelet" ] \
