@@ -61,7 +61,8 @@ ENTRY_SIZE_FACTOR = 2
 ENTRY_OVERHEAD_BYTES = 120
 #: What an entry is counted at before any was read or written.
 _INITIAL_ENTRY_BYTES = 256
-#: drained entries sized per drain at most (the rest is extrapolated)
+#: drained entries sized per drain: all up to this many, else a spread sample of this to
+#: twice this many (the rest is extrapolated)
 _SIZE_SAMPLE = 512
 #: cgroup v2 and v1 files holding the container's memory limit.
 _CGROUP_LIMITS = (
@@ -253,19 +254,16 @@ class _BudgetedCache(StoreCache):
     def drain(self) -> dict[bytes, bytes | None]:
         """Drain (:meth:`StoreCache.drain`), sizing the encoded entries.
 
-        The size estimate is an average, so large drains are sized from an evenly
-        spread sample of ``_SIZE_SAMPLE`` to ``2 * _SIZE_SAMPLE`` entries (one pass over every entry
-        cost a few percent of a busy epoch's CPU).
+        The size estimate is an average, so a drain is sized from an evenly spread sample:
+        every entry up to ``_SIZE_SAMPLE``, else every ``n // _SIZE_SAMPLE``-th (``_SIZE_SAMPLE``
+        to ``2 * _SIZE_SAMPLE`` entries), scaled to ``n`` (one pass over every entry of a large
+        drain cost a few percent of a busy epoch's CPU).
         """
         out = super().drain()
         n = len(out)
-        if n <= _SIZE_SAMPLE:
-            for key, raw in out.items():
-                self._seen += _entry_bytes(key, raw)
-        else:
-            step = n // _SIZE_SAMPLE
+        if n:
             sampled = seen = 0
-            for key, raw in islice(out.items(), 0, None, step):
+            for key, raw in islice(out.items(), 0, None, max(1, n // _SIZE_SAMPLE)):
                 seen += _entry_bytes(key, raw)
                 sampled += 1
             self._seen += seen * n // sampled
