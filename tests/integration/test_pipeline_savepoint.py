@@ -237,14 +237,17 @@ def test_cancelled_stop_with_savepoint_resumes_both_apps_exactly(
     total = 9000
     sp_dir = tmp_path / "savepoints"
     common = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "300", "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
-    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, total, rate=1000, users=40, regions=5)
-    feeder.start()
+    # Fed once both groups have formed, over 15 s (as in the test above: fed earlier, a
+    # slow start could let the whole input be processed before the trigger).
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, total, rate=600, users=40, regions=5)
     fleets = _fleets(kafka_bootstrap, topics, tmp_path, **common)
     cli_env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
     codes: dict[str, int] = {}
     try:
         for fleet in fleets:
             fleet.start_all()
+        _wait_stable(*fleets)
+        feeder.start()
         read_topic(kafka_bootstrap, topics.totals, expected=1500, timeout=90, idle=0)
         trig = lockgate_cli(
             cli_env, "savepoint", "trigger", "--pipeline", topics.click_app, "--stop"
@@ -259,7 +262,8 @@ def test_cancelled_stop_with_savepoint_resumes_both_apps_exactly(
         )
         cancel = lockgate_cli(cli_env, "savepoint", "cancel", sp_id, "--pipeline", topics.click_app)
         assert cancel.returncode == 0, cancel.stderr
-        feeder.join(60)
+        feeder.join(120)
+        assert feeder.error is None
         counts = read_topic(kafka_bootstrap, topics.counts, expected=total, timeout=120, idle=2)
         totals = read_topic(kafka_bootstrap, topics.totals, expected=total, timeout=60, idle=2)
     finally:
