@@ -54,8 +54,9 @@ test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
 test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
     tests/integration/test_pipeline_savepoint.py tests/integration/test_stranded_partitions.py \
     tests/integration/test_subscription_change.py
-# Each lane's whole output is also kept in $(TEST_LOGS)/<lane>.log; when a phase fails, its
-# lanes' FAILED/ERROR summary lines are repeated last, so the tail of a CI log names them.
+# Each lane's whole output is also kept in $(TEST_LOGS)/<lane>.log. When a phase fails, the
+# FAILED/ERROR summary lines of its failed lanes (else their last lines) are repeated last,
+# so the tail of a CI log names the failing tests.
 TEST_LOGS := build/test-logs
 lane_failures = for lane in $(1); do \
 	  { grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error).* =+$$' $(TEST_LOGS)/$$lane.log \
@@ -89,7 +90,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	sparkrc=0; wait $$spark || sparkrc=$$?; \
 	if [ $$sparkrc -eq 5 ]; then sparkrc=0; fi; \
 	if [ $$checks -ne 0 ] || [ $$sparkrc -ne 0 ]; then \
-	    $(call lane_failures,checks spark); \
+	    $(call lane_failures,$$([ $$checks -eq 0 ] || echo checks) $$([ $$sparkrc -eq 0 ] || echo spark)); \
 	    echo "make test: phase 1 failed (checks exit $$checks, spark exit $$sparkrc)" >&2; exit 1; fi
 	@set -o pipefail; \
 	setsid bash -o pipefail -c '$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 \
@@ -105,7 +106,8 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	faultsrc=0; wait $$faults || faultsrc=$$?; \
 	if [ $$faultsrc -eq 5 ]; then faultsrc=0; fi; \
 	if [ $$integration -ne 0 ] || [ $$faultsrc -ne 0 ]; then \
-	    $(call lane_failures,faults integration); \
+	    $(call lane_failures,$$([ $$faultsrc -eq 0 ] || echo faults) \
+	        $$([ $$integration -eq 0 ] || echo integration)); \
 	    echo "make test: phase 2 failed (integration exit $$integration, faults exit $$faultsrc)" >&2; exit 1; fi
 	@cache="$(K8S_CACHE)"; \
 	if [ "$$(id -u)" -eq 0 ] && [ -x "$$cache/bin/kube-apiserver" ] && [ -x "$$cache/bin/kubelet" ] \
