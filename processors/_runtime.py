@@ -73,6 +73,27 @@ from state.primitives import live_value
 
 log = logging.getLogger("lockgate.runtime")
 
+#: The signal of a SIGTERM/SIGINT that arrived before a runner handled them (while the
+#: CLI loaded the app and built the runner), see :func:`defer_stop_signals`; 0 if none.
+_early_stop_signal = 0
+
+
+def _note_early_stop(signum: int, frame: FrameType | None) -> None:
+    global _early_stop_signal  # noqa: PLW0603 - written by a signal handler, read once
+    _early_stop_signal = signum
+
+
+def defer_stop_signals() -> None:
+    """Hold SIGTERM/SIGINT until :meth:`Runner.run` installs its handlers.
+
+    Called first thing by ``lockgate run``: a stop asked for while the app module is
+    imported (seconds for a heavy app on a busy node) is honoured when the runner starts
+    (it stops at once, exit code 0) instead of killing the process by the default action.
+    """
+    signal.signal(signal.SIGTERM, _note_early_stop)
+    signal.signal(signal.SIGINT, _note_early_stop)
+
+
 #: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
 _INPUT_CHECK_S = 30.0
 #: How often an instance looks for partitions no member of its (stable) group owns.
@@ -188,6 +209,12 @@ class Runner(BarrierMixin):
         """
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
+        if _early_stop_signal:
+            log.info(
+                "stop requested while starting",
+                extra={"signal": signal.Signals(_early_stop_signal).name},
+            )
+            self._stop = True
         if hasattr(signal, "SIGUSR2"):
             # `kill -USR2 <pid>` prints every thread's stack to stderr: what a stuck
             # instance is waiting in, without stopping it.

@@ -31,7 +31,7 @@ from processors._ops import (
     resolve_apps,
     trigger_savepoint,
 )
-from processors._runtime import run_app
+from processors._runtime import defer_stop_signals, run_app
 from processors._settings import Settings, load_settings
 from processors._spark_cli import parse_spark_conf, spark_options
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
@@ -118,6 +118,7 @@ def main() -> None:
 )
 def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: bool) -> None:
     """Run the app MODULE:APP until SIGTERM/SIGINT."""
+    defer_stop_signals()
     app = load_app(app_spec)
     settings = _settings(app)
     if from_savepoint is not None or allow_non_restored_state:

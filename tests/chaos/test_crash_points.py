@@ -45,22 +45,26 @@ def test_crashes_inside_the_commit_sequence_and_restore(
     env["LOCKGATE_TEST_CRASH_POINTS"] = POINTS
     env["LOCKGATE_RESTORE_BATCH_RECORDS"] = "25"
     env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "150"
-    # 30 s of input: a restart after a crash before the commit can take ~10 s (the new
-    # producer's init_transactions waits for the old transaction's abort), and 20 s gave
-    # only 5 crashes once.
-    feeder = InputFeeder(
-        kafka_bootstrap, inp, total=max(12000, MIN_CRASHES * 2000), rate=400, keys=400
-    )
+    # Input flows at least 30 s and until MIN_CRASHES crashes happened: a restart after a
+    # crash before the commit can take ~10 s (the new producer's init_transactions waits
+    # for the old transaction's abort), and a fixed 20 s of input gave only 5 crashes once.
+    feeder = InputFeeder(kafka_bootstrap, inp, total=400 * 600, rate=400, keys=400)
     fleet = Fleet("examples.running_sum:app", env, tmp_path, ["c1", "c2"])
     for iid in fleet.ids:
         fleet.env["CHAOS_PROCESS_SEED"] = str(rng.getrandbits(64))
         fleet.start(iid)
     feeder.start()
     crashes: dict[str, int] = {}
-    deadline = time.monotonic() + 600
+    started = time.monotonic()
+    deadline = started + 300
     try:
         while feeder.is_alive():
-            assert time.monotonic() < deadline, f"feeder too slow; crashes so far {crashes}"
+            now = time.monotonic()
+            assert now < deadline, f"only {crashes} after {now - started:.0f} s"
+            if sum(crashes.values()) >= MIN_CRASHES and now - started >= 30:
+                feeder.stop()
+                feeder.join(60)
+                break
             time.sleep(0.3)
             for iid in fleet.ids:
                 proc = fleet.procs[iid]

@@ -8,6 +8,7 @@ committed output is still empty, and only the SIGTERM's final commit makes it ex
 from __future__ import annotations
 
 import random
+import signal
 from pathlib import Path
 
 from tests.integration._util import committed_offsets, free_port, http_get, metric
@@ -71,3 +72,43 @@ def test_sigterm_commits_the_open_epoch(kafka_bootstrap: str, names, tmp_path: P
     for m in read_all(kafka_bootstrap, inp, expected=N, idle=0.5):
         counts[m.partition()] += 1
     assert {tp.partition: tp.offset for tp in offsets} == counts
+
+
+def test_sigterm_while_the_app_module_loads_stops_cleanly(
+    kafka_bootstrap: str,
+    names,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """A SIGTERM during the app's import is honoured once the runner starts: exit 0.
+
+    (It used to kill the process by the default action, exit -15, before any handler.)
+    """
+    app_name, inp, out = names("early-stop"), names("early-stop-in"), names("early-stop-out")
+    create_topic(kafka_bootstrap, inp, 2)
+    marker = tmp_path / "importing"
+    (tmp_path / "slow_import_app.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(marker)!r}).touch()\n"
+        "time.sleep(4)  # a heavy import\n"
+        "from examples.running_sum import app  # noqa: E402\n"
+    )
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app_name,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
+        "LOCKGATE_INSTANCE_ID": "i1",
+        "PYTHONPATH": str(tmp_path),
+    }
+    app = AppProcess("slow_import_app:app", env, tmp_path / "app.log").start()
+    try:
+        wait_until(marker.exists, 60, what="the app module importing")
+        app.signal(signal.SIGTERM)
+        code = app.wait(90)
+    finally:
+        if app.alive:
+            app.kill9()
+    log = app.log_text()
+    assert code == 0, log[-3000:]
+    assert "stop requested while starting" in log, log[-3000:]
