@@ -82,17 +82,16 @@ def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
     topics = Topics.fresh("sp-pipe")
     create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
     create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
-    total = 12000
     sp_dir = tmp_path / "savepoints"
     common = {
         "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
         "LOCKGATE_SAVEPOINT_DIR": str(sp_dir),
         "LOCKGATE_ALIGNMENT": alignment,
     }
-    # Fed once both groups have formed, over 15 s: the stop-with-savepoint lands
-    # mid-stream even when the apps take seconds to start and rebalance (a loaded machine:
-    # fed earlier, the whole input could be processed before the trigger).
-    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, total, rate=800, users=40, regions=5)
+    # Fed from when both groups have formed until the restored apps have run a few
+    # seconds: the stop-with-savepoint lands mid-stream however slowly the apps start,
+    # rebalance or stop (a loaded machine: a fixed feed could be processed before it).
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 10**6, rate=800, users=40, regions=5)
     first = _fleets(kafka_bootstrap, topics, tmp_path / "a", **common)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -114,20 +113,23 @@ def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
         for fleet in first:
             codes.update(fleet.stop_all())
         assert set(codes.values()) == {0}, (codes, logs)
-        halted_totals = len(
-            data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, timeout=30, idle=1))
-        )
-        assert 0 < halted_totals < total, halted_totals
+        halted_totals = count_committed_data(kafka_bootstrap, topics.totals)
+        assert halted_totals > 0
 
         restore = {**common, "LOCKGATE_FROM_SAVEPOINT": sp_id}
         second = _fleets(kafka_bootstrap, topics, tmp_path / "b", **restore)
         for fleet in second:
             fleet.start_all()
-        feeder.join(120)
+        time.sleep(3)
+        feeder.stop()
+        feeder.join(60)
         assert feeder.error is None
+        total = len(feeder.produced)
+        assert halted_totals < total, (halted_totals, total)
         counts = read_topic(kafka_bootstrap, topics.counts, expected=total, timeout=180, idle=2)
         totals = read_topic(kafka_bootstrap, topics.totals, expected=total, timeout=60, idle=2)
     finally:
+        feeder.stop()
         for fleet in (*first, *second):
             for proc in fleet.procs.values():
                 if proc.alive:
@@ -165,11 +167,20 @@ def test_stopped_upstream_switches_to_unaligned_and_fails_savepoint(
 
         # A stopped member in the middle of a rebalance stalls it all.
         _wait_stable(click, region)
-        time.sleep(1)
         port = region.ports["r1"]
         # An epoch that met the start-up rebalance aborts (ILLEGAL_GENERATION: r2 joined
         # while r1 committed): that is not the stalled upstream's doing, so only aborts
-        # after the SIGSTOP count.
+        # after the SIGSTOP count, read once r1 has committed two epochs since the groups
+        # formed (a start-up abort and its producer replacement are over by then).
+        committed = metric(http_get(port, "/metrics")[1], "lockgate_epochs_committed_total") or 0
+        wait_until(
+            lambda: (
+                (metric(http_get(port, "/metrics")[1], "lockgate_epochs_committed_total") or 0)
+                >= committed + 2
+            ),
+            60,
+            what="two epochs committed by r1",
+        )
         aborted_before = metric(http_get(port, "/metrics")[1], "lockgate_epochs_aborted_total")
         stopped = click.procs["c2"]
         stopped.signal(signal.SIGSTOP)
@@ -234,12 +245,11 @@ def test_cancelled_stop_with_savepoint_resumes_both_apps_exactly(
     topics = Topics.fresh("sp-cancel")
     create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
     create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
-    total = 9000
     sp_dir = tmp_path / "savepoints"
     common = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "300", "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
-    # Fed once both groups have formed, over 15 s (as in the test above: fed earlier, a
-    # slow start could let the whole input be processed before the trigger).
-    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, total, rate=600, users=40, regions=5)
+    # Fed from when both groups have formed until a few seconds after the cancel (as in
+    # the first test: a fixed feed could be processed before the trigger).
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 10**6, rate=600, users=40, regions=5)
     fleets = _fleets(kafka_bootstrap, topics, tmp_path, **common)
     cli_env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
     codes: dict[str, int] = {}
@@ -254,19 +264,20 @@ def test_cancelled_stop_with_savepoint_resumes_both_apps_exactly(
         )
         assert trig.returncode == 0, trig.stderr[-3000:]
         sp_id = trig.stdout.strip().splitlines()[-1]
-        halted = len(data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, idle=1)))
+        halted = count_committed_data(kafka_bootstrap, topics.totals)
         time.sleep(2)  # halted: nothing more is committed
-        assert (
-            len(data_records(read_topic(kafka_bootstrap, topics.totals, expected=0, idle=1)))
-            == halted
-        )
+        assert count_committed_data(kafka_bootstrap, topics.totals) == halted
         cancel = lockgate_cli(cli_env, "savepoint", "cancel", sp_id, "--pipeline", topics.click_app)
         assert cancel.returncode == 0, cancel.stderr
-        feeder.join(120)
+        time.sleep(3)
+        feeder.stop()
+        feeder.join(60)
         assert feeder.error is None
+        total = len(feeder.produced)
         counts = read_topic(kafka_bootstrap, topics.counts, expected=total, timeout=120, idle=2)
         totals = read_topic(kafka_bootstrap, topics.totals, expected=total, timeout=60, idle=2)
     finally:
+        feeder.stop()
         for fleet in fleets:
             codes.update(fleet.stop_all())
     logs = "\n".join(f.logs() for f in fleets)
