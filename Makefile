@@ -58,6 +58,9 @@ test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
 # FAILED/ERROR summary lines of its failed lanes (else their last lines) are repeated last,
 # so the tail of a CI log names the failing tests.
 TEST_LOGS := build/test-logs
+# Parallel lanes pick ports from ranges of their own (tests/support/ports.py, the pytest
+# plugin's), below the kernel's ephemeral ports: two lanes never pick the same port.
+lane_ports = LOCKGATE_TEST_PORT_RANGE=$(1) LOCKGATE_TEST_PLUGIN_PORTS=$(2)
 lane_failures = for lane in $(1); do \
 	  { grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error).* =+$$' $(TEST_LOGS)/$$lane.log \
 	    || tail -n 5 $(TEST_LOGS)/$$lane.log; } 2>/dev/null | sed "s/^/make test: [$$lane] /" >&2; done
@@ -78,12 +81,13 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# $(SUBMAKE), not the MAKE variable: a dry run (make -n) must not run this line.
 	@set -o pipefail; \
 	mkdir -p $(TEST_LOGS); \
-	setsid bash -o pipefail -c '$(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 \
-	    $(PYTEST_ARGS) tests/spark 2>&1 | tee $(TEST_LOGS)/spark.log | sed -u "s/^/[spark] /"' & spark=$$!; \
+	setsid bash -o pipefail -c '$(call lane_ports,23000-23999,24000-24499) \
+	    $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) tests/spark 2>&1 | tee $(TEST_LOGS)/spark.log | sed -u "s/^/[spark] /"' & spark=$$!; \
 	trap 'kill -- -$$spark 2>/dev/null' INT TERM; \
 	checks=0; \
 	{ $(SUBMAKE) --no-print-directory lint typecheck docs-api && docker/ensure-engine.sh \
-	  && { $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) \
+	  && { $(call lane_ports,20000-21999,22000-22999) \
+	       $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) \
 	       tests/unit tests/deploy $(CHECKS_LANE_TESTS) || [ $$? -eq 5 ]; }; \
 	} 2>&1 | tee $(TEST_LOGS)/checks.log | sed -u 's/^/[checks] /' || checks=$$?; \
 	if [ $$checks -ne 0 ]; then kill -- -$$spark 2>/dev/null; fi; \
@@ -93,11 +97,13 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	    $(call lane_failures,$$([ $$checks -eq 0 ] || echo checks) $$([ $$sparkrc -eq 0 ] || echo spark)); \
 	    echo "make test: phase 1 failed (checks exit $$checks, spark exit $$sparkrc)" >&2; exit 1; fi
 	@set -o pipefail; \
-	setsid bash -o pipefail -c '$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 \
+	setsid bash -o pipefail -c '$(call lane_ports,24500-27499,27500-28999) \
+	    $(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 \
 	    $(PYTEST_ARGS) $(FAULTS_LANE_TESTS) 2>&1 | tee $(TEST_LOGS)/faults.log \
 	    | sed -u "s/^/[faults] /"' & faults=$$!; \
 	trap 'kill -- -$$faults 2>/dev/null' INT TERM; \
 	integration=0; \
+	$(call lane_ports,29000-31499,31500-32699) \
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 $(PYTEST_ARGS) tests \
 	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark --ignore=tests/k8s \
 	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS) $(FAULTS_LANE_TESTS)) 2>&1 \

@@ -107,7 +107,9 @@ ENV_IMAGE = "LOCKGATE_TEST_KAFKA_IMAGE"
 ENV_BOOTSTRAP = "LOCKGATE_TEST_BOOTSTRAP"
 #: Host ports for host-network containers (local broker, processor containers), ``lo-hi``.
 ENV_PORTS = "LOCKGATE_TEST_PLUGIN_PORTS"
-DEFAULT_PORTS = "40000-44999"
+#: Below Linux's default ephemeral range (32768-60999): no outgoing connection takes a
+#: picked port before the broker or app binds it, or while a restarted broker is down.
+DEFAULT_PORTS = "21000-25999"
 
 MODES = ("auto", "external", "official", "local")
 INSTALL_HINT = "pip install 'lockgate[testing]'"
@@ -340,7 +342,7 @@ def free_port(count: int = 1, ports: str | None = None) -> int:
     """Return a port p such that p .. p+count-1 are free on 127.0.0.1 right now.
 
     Ports come from ``ports`` (``lo-hi``), else ``LOCKGATE_TEST_PLUGIN_PORTS`` (default
-    40000-44999).
+    21000-25999, below Linux's default ephemeral ports).
     """
     lo, hi = _port_range(ports)
     candidates = list(range(lo, hi - count + 2))

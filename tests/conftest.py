@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,26 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.kafka import unique
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKER = ROOT / "docker" / "kafka" / "broker.sh"
 
 
 def _free_port_pair() -> int:
-    """Return a port p such that p and p+1 are free on 127.0.0.1."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65000:
-            continue
-        with socket.socket() as s2:
-            try:
-                s2.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free port pair")
+    """Return a port p such that p and p+1 are free on 127.0.0.1 (tests/support/ports.py)."""
+    return free_port(2)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -33,6 +32,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from tests.chaos._harness import Fleet
 from tests.support.kafka import unique
+from tests.support.ports import free_port
 from tests.support.procs import AppProcess
 
 CLICK_SPEC = "examples.click_pipeline:click_app"
@@ -185,17 +185,11 @@ class PipelineFleet(Fleet):
             "LOCKGATE_STATE_DIR": str(self.state_dir(iid)),
         }
         if self._with_ports:
-            env["LOCKGATE_HTTP_PORT"] = str(self.ports.setdefault(iid, _free_port()))
+            env["LOCKGATE_HTTP_PORT"] = str(self.ports.setdefault(iid, free_port()))
         proc = AppProcess(self.spec, env, self.root / f"{iid}.log").start()
         self.procs[iid] = proc
         self.starts += 1
         return proc
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ----------------------------------------------------------------------------- reading

@@ -24,6 +24,7 @@ from tests.chaos._harness import Fleet, InputFeeder, chaos_env
 from tests.conftest import BROKER, _free_port_pair
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, read_all, read_inputs, unique
+from tests.support.procs import wait_until
 
 
 class Broker:
@@ -38,6 +39,8 @@ class Broker:
             "LOCKGATE_KAFKA_CONTROLLER_PORT": str(self.port + 1),
             "LOCKGATE_KAFKA_DATA_DIR": str(data_dir),
             "LOCKGATE_KAFKA_PYTHON": sys.executable,
+            # A JVM start after a kill -9 (log recovery) on a loaded machine can be slow.
+            "LOCKGATE_KAFKA_READY_TIMEOUT": "240",
         }
         self.bootstrap = f"127.0.0.1:{self.port}"
 
@@ -77,7 +80,14 @@ def test_broker_restarts_while_input_flows(tmp_path: Path) -> None:
         fleet.start_all()
         feeder = InputFeeder(bootstrap, inp, total=4000, rate=100, keys=40)
         feeder.start()
-        time.sleep(rng.uniform(6, 9))
+        # The broker goes away once both instances run (past start-up: a start against a
+        # broker that is down is not what this test is about).
+        wait_until(
+            lambda: all("assigned" in p.log_text() for p in fleet.procs.values()),
+            90,
+            what="both instances assigned",
+        )
+        time.sleep(rng.uniform(3, 6))
         broker.down()  # clean stop
         time.sleep(rng.uniform(2, 6))
         broker.up()

@@ -42,8 +42,9 @@ from tests.chaos._harness import Fleet, InputFeeder, chaos_env
 from tests.conftest import BROKER, _free_port_pair
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, read_all, read_inputs, unique
+from tests.support.ports import free_port
 from tests.support.procs import AppProcess, wait_until
-from tests.support.toxiproxy import ToxiproxyServer, free_port
+from tests.support.toxiproxy import ToxiproxyServer
 
 PARTITIONS = 4
 SESSION_TIMEOUT_S = 6.0  # chaos_env's LOCKGATE_KAFKA__SESSION_TIMEOUT_MS
@@ -217,6 +218,7 @@ def test_network_faults_between_one_instance_and_the_broker(tmp_path: Path) -> N
     toxiproxy = ToxiproxyServer(tmp_path / "toxiproxy.log").start()  # builds it on first use
     broker = ProxiedBroker(tmp_path / "kafka")
     fleet: SplitFleet | None = None
+    feeder: InputFeeder | None = None
     try:
         broker.up()
         proxy = toxiproxy.api.create_proxy(
@@ -249,10 +251,9 @@ def test_network_faults_between_one_instance_and_the_broker(tmp_path: Path) -> N
             },
         )
         fleet.start_all()
-        # Input flows through every phase: the feeder is stopped once they are over (the
-        # "+ 40" only bounds it if the waits for a steady pair take long).
-        planned = 8 + latency_s + stall_s + sum(a + b for a, b in resets) + cutoff_s + 40
-        feeder = InputFeeder(broker.bootstrap, inp, total=int(planned * 100), rate=100, keys=40)
+        # Input flows through every phase, however long the waits for a steady pair take:
+        # the feeder is stopped once they are over (the total only bounds a runaway).
+        feeder = InputFeeder(broker.bootstrap, inp, total=100 * 3600, rate=100, keys=40)
         feeder.start()
         t0 = time.monotonic()
         watch = LivezWatch(http, t0)
@@ -306,10 +307,11 @@ def test_network_faults_between_one_instance_and_the_broker(tmp_path: Path) -> N
         before = committed(broker.bootstrap, app, inp)
         cut = time.monotonic()
         proxy.disable()
-        # i2 takes over every key group once i1's session expired ...
+        # i2 takes over every key group once i1's session expired ... (the cut lasts as
+        # long as this takes: on a loaded machine more than the planned cutoff_s)
         wait_until(
             lambda: members(admin, app) == {"i2": set(range(PARTITIONS))},
-            cutoff_s - 2,
+            60,
             interval=0.5,
             what="i2 holding every key group",
         )
@@ -317,7 +319,7 @@ def test_network_faults_between_one_instance_and_the_broker(tmp_path: Path) -> N
         # ... and commits them (i1's former ones too) while i1 is still away.
         wait_until(
             lambda: all(v > before[p] for p, v in committed(broker.bootstrap, app, inp).items()),
-            max(1.0, cutoff_s - (time.monotonic() - cut)),
+            60,
             interval=0.5,
             what="i2 committing every input partition",
         )
@@ -379,6 +381,8 @@ def test_network_faults_between_one_instance_and_the_broker(tmp_path: Path) -> N
             print(fleet.logs())
         raise
     finally:
+        if feeder is not None:
+            feeder.stop()
         if fleet is not None:
             for p in fleet.procs.values():
                 if p.alive:

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_get(port: int, path: str, timeout: float = 5) -> tuple[int, str]:

@@ -17,6 +17,7 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.support.kafka import create_topic, read_all
+from tests.support.ports import free_port
 from tests.support.procs import AppProcess, wait_until
 
 SPEC = "tests.integration.apps.rates:app"
@@ -50,9 +51,7 @@ def _outputs(bootstrap: str, topic: str, n: int) -> dict[int, dict[str, Any]]:
 def test_global_table_loaded_before_ready_updated_live_and_reloaded(  # type: ignore[no-untyped-def]
     kafka_bootstrap: str, names, tmp_path: Path
 ) -> None:
-    from tests.chaos._pipeline import _free_port
-
-    port = _free_port()
+    port = free_port()
     env = {
         "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "LOCKGATE_APP_NAME": names("rates"),

@@ -9,9 +9,10 @@ import threading
 import time
 from pathlib import Path
 
-from tests.integration._util import free_port, http_get
+from tests.integration._util import http_get
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
+from tests.support.ports import free_port
 from tests.support.procs import AppProcess, wait_until
 
 

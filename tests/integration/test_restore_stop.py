@@ -12,8 +12,9 @@ from pathlib import Path
 import orjson
 from confluent_kafka import Producer
 
-from tests.integration._util import free_port, http_get, metric
+from tests.integration._util import http_get, metric
 from tests.support.kafka import create_topic
+from tests.support.ports import free_port
 from tests.support.procs import AppProcess, wait_until
 
 RECORDS = 600_000

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration._util import free_port, http_get, metric
+from tests.integration._util import http_get, metric
 from tests.support.k8s_api import FakeStatefulSetAPI
 from tests.support.kafka import create_topic, produce_numbers
+from tests.support.ports import free_port
 from tests.support.procs import AppProcess, wait_until
 
 P = 4

@@ -11,9 +11,10 @@ import random
 import signal
 from pathlib import Path
 
-from tests.integration._util import committed_offsets, free_port, http_get, metric
+from tests.integration._util import committed_offsets, http_get, metric
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
+from tests.support.ports import free_port
 from tests.support.procs import AppProcess, wait_until
 
 N = 1000

@@ -2,7 +2,7 @@
 
 Everything runs on the host network: the engine here is started with ``--bridge=none`` (see
 docker/ensure-engine.sh), the Kafka image listens on 127.0.0.1 only, and every port these
-helpers pick lies in 39000-39999 (``LOCKGATE_TEST_PORT_RANGE=lo-hi`` overrides it).
+helpers pick comes from tests/support/ports.py (``LOCKGATE_TEST_PORT_RANGE``).
 
 * :func:`ensure_images` builds ``lockgate/processor:dev`` and ``lockgate/kafka:dev`` once per
   test process (docker/build-images.sh: engine, local base image, skip when up to date).
@@ -36,10 +36,10 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-from processors import pytest_plugin as pp
 from processors.pytest_plugin import BrokerChoice, LockgateKafka
 from processors.pytest_plugin import start_kafka as plugin_start_kafka
 from processors.pytest_plugin import wait_kafka_ready as wait_kafka_ready  # re-exported
+from tests.support import ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "docker" / "build-images.sh"
@@ -121,11 +121,11 @@ def ensure_images(*, force: bool = False, timeout: float = 1800.0) -> tuple[str,
 def free_port(count: int = 1) -> int:
     """Return a port p in the test range such that p .. p+count-1 are free on 127.0.0.1.
 
-    The test range is ``LOCKGATE_TEST_PORT_RANGE`` (default 39000-39999), apart from the
-    plugin's. A port is only free when it is checked: start the user quickly, and retry on
-    a bind failure (the Kafka helpers do).
+    The test range (:mod:`tests.support.ports`) is apart from the plugin's. A port is only
+    free when it is checked: start the user quickly, and retry on a bind failure (the Kafka
+    helpers do).
     """
-    return pp.free_port(count, os.environ.get("LOCKGATE_TEST_PORT_RANGE", "39000-39999"))
+    return ports.free_port(count)
 
 
 # ----------------------------------------------------------------------------- cleanup

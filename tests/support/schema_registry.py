@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import IO
+
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = "2.4.2.Final"
@@ -37,12 +38,6 @@ CCOMPAT = "/apis/ccompat/v7"
 
 class RegistryUnavailable(RuntimeError):
     """Java or Maven is missing, or the registry could not be built or started."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ensure_built(timeout: float = 1500) -> Path:
@@ -103,7 +98,7 @@ class RegistryServer:
     """
 
     def __init__(self, log_path: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}{CCOMPAT}"
         self.log_path = log_path
         self.startup_seconds = 0.0

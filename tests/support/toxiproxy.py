@@ -12,13 +12,14 @@ Only the standard library (urllib) is used.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import IO, Any
+
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENSURE = ROOT / "tests" / "support" / "ensure-toxiproxy.sh"
@@ -37,12 +38,6 @@ def ensure_binary(timeout: float = 600) -> str:
             f"{ENSURE.relative_to(ROOT)} failed (exit {done.returncode}); see its stderr above"
         )
     return done.stdout.strip()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Toxiproxy:
