@@ -55,14 +55,15 @@ test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
     tests/integration/test_pipeline_savepoint.py tests/integration/test_stranded_partitions.py \
     tests/integration/test_subscription_change.py
 # Each lane's whole output is also kept in $(TEST_LOGS)/<lane>.log. When a phase fails, the
-# FAILED/ERROR summary lines of its failed lanes (else their last lines) are repeated last,
-# so the tail of a CI log names the failing tests.
+# FAILED/ERROR summary lines and the tally of its failed lanes (else their last lines) are
+# repeated last, so the tail of a CI log names the failing tests (not the Spark lane when
+# it was only killed because the checks lane failed).
 TEST_LOGS := build/test-logs
 # Parallel lanes pick ports from ranges of their own (tests/support/ports.py, the pytest
 # plugin's), below the kernel's ephemeral ports: two lanes never pick the same port.
 lane_ports = LOCKGATE_TEST_PORT_RANGE=$(1) LOCKGATE_TEST_PLUGIN_PORTS=$(2)
 lane_failures = for lane in $(1); do \
-	  { grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error).* =+$$' $(TEST_LOGS)/$$lane.log \
+	  { grep -hE '^(FAILED|ERROR) tests/|^=* ?[0-9]+ (failed|errors?)\b' $(TEST_LOGS)/$$lane.log \
 	    || tail -n 5 $(TEST_LOGS)/$$lane.log; } 2>/dev/null | sed "s/^/make test: [$$lane] /" >&2; done
 
 test: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}/.cache}/lockgate/k8s}
@@ -94,7 +95,8 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	sparkrc=0; wait $$spark || sparkrc=$$?; \
 	if [ $$sparkrc -eq 5 ]; then sparkrc=0; fi; \
 	if [ $$checks -ne 0 ] || [ $$sparkrc -ne 0 ]; then \
-	    $(call lane_failures,$$([ $$checks -eq 0 ] || echo checks) $$([ $$sparkrc -eq 0 ] || echo spark)); \
+	    $(call lane_failures,$$([ $$checks -eq 0 ] || echo checks) \
+	        $$([ $$sparkrc -eq 0 ] || [ $$checks -ne 0 ] || echo spark)); \
 	    echo "make test: phase 1 failed (checks exit $$checks, spark exit $$sparkrc)" >&2; exit 1; fi
 	@set -o pipefail; \
 	setsid bash -o pipefail -c '$(call lane_ports,24500-27499,27500-28999) \

@@ -80,6 +80,11 @@ _early_stop_signal = 0
 
 def _note_early_stop(signum: int, frame: FrameType | None) -> None:
     global _early_stop_signal  # noqa: PLW0603 - written by a signal handler, read once
+    if _early_stop_signal:
+        # Asked twice (e.g. an import that hangs): the default action, now.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     _early_stop_signal = signum
 
 
@@ -88,7 +93,9 @@ def defer_stop_signals() -> None:
 
     Called first thing by ``lockgate run``: a stop asked for while the app module is
     imported (seconds for a heavy app on a busy node) is honoured when the runner starts
-    (it stops at once, exit code 0) instead of killing the process by the default action.
+    (it returns at once, exit code 0, before starting anything) instead of killing the
+    process by the default action. A second signal meanwhile takes the default action
+    (an import that hangs can still be interrupted).
     """
     signal.signal(signal.SIGTERM, _note_early_stop)
     signal.signal(signal.SIGINT, _note_early_stop)
@@ -210,11 +217,12 @@ class Runner(BarrierMixin):
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         if _early_stop_signal:
+            # Nothing was started yet (no server, no client, no group membership).
             log.info(
-                "stop requested while starting",
+                "stop requested while starting: exiting before start-up",
                 extra={"signal": signal.Signals(_early_stop_signal).name},
             )
-            self._stop = True
+            return 0
         if hasattr(signal, "SIGUSR2"):
             # `kill -USR2 <pid>` prints every thread's stack to stderr: what a stuck
             # instance is waiting in, without stopping it.

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.chaos._harness import Fleet, InputFeeder, chaos_env
+from tests.chaos._harness import Fleet, InputFeeder, chaos_env, stop_feeding_soon
 from tests.conftest import BROKER, _free_port_pair
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, read_all, read_inputs, unique
@@ -70,6 +70,7 @@ def test_broker_restarts_while_input_flows(tmp_path: Path) -> None:
     broker.up(fresh=True)
     bootstrap = broker.bootstrap
     fleet: Fleet | None = None
+    feeder: InputFeeder | None = None
     try:
         inp, out, app = unique("brk-in"), unique("brk-out"), unique("brk-sum")
         create_topic(bootstrap, inp, 4)
@@ -78,7 +79,9 @@ def test_broker_restarts_while_input_flows(tmp_path: Path) -> None:
         env["LOCKGATE_TRANSACTION_TIMEOUT_MS"] = "15000"
         fleet = Fleet("examples.running_sum:app", env, tmp_path, ["i1", "i2"])
         fleet.start_all()
-        feeder = InputFeeder(bootstrap, inp, total=4000, rate=100, keys=40)
+        # Input flows through every restart however long start-up and the broker's starts
+        # take: stopped a few seconds after the last one (the total only bounds a runaway).
+        feeder = InputFeeder(bootstrap, inp, total=100 * 3600, rate=100, keys=40)
         feeder.start()
         # The broker goes away once both instances run (past start-up: a start against a
         # broker that is down is not what this test is about).
@@ -95,6 +98,7 @@ def test_broker_restarts_while_input_flows(tmp_path: Path) -> None:
         broker.kill9()  # crash
         time.sleep(rng.uniform(2, 6))
         broker.up()
+        stop_feeding_soon(feeder)
         feeder.join(240)
         assert feeder.error is None, feeder.error
         stored = read_inputs(bootstrap, inp, len(feeder.produced))
@@ -114,6 +118,8 @@ def test_broker_restarts_while_input_flows(tmp_path: Path) -> None:
             print(fleet.logs())
         raise
     finally:
+        if feeder is not None:
+            feeder.stop()
         if fleet is not None:
             for p in fleet.procs.values():
                 if p.alive:

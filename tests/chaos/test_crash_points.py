@@ -48,7 +48,8 @@ def test_crashes_inside_the_commit_sequence_and_restore(
     # Input flows at least 30 s and until MIN_CRASHES crashes happened: a restart after a
     # crash before the commit can take ~10 s (the new producer's init_transactions waits
     # for the old transaction's abort), and a fixed 20 s of input gave only 5 crashes once.
-    feeder = InputFeeder(kafka_bootstrap, inp, total=400 * 600, rate=400, keys=400)
+    limit_s = max(300, 40 * MIN_CRASHES)
+    feeder = InputFeeder(kafka_bootstrap, inp, total=400 * (limit_s + 60), rate=400, keys=400)
     fleet = Fleet("examples.running_sum:app", env, tmp_path, ["c1", "c2"])
     for iid in fleet.ids:
         fleet.env["CHAOS_PROCESS_SEED"] = str(rng.getrandbits(64))
@@ -56,7 +57,7 @@ def test_crashes_inside_the_commit_sequence_and_restore(
     feeder.start()
     crashes: dict[str, int] = {}
     started = time.monotonic()
-    deadline = started + 300
+    deadline = started + limit_s
     try:
         while feeder.is_alive():
             now = time.monotonic()
@@ -87,7 +88,12 @@ def test_crashes_inside_the_commit_sequence_and_restore(
     except BaseException:
         print(f"chaos seed: {seed}")
         print(fleet.logs())
+        for proc in fleet.procs.values():
+            if proc.alive:
+                proc.kill9()
         raise
+    finally:
+        feeder.stop()
     print(f"chaos seed {seed}: crash points hit: {crashes}")
     print(f"{len(feeder.produced)} inputs, {len(outputs)} outputs")
     assert problems == [], f"seed {seed}\n" + "\n".join(problems[:20]) + fleet.logs()

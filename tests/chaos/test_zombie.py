@@ -65,6 +65,10 @@ def test_sigstopped_instance_cannot_commit_after_its_partitions_moved(
         codes = fleet.stop_all()
     except BaseException:
         print(fleet.logs())
+        for proc in fleet.procs.values():
+            if proc.alive:
+                proc.signal(signal.SIGCONT)
+                proc.kill9()
         raise
     zlog = zombie.log_text()
     after = zlog[resumed_at:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import signal
+import time
 from pathlib import Path
 
 from tests.integration._util import committed_offsets, http_get, metric
@@ -82,7 +83,8 @@ def test_sigterm_while_the_app_module_loads_stops_cleanly(
 ) -> None:
     """A SIGTERM during the app's import is honoured once the runner starts: exit 0.
 
-    (It used to kill the process by the default action, exit -15, before any handler.)
+    (It used to kill the process by the default action, exit -15, before any handler.) A
+    second signal during the import takes the default action at once.
     """
     app_name, inp, out = names("early-stop"), names("early-stop-in"), names("early-stop-out")
     create_topic(kafka_bootstrap, inp, 2)
@@ -90,7 +92,7 @@ def test_sigterm_while_the_app_module_loads_stops_cleanly(
     (tmp_path / "slow_import_app.py").write_text(
         "import pathlib, time\n"
         f"pathlib.Path({str(marker)!r}).touch()\n"
-        "time.sleep(4)  # a heavy import\n"
+        "time.sleep(8)  # a heavy import\n"
         "from examples.running_sum import app  # noqa: E402\n"
     )
     env = {
@@ -113,3 +115,17 @@ def test_sigterm_while_the_app_module_loads_stops_cleanly(
     log = app.log_text()
     assert code == 0, log[-3000:]
     assert "stop requested while starting" in log, log[-3000:]
+
+    # Asked twice while the import still runs (say it hangs): the default action at once.
+    marker.unlink()
+    again = AppProcess("slow_import_app:app", env, tmp_path / "again.log").start()
+    try:
+        wait_until(marker.exists, 60, what="the app module importing")
+        again.signal(signal.SIGTERM)
+        time.sleep(1)
+        again.signal(signal.SIGTERM)
+        code = again.wait(5)  # the import sleeps 8 s: this is the second signal's doing
+    finally:
+        if again.alive:
+            again.kill9()
+    assert code == -signal.SIGTERM, again.log_text()[-3000:]

@@ -20,15 +20,15 @@ import ipaddress
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from tests.support.ports import free_port
 
 START_TIMEOUT_S = 60.0
 #: JVM flags for quick start-up of short-lived test JVMs on a small machine: C1 JIT only,
@@ -47,14 +47,8 @@ def spark_home() -> Path:
 
 
 def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct ports free on 127.0.0.1 (all held open while picking)."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            s = stack.enter_context(socket.socket())
-            s.bind((_HOST, 0))
-            ports.append(s.getsockname()[1])
-        return ports
+    """Return ``count`` distinct ports free on 127.0.0.1 (:mod:`tests.support.ports`)."""
+    return [free_port() for _ in range(count)]
 
 
 def _stat(pid: str) -> tuple[str, int, int] | None:
