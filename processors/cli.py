@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 import orjson
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from processors._app import App
 from processors._logging import configure
@@ -150,10 +150,28 @@ def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: boo
         click.echo(f"lockgate: {exc}", err=True)
         sys.exit(2)
     except KafkaException as exc:
-        log.error("Kafka client error: %s", exc)
-        click.echo(f"lockgate: Kafka client error: {exc}", err=True)
+        hint = _unreachable_hint(exc, settings.bootstrap_servers)
+        log.error("Kafka client error: %s%s", exc, hint)
+        click.echo(f"lockgate: Kafka client error: {exc}{hint}", err=True)
         sys.exit(1)
     sys.exit(code)
+
+
+#: librdkafka's codes for "no broker answered" (transport failure, all brokers down, timeout).
+_UNREACHABLE = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT"})
+
+
+def _unreachable_hint(exc: KafkaException, bootstrap: str) -> str:
+    """What to check when ``exc`` says no broker answered; else ``""``."""
+    err = exc.args[0] if exc.args else None
+    name = err.name() if isinstance(err, KafkaError) else ""
+    if name not in _UNREACHABLE:
+        return ""
+    return (
+        f" (no broker answered at {bootstrap}: check LOCKGATE_BOOTSTRAP_SERVERS, the network "
+        "path and the LOCKGATE_KAFKA__SECURITY_PROTOCOL/SASL settings; exiting 1 so the "
+        "supervisor restarts the instance)"
+    )
 
 
 @main.command()

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from confluent_kafka import KafkaError, KafkaException
 
-from processors.cli import load_app, main
+from processors.cli import _unreachable_hint, load_app, main
 
 APPS = Path(__file__).resolve().parent / "cli_apps"
 
@@ -75,3 +76,16 @@ def test_config_with_an_app_validates_its_chain() -> None:
     res = CliRunner().invoke(main, ["config", "cli_app_two:second"])
     assert res.exit_code == 2
     assert "has no operators" in res.output
+
+
+@pytest.mark.parametrize("code", [KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN])
+def test_unreachable_brokers_get_a_hint_naming_what_to_check(code: int) -> None:
+    hint = _unreachable_hint(KafkaException(KafkaError(code, "Failed to get metadata")), "k:9092")
+    assert "no broker answered at k:9092" in hint
+    assert "LOCKGATE_BOOTSTRAP_SERVERS" in hint
+
+
+def test_other_kafka_errors_get_no_unreachable_hint() -> None:
+    denied = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert _unreachable_hint(denied, "k:9092") == ""
+    assert _unreachable_hint(KafkaException("no KafkaError"), "k:9092") == ""
