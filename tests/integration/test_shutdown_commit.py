@@ -12,7 +12,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.integration._util import committed_offsets, http_get, metric
+from tests.integration._util import app_env, committed_offsets, http_get, metric
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
 from tests.support.ports import free_port
@@ -86,8 +86,8 @@ def test_sigterm_while_the_app_module_loads_stops_cleanly(
     (It used to kill the process by the default action, exit -15, before any handler.) A
     second signal during the import takes the default action at once.
     """
-    app_name, inp, out = names("early-stop"), names("early-stop-in"), names("early-stop-out")
-    create_topic(kafka_bootstrap, inp, 2)
+    env = app_env(kafka_bootstrap, names, tmp_path, "early-stop", PYTHONPATH=str(tmp_path))
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 2)
     marker = tmp_path / "importing"
     (tmp_path / "slow_import_app.py").write_text(
         "import pathlib, time\n"
@@ -95,15 +95,6 @@ def test_sigterm_while_the_app_module_loads_stops_cleanly(
         "time.sleep(8)  # a heavy import\n"
         "from examples.running_sum import app  # noqa: E402\n"
     )
-    env = {
-        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "LOCKGATE_APP_NAME": app_name,
-        "LOCKGATE_INPUT_TOPIC": inp,
-        "LOCKGATE_OUTPUT_TOPIC": out,
-        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
-        "LOCKGATE_INSTANCE_ID": "i1",
-        "PYTHONPATH": str(tmp_path),
-    }
     app = AppProcess("slow_import_app:app", env, tmp_path / "app.log").start()
     try:
         wait_until(marker.exists, 60, what="the app module importing")
