@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from processors import App, Context
@@ -101,6 +101,10 @@ def _produce(bootstrap: str, topic: str, partitions: int, records: int, value_by
 
 
 def _caught_up(bootstrap: str, group: str, topic: str, partitions: int) -> bool:
+    """Whether ``group`` committed every partition up to its end.
+
+    False when the broker does not answer in time (a loaded machine): polled again.
+    """
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -110,6 +114,8 @@ def _caught_up(bootstrap: str, group: str, topic: str, partitions: int) -> bool:
             if tp.offset < high:
                 return False
         return True
+    except KafkaException:
+        return False
     finally:
         c.close()
 

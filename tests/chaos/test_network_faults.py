@@ -35,7 +35,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.chaos._harness import Fleet, InputFeeder, chaos_env
@@ -181,8 +181,14 @@ def metric(port: int, name: str) -> float:
 
 
 def members(admin: AdminClient, group: str) -> dict[str, set[int]]:
-    """The group's members (by instance id) and the partitions each holds."""
-    desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+    """The group's members (by instance id) and the partitions each holds.
+
+    ``{}`` when the broker does not answer in time (a loaded machine): polled again.
+    """
+    try:
+        desc = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+    except (KafkaException, TimeoutError):
+        return {}
     return {
         m.group_instance_id or m.member_id: {tp.partition for tp in m.assignment.topic_partitions}
         for m in desc.members

@@ -23,7 +23,7 @@ def create_topic(
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futs = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])
     for fut in futs.values():
-        fut.result(30)
+        fut.result(60)  # a loaded broker can take long
     deadline = time.monotonic() + 30
     while name not in admin.list_topics(timeout=10).topics:
         if time.monotonic() > deadline:
