@@ -12,25 +12,11 @@ from __future__ import annotations
 
 import os
 import random
-import socket
+
+from processors.pytest_plugin import _port_free, _port_range
 
 DEFAULT_RANGE = "26000-28999"
 _given: set[int] = set()
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def port_range() -> tuple[int, int]:
-    """The configured range, ``(lo, hi)`` inclusive."""
-    lo, _, hi = os.environ.get("LOCKGATE_TEST_PORT_RANGE", DEFAULT_RANGE).partition("-")
-    return int(lo), int(hi)
 
 
 def free_port(count: int = 1) -> int:
@@ -42,13 +28,13 @@ def free_port(count: int = 1) -> int:
     Raises:
         RuntimeError: no ``count`` consecutive free ports in the range.
     """
-    lo, hi = port_range()
+    lo, hi = _port_range(os.environ.get("LOCKGATE_TEST_PORT_RANGE", DEFAULT_RANGE))
     candidates = list(range(lo, hi - count + 2))
     random.shuffle(candidates)
     for attempt in range(2):
         for port in candidates:
             span = range(port, port + count)
-            if any(p in _given for p in span) or not all(_free(p) for p in span):
+            if any(p in _given for p in span) or not all(_port_free(p) for p in span):
                 continue
             _given.update(span)
             return port
