@@ -15,7 +15,6 @@ committed), advanced by processing, and reset by a rewind.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from typing import Any
@@ -28,7 +27,6 @@ from processors._context import Headers
 from processors._control import control_topic
 from processors._errors import (
     AbortEpoch,
-    CallHung,
     Kind,
     Stopping,
     classify,
@@ -42,6 +40,7 @@ from processors._interleave import Interleaver
 from processors._kafka import Admin, restore_consumer_config
 from processors._keygroups import KeyGroup, Restorer
 from processors._settings import Alignment, Guarantee, Settings, StateBackendKind
+from processors._txn import TransactionalProducer
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import StateBackend
 from state.cache import DELETED, MISSING
@@ -206,10 +205,10 @@ class RunnerCore:
         self._epoch_deadline = time.monotonic() + self._budget_s
         #: The record of the open epoch that alone took longer than the budget, if any.
         self._slow: tuple[Any, float] | None = None
-        self._fresh_producer = False  # replaced after a timed-out transaction
-        #: The producer's init_transactions had to be resumed after a timeout.
-        self._init_resumed = False
-        self._txn_began = time.monotonic()  # when the open transaction began
+        #: The transactional producer (exactly-once only; ``_producer`` is its current one).
+        self._txn: TransactionalProducer | None = None
+        #: Names the open epoch's offset commit (in the offsets' metadata).
+        self._epoch_token = ""
         self._timed_out = False  # the coordinator aborted the open transaction
         self._finishing = False  # the final commit after a stop request
         #: Encode each record's state writes right after it (set while replaying an epoch
@@ -247,34 +246,6 @@ class RunnerCore:
                 should_stop=lambda: self._stop and not self._finishing,
                 on_wait=self.metrics.beat,
             )
-
-    def _guarded_call(self, fn: Any, *args: Any, what: str) -> Any:
-        """:meth:`_call` in a helper thread, abandoned if it outlives its bound.
-
-        For the transactional calls librdkafka may block in past their timeout. The
-        loop thread waits at most the transaction timeout plus a margin.
-
-        Raises:
-            CallHung: the call did not return in time (the producer must be replaced).
-        """
-        result: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                result["value"] = self._call(fn, *args, what=what)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the loop thread
-                result["error"] = exc
-
-        worker = threading.Thread(target=target, name=f"lockgate-{what}", daemon=True)
-        worker.start()
-        bound = self._txn_timeout_s + _WATCHDOG_MARGIN_S
-        worker.join(bound)
-        if worker.is_alive():
-            self._hung_clients.append(self._producer)  # never touched again
-            raise CallHung(f"{what} did not return within {bound:.0f}s")
-        if "error" in result:
-            raise result["error"]
-        return result.get("value")
 
     def _reset_epoch_deadline(self) -> None:
         self._epoch_deadline = time.monotonic() + self._budget_s

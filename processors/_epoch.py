@@ -21,6 +21,7 @@ transaction timeout; transient errors past it abort the epoch.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -30,12 +31,13 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from processors._alignment import Snapshot
 from processors._control import REGISTRY_TOPIC, checkpoint_key, registry_key
 from processors._core import SlowRecordError, where
-from processors._errors import FATAL_STATE, FENCED, AbortEpoch, CallHung, cause_code
+from processors._errors import AbortEpoch, CallHung, cause_code
 from processors._faults import crash_point
 from processors._kafka import producer_config
 from processors._savepoints import SavepointMixin
 from processors._settings import OnError
 from processors._time import TIME_STORE
+from processors._txn import CommitOutcomeUnknown, TransactionalProducer
 from processors.exceptions import FatalKafkaError, UserCodeError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
@@ -46,6 +48,18 @@ log = logging.getLogger("lockgate.runtime")
 _MAX_CONSECUTIVE_ABORTS = 10
 #: Offset commit refusals that mean "this member's generation is over" (at-least-once).
 _STALE_MEMBER = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID})
+
+
+def _token_of(metadata: str | None) -> str | None:
+    """The epoch token of an offset commit's metadata (None for older versions')."""
+    if not metadata:
+        return None
+    try:
+        data = orjson.loads(metadata)
+    except orjson.JSONDecodeError:
+        return None
+    token = data.get("txn") if isinstance(data, dict) else None
+    return token if isinstance(token, str) else None
 
 
 class EpochMixin(SavepointMixin):
@@ -61,36 +75,32 @@ class EpochMixin(SavepointMixin):
         # Python callbacks for failures only (a callback per record costs ~10%).
         pconf["delivery.report.only.error"] = True
         pconf["on_delivery"] = self._on_delivery_error
-        self._producer = Producer(pconf)
+        if not self.eos:
+            self._producer = Producer(pconf)
+            self._produce_fast = self._producer.produce
+            return
+        self._txn = TransactionalProducer(
+            pconf,
+            timeout_s=self._txn_timeout_s,
+            should_stop=lambda: self._stop and not self._finishing,
+            beat=self.metrics.beat,
+            blocked=self.metrics.blocked,
+        )
+        # Fences an older incarnation with the same id and ends its open transaction;
+        # resumed until it completes (SIGTERM ends the wait: Stopping).
+        self._txn.start()
+        self._use_txn_producer()
+        self._begin()
+
+    def _use_txn_producer(self) -> None:
+        """Produce through the transactional component's current producer."""
+        assert self._txn is not None
+        self._producer = self._txn.producer
         self._produce_fast = self._producer.produce
-        if self.eos:
-            # Fences an older incarnation with the same id and aborts its open transaction.
-            # librdkafka resumes a timed-out init_transactions when it is called again, so
-            # the producer is never used before it completes (e.g. while the broker is
-            # unreachable); SIGTERM ends the wait (Stopping).
-            attempt = 0
-            self._init_resumed = False
-            while True:
-                attempt += 1
-                self._init_resumed = attempt > 1
-                try:
-                    self._call(
-                        self._producer.init_transactions,
-                        self._txn_timeout_s,
-                        what="init_transactions",
-                    )
-                    break
-                except AbortEpoch as exc:
-                    log.warning(
-                        "init_transactions not complete yet; resuming it",
-                        extra={"attempt": attempt, "error": str(exc)},
-                    )
-                    self._check_stop()
-            self._begin()
 
     def _begin(self) -> None:
-        self._producer.begin_transaction()
-        self._txn_began = time.monotonic()
+        assert self._txn is not None
+        self._txn.begin()
 
     def _timed_out_fence(self, exc: BaseException) -> bool:
         """Whether ``exc`` is the coordinator aborting our own transaction on its timeout.
@@ -101,11 +111,7 @@ class EpochMixin(SavepointMixin):
         fence is another live instance with our transactional id: never re-initialise
         then, or the two would fence each other back and forth.
         """
-        return (
-            self.eos
-            and cause_code(exc) in (FENCED, FATAL_STATE)
-            and time.monotonic() - self._txn_began >= self._txn_timeout_s
-        )
+        return self._txn is not None and self._txn.timed_out_fence(exc)
 
     # -- commit ---------------------------------------------------------------------------
 
@@ -142,7 +148,8 @@ class EpochMixin(SavepointMixin):
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
         ):
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
-            self._txn_began = time.monotonic()
+            if self._txn is not None:
+                self._txn.idle()
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
             return
         started = time.monotonic()
@@ -156,11 +163,16 @@ class EpochMixin(SavepointMixin):
                 ckpt, savepoint, offsets, snaps, writes
             )
             self._commit(offsets)
+        except CommitOutcomeUnknown as exc:
+            # The commit may have reached the coordinator: never process again on this
+            # alone. Learn the outcome; on "committed" the epoch goes on as committed.
+            if not self._settle_unknown_commit(offsets, str(exc)):
+                raise AbortEpoch(f"{exc}: the transaction did not commit") from None
         except CallHung as exc:
-            # Nothing of this epoch may commit: a new producer fences the stuck one (its
-            # transaction is aborted by the new one's init_transactions).
-            log.error("%s; replacing the producer", exc)
-            self._replace_producer(hung=True)
+            # Nothing of this epoch committed (send_offsets hung, commit never sent): the
+            # new producer's init_transactions aborted the old transaction.
+            self._use_txn_producer()
+            self._delivery_error = None
             raise AbortEpoch(str(exc)) from None
         except FatalKafkaError as exc:
             if not self._timed_out_fence(exc):
@@ -168,7 +180,7 @@ class EpochMixin(SavepointMixin):
             # The coordinator aborted the transaction on its timeout (a slow record, or a
             # broker that was away longer than the timeout) and bumped the producer epoch:
             # a new producer with the same transactional id takes over.
-            self._replace_producer(timed_out=True)
+            self._replace_producer(f"the transaction outlived its timeout ({exc})", True)
             raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
         except AbortEpoch:
             self._producer.poll(0)  # serve delivery reports that explain the abort
@@ -256,19 +268,11 @@ class EpochMixin(SavepointMixin):
 
     def _commit(self, offsets: list[TopicPartition]) -> None:
         producer = self._producer
-        if self.eos:
+        if self._txn is not None:
             crash_point("before_send_offsets")
-            self._guarded_call(
-                producer.send_offsets_to_transaction,
-                offsets,
-                self._consumer.consumer_group_metadata(),
-                self._txn_timeout_s,
-                what="send_offsets_to_transaction",
-            )
+            self._txn.send_offsets(offsets, self._consumer.consumer_group_metadata())
             crash_point("before_commit")
-            self._guarded_call(
-                producer.commit_transaction, self._txn_timeout_s, what="commit_transaction"
-            )
+            self._txn.commit(final=self._finishing)
             return
         with self.metrics.blocked("flush", self._txn_timeout_s):
             remaining = producer.flush(self._txn_timeout_s)
@@ -363,6 +367,9 @@ class EpochMixin(SavepointMixin):
         """
         offsets = []
         snaps: dict[tuple[str, int], Snapshot] = {}
+        # Names this epoch's offset commit: read back, it says whether a commit that got
+        # no answer went through (_settle_unknown_commit).
+        self._epoch_token = token = secrets.token_hex(8)
         for t, g in self._owned_partitions():
             key = (t, g)
             aligner = self._aligners.get(key)
@@ -377,7 +384,7 @@ class EpochMixin(SavepointMixin):
             # The origin travels with the offsets too: under at-least-once the control
             # record is written before the offsets commit, so only this is atomic with them.
             origin = self._origin.get(g)
-            meta = orjson.dumps({"ckpt": done, "origin": origin})
+            meta = orjson.dumps({"ckpt": done, "origin": origin, "txn": token})
             offsets.append(TopicPartition(t, g, offset, metadata=meta.decode()))
         return offsets, snaps
 
@@ -522,27 +529,83 @@ class EpochMixin(SavepointMixin):
 
     # -- slow records -----------------------------------------------------------------
 
-    def _replace_producer(self, hung: bool = False, timed_out: bool = False) -> None:
+    def _replace_producer(
+        self, why: str, timed_out: bool = False, deadline: float | None = None
+    ) -> None:
         """Replace a producer that cannot go on (epoch bumped, stuck state or hung call).
 
         The new producer's ``init_transactions`` (same transactional id) fences the old
-        one and aborts its open transaction.
+        one and ends its open transaction (committed if its commit reached the
+        coordinator, else aborted).
         """
-        if not hung:
-            try:
-                self._producer.flush(1)
-            except Exception:  # noqa: BLE001, S110 - the old producer is unusable anyway
-                pass
-        # Never destroyed: a transactional call that timed out ("retry call to resume") is
-        # still pending inside it, and librdkafka 2.16 aborts the process when such a
-        # handle is destroyed (rd_kafka_enq_once_del_source_return: refcnt > 0, seen in the
-        # network-fault chaos test). The process exits without destructors (run()).
-        if self._producer not in self._hung_clients:
-            self._hung_clients.append(self._producer)
-        self._open_producer()
+        assert self._txn is not None
+        self._txn.replace(why, deadline=deadline)
+        self._use_txn_producer()
         self._delivery_error = None  # reports of the old producer's aborted records
-        self._fresh_producer = True  # nothing is open to abort
         self._timed_out = timed_out  # then the slow record, if any, caused it
+
+    def _settle_unknown_commit(self, offsets: list[TopicPartition], why: str) -> bool:
+        """Learn whether a commit that got no definite answer committed.
+
+        The producer is replaced first: the new one's ``init_transactions`` completes a
+        commit that reached the coordinator and aborts any other, so the group's
+        committed offsets are final after it. They are read ``read_committed`` (KIP-447
+        stable offsets: the broker answers only once no transaction holds offsets of
+        these partitions); each epoch's offset commit carries its token in the metadata.
+
+        Returns:
+            True when the epoch committed (it goes on as committed: its state reaches the
+            local databases, nothing is processed again), False when it did not (the
+            caller aborts and replays it).
+
+        Raises:
+            FatalKafkaError: the outcome cannot be learned (the restart restores the
+                local state from what committed: exact either way).
+            Stopping: a stop was requested while the new producer initialised.
+        """
+        log.warning(
+            "the commit got no answer in time: learning its outcome from the broker",
+            extra={"error": why},
+        )
+        self.metrics.commits_unknown += 1
+        deadline = time.monotonic() + self._txn_timeout_s if self._finishing else None
+        self._replace_producer(f"the commit's outcome is unknown ({why})", deadline=deadline)
+        if not offsets:
+            raise FatalKafkaError(
+                f"the outcome of a commit without offsets is unknown ({why}); restarting "
+                "(the restart restores what committed)"
+            )
+        query = [TopicPartition(tp.topic, tp.partition) for tp in offsets]
+        try:
+            committed = self._call(
+                self._consumer.committed,
+                query,
+                self._txn_timeout_s,
+                what="committed offsets",
+            )
+        except AbortEpoch as exc:
+            raise FatalKafkaError(
+                f"the outcome of a commit is unknown ({why}) and the committed offsets "
+                f"cannot be read ({exc}); restarting (the restart restores what committed)"
+            ) from exc
+        token = self._epoch_token
+        ours = [tp for tp in committed if tp.error is None and _token_of(tp.metadata) == token]
+        if ours and len(ours) != len(committed):
+            raise FatalKafkaError(
+                f"the commit without an answer shows in {len(ours)} of {len(committed)} "
+                "partitions' committed offsets (a transaction commits all or none); "
+                "restarting (the restart restores what committed)"
+            )
+        if ours:
+            log.warning(
+                "the commit without an answer had committed: going on from it (nothing is "
+                "processed again)",
+                extra={"partitions": len(ours)},
+            )
+            self.metrics.commits_rolled_forward += 1
+            return True
+        log.warning("the commit without an answer did not commit: the epoch is replayed")
+        return False
 
     def _poison_slow_record(self) -> None:
         """A record alone outlived the epoch budget and the epoch failed: apply the policy.
@@ -592,46 +655,18 @@ class EpochMixin(SavepointMixin):
             )
         self._record_error = None
         self._producer_error = None
-        timed_out_call = self._init_resumed or "_TIMED_OUT" in reason
-        if self.eos and not self._fresh_producer and timed_out_call:
-            # librdkafka 2.16 aborted the process (rd_kafka_enq_once_del_source_return
-            # assertion) on abort_transaction of a producer with a transactional call that
-            # had timed out (send_offsets_to_transaction, or an init_transactions resumed
-            # after a timeout): replace it instead (the new producer's init_transactions
-            # aborts the open transaction, as after a failed abort).
-            log.warning("replacing the producer instead of aborting on it (a call timed out)")
-            self._replace_producer()
-        elif self.eos and not self._fresh_producer:
-            try:
-                self._guarded_call(
-                    self._producer.abort_transaction,
-                    self._txn_timeout_s,
-                    what="abort_transaction",
-                )
-                self._producer.poll(0)  # serve the purge reports of the aborted records now
-            except CallHung as exc:
-                log.error("%s; replacing the producer", exc)
-                self._replace_producer(hung=True)
-            except AbortEpoch as exc:
-                # Not done within the transaction timeout (e.g. the broker is down): a new
-                # producer's init_transactions aborts it instead, resuming until it can.
-                log.warning(
-                    "abort did not complete; replacing the producer", extra={"error": str(exc)}
-                )
-                self._replace_producer()
-            except FatalKafkaError as exc:
-                if cause_code(exc) == FENCED and not self._timed_out_fence(exc):
-                    raise  # another live instance has our transactional id
-                # The transaction was aborted for us (its timeout, e.g. user code raised
-                # after a very slow call) or the producer is in a state it cannot leave
-                # (seen after a broker crash: INVALID_TXN_STATE). Either way nothing of
-                # this epoch can commit: a new producer fences the old one and begins.
-                log.warning("abort failed; replacing the producer", extra={"error": str(exc)})
-                self._replace_producer(timed_out=self._timed_out_fence(exc))
+        if self._txn is not None:
+            generation = self._txn.generation
+            # Aborts on the producer, or replaces it when it cannot (a commit without an
+            # answer pending, an abort that does not complete, a state it cannot leave).
+            timed_out_fence = self._txn.abort()
+            if self._txn.generation != generation:
+                self._use_txn_producer()
+                self._delivery_error = None  # reports of the old producer's aborted records
+                self._timed_out = self._timed_out or timed_out_fence
         timed_out, self._timed_out = self._timed_out, False
         if timed_out and self._slow is not None:
             self._poison_slow_record()
-        fresh, self._fresh_producer = self._fresh_producer, False
         # A permanent delivery failure would fail the replay the same way: stop now.
         self._raise_if_undeliverable()  # transient ones: the replay produces them again
         for kg in self._kgs.values():
@@ -640,7 +675,7 @@ class EpochMixin(SavepointMixin):
         self._uncommitted = self._epoch_out = self._epoch_dlq = 0
         self._epoch_bytes = 0
         self.metrics.epochs_aborted += 1
-        if self.eos and not fresh:
+        if self.eos:
             self._begin()
         self._reset_epoch_deadline()
 

@@ -13,6 +13,13 @@ windows where exactly-once is hardest to get right:
 - ``after_revoke``: partitions revoked in a rebalance, before the member rejoins.
 
 Checked once per epoch or restore batch (never per record). Unset in production.
+
+``LOCKGATE_TEST_LATE_COMMIT="0.3:12"`` makes a ``commit_transaction`` that committed on
+the broker answer late, with probability 0.3: the client keeps reporting the retriable
+``_TIMED_OUT`` ("retry call to resume") for 12 s before it reports the success, as when
+the link to the coordinator stalls after EndTxn reached it. Past the runtime's budget,
+the commit's outcome is unknown to the runtime (``processors._txn``). With a ``stop:``
+prefix (``"stop:1:12"``) only the final commit after a stop request is affected.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
 
 _POINTS: dict[str, float] = {}
 for _item in filter(None, os.environ.get("LOCKGATE_TEST_CRASH_POINTS", "").split(",")):
@@ -33,3 +45,52 @@ def crash_point(name: str) -> None:
     if prob is not None and random.random() < prob:  # noqa: S311 - test-only chaos
         os.write(2, f"lockgate: crash point {name}: SIGKILL\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _late_commit_setting() -> tuple[bool, float, float] | None:
+    raw = os.environ.get("LOCKGATE_TEST_LATE_COMMIT", "").strip()
+    if not raw:
+        return None
+    final_only = raw.startswith("stop:")
+    prob, _, delay = raw.removeprefix("stop:").partition(":")
+    return final_only, float(prob), float(delay or 10.0)
+
+
+_LATE_COMMIT = _late_commit_setting()
+
+
+def late_commit(commit: Callable[[float], Any], final: bool) -> Callable[[float], Any]:
+    """``commit`` itself, or (``LOCKGATE_TEST_LATE_COMMIT``) one whose answer comes late.
+
+    ``final`` says whether this is the final commit after a stop request.
+
+    The returned call commits on its first invocation; when chosen, it then raises a
+    retriable ``_TIMED_OUT`` on every call (each waiting its timeout) until the delay
+    has passed, and returns the success after that, like a resumed call would.
+    """
+    if _LATE_COMMIT is None or (_LATE_COMMIT[0] and not final):
+        return commit
+    _, prob, delay = _LATE_COMMIT
+    answer_at: list[float] = []
+
+    def call(timeout: float) -> Any:
+        if not answer_at:
+            result = commit(timeout)
+            if random.random() >= prob:  # noqa: S311 - test-only fault
+                return result
+            answer_at.append(time.monotonic() + delay)
+            os.write(2, f"lockgate: late commit: answering in {delay:.0f}s\n".encode())
+        left = answer_at[0] - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(timeout, left))
+        raise KafkaException(
+            KafkaError(
+                KafkaError._TIMED_OUT,  # noqa: SLF001 - public code, underscored name
+                "Transactional API operation (commit_transaction) timed out: "
+                "retry call to resume (injected)",
+                retriable=True,
+            )
+        )
+
+    return call

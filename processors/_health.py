@@ -172,6 +172,8 @@ class Metrics:
         self.records_out_attempts = 0
         self.epochs_committed = 0
         self.epochs_aborted = 0
+        self.commits_unknown = 0  # commits without a definite answer in time
+        self.commits_rolled_forward = 0  # ... that had committed (learned from the broker)
         self.alignments_forced = 0  # alignments switched to unaligned (timeout, bound)
         self.last_checkpoint_id = 0
         self.commit_seconds_max = 0.0
@@ -381,6 +383,16 @@ class MetricsCollector(Collector):
         )
         yield counter("lockgate_epochs_committed", "Epochs committed.", m.epochs_committed)
         yield counter("lockgate_epochs_aborted", "Epochs aborted.", m.epochs_aborted)
+        yield counter(
+            "lockgate_commits_unknown",
+            "Commits that got no definite answer in time (outcome read from the broker).",
+            m.commits_unknown,
+        )
+        yield counter(
+            "lockgate_commits_rolled_forward",
+            "Commits without an answer that had committed (not processed again).",
+            m.commits_rolled_forward,
+        )
         yield counter(
             "lockgate_alignments_forced",
             "Alignments switched to unaligned (timeout or held-record bound).",

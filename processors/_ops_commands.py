@@ -22,6 +22,7 @@ then skips every DLQ record below the committed position.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import time
@@ -51,6 +52,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from processors._app import App
 from processors._control import CONTROL_CONFIG, REGISTRY_TOPIC, control_topic
+from processors._errors import AbortEpoch, CallHung, Stopping
 from processors._faults import crash_point
 from processors._kafka import (
     CHANGELOG_CONFIG,
@@ -62,7 +64,8 @@ from processors._kafka import (
 )
 from processors._ops import OpsError, ms_to_iso
 from processors._settings import Settings, StateBackendKind
-from processors.exceptions import LockgateError, TopicError
+from processors._txn import CommitOutcomeUnknown, TransactionalProducer
+from processors.exceptions import FatalKafkaError, LockgateError, TopicError
 from state.cache import changelog_topic
 from state.codecs import Codec
 
@@ -973,10 +976,17 @@ class _Replayer:
     def __init__(self, settings: Settings, app: str) -> None:
         conf = producer_config(settings, _CLIENT, replay_group(app))
         conf["client.id"] = f"{_CLIENT}-dlq-replay"
-        self.producer = Producer(conf)
-        # Fences an earlier replay of this app (a retried command) and aborts whatever it
+        self.txn = TransactionalProducer(conf, timeout_s=60.0)
+        # Fences an earlier replay of this app (a retried command) and ends whatever it
         # left open, so the replay positions read next are final.
-        self.producer.init_transactions(60)
+        try:
+            self.txn.start(deadline=time.monotonic() + 120)
+        except Stopping as exc:
+            raise OpsError(
+                "the replay's transactional producer could not initialise within 120 s "
+                "(is the cluster reachable?)"
+            ) from exc
+        self.producer = self.txn.producer
 
     def run(
         self,
@@ -1006,7 +1016,7 @@ class _Replayer:
         for i in range(0, len(plan.records), REPLAY_BATCH):
             batch = plan.records[i : i + REPLAY_BATCH]
             failures.clear()
-            producer.begin_transaction()
+            self.txn.begin()
             try:
                 nxt: dict[int, int] = {}
                 for m in batch:
@@ -1037,15 +1047,19 @@ class _Replayer:
                         + "; ".join(failures[:5] or [f"{left} record(s) not delivered"])
                     )
                 offsets = [TopicPartition(dlq, p, o) for p, o in sorted(nxt.items())]
-                producer.send_offsets_to_transaction(offsets, group_metadata, 60)
+                self.txn.send_offsets(offsets, group_metadata)
                 crash_point("dlq_replay_before_commit")
-                producer.commit_transaction(60)
+                self.txn.commit()
+            except CommitOutcomeUnknown as exc:
+                raise OpsError(
+                    f"the replay's last transaction got no answer in time ({exc}): it may "
+                    "have committed. Run the same command again: it fences this one and "
+                    "resumes from what committed"
+                ) from exc
             except BaseException as exc:
-                try:
-                    producer.abort_transaction(30)
-                except KafkaException:
-                    pass
-                if isinstance(exc, KafkaException):
+                with contextlib.suppress(KafkaException, FatalKafkaError, Stopping):
+                    self.txn.abort()
+                if isinstance(exc, (KafkaException, AbortEpoch, CallHung, FatalKafkaError)):
                     raise OpsError(f"replay transaction failed (aborted): {exc}") from exc
                 raise
             progress(f"replayed {min(i + REPLAY_BATCH, len(plan.records))}/{len(plan.records)}")

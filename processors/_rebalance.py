@@ -250,7 +250,8 @@ class RebalanceMixin(EpochMixin):
         self.metrics.restoring = 0
         self.metrics.joined = True
         self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
-        self._txn_began = time.monotonic()
+        if self._txn is not None:
+            self._txn.idle()
 
     def _load_key_group_records(self, groups: list[int], origins: dict[int, str | None]) -> None:
         """Read each key group's last committed checkpoint record.

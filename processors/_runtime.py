@@ -280,6 +280,8 @@ class Runner(BarrierMixin):
                 gc.unfreeze()
             if self._http is not None:
                 self._http.stop()
+        if self._txn is not None:
+            self._hung_clients.extend(self._txn.abandoned)
         if self._hung_clients:
             # A producer abandoned inside a hung librdkafka call cannot be destroyed (its
             # destructor would wait for that call): leave without running destructors.
@@ -854,9 +856,10 @@ class Runner(BarrierMixin):
             # Never commit on the way out after a failure, and end the transaction before
             # the consumer leaves the group, so a new owner does not wait for it.
             self._stop_committing = True
-            if self._producer is not None and self.eos:
+            txn = self._txn
+            if txn is not None and txn.is_open and txn.pending is None:
                 try:
-                    self._producer.abort_transaction(5)
+                    txn.producer.abort_transaction(5)
                 except Exception:  # noqa: BLE001, S110 - fenced producers cannot abort
                     pass
         if self._consumer is not None:
@@ -871,7 +874,7 @@ class Runner(BarrierMixin):
             except Exception as exc:  # noqa: BLE001 - best effort on the way out
                 log.warning("closing key group %s failed: %s", kg.index, exc)
         self._kgs.clear()
-        if self._producer is not None:
+        if self._producer is not None and (self._txn is None or self._txn.pending is None):
             try:
                 self._producer.flush(10)
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush

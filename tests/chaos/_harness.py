@@ -124,6 +124,10 @@ class Fleet:
             f"===== {iid} =====\n{p.log_text()[-4000:]}" for iid, p in self.procs.items()
         )
 
+    def logs_full(self) -> str:
+        """The whole logs of the current processes (one per instance id)."""
+        return "\n".join(p.log_text() for p in self.procs.values())
+
     def dump_stacks(self) -> None:
         """Make every live instance print its threads' stacks to its log (SIGUSR2)."""
         for proc in self.procs.values():

@@ -1,0 +1,120 @@
+"""Exactly-once when a commit's answer comes after the runtime's budget.
+
+``commit_transaction`` reaches the coordinator and commits, but the answer comes late:
+the client keeps reporting the retriable "retry call to resume" timeout past the
+runtime's budget (the transaction timeout), as when the link to the coordinator stalls
+after EndTxn reached it. The fault is injected at the client boundary
+(``LOCKGATE_TEST_LATE_COMMIT``, processors/_faults.py); everything else is real: the
+broker, RocksDB, two instances of examples/running_sum.py. The runtime must learn the
+outcome from the broker (a new producer's init_transactions ends the transaction, the
+group's stable committed offsets name the epoch) and go on from the committed epoch
+instead of processing it again. The committed output must equal the independent model.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from tests.chaos._harness import Fleet, InputFeeder, chaos_env
+from tests.support.checker import check, model
+from tests.support.kafka import create_topic, read_all, read_inputs, unique
+from tests.support.procs import wait_until
+
+#: Late by more than the 10 s transaction timeout of chaos_env: beyond the retry budget.
+LATE_S = 13
+
+
+def _count(logs: str, text: str) -> int:
+    return len(re.findall(re.escape(text), logs))
+
+
+def test_epoch_commits_answered_late_are_rolled_forward(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    inp, out, app = unique("late-in"), unique("late-out"), unique("late-sum")
+    create_topic(kafka_bootstrap, inp, 4)
+    env = chaos_env(kafka_bootstrap, app, inp, out)
+    env["LOCKGATE_TEST_LATE_COMMIT"] = f"0.2:{LATE_S}"
+    env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "200"
+    fleet = Fleet("examples.running_sum:app", env, tmp_path, ["u1", "u2"])
+    fleet.start_all()
+    feeder = InputFeeder(kafka_bootstrap, inp, total=20_000, rate=500, keys=300)
+    feeder.start()
+    try:
+        wait_until(
+            lambda: _count(fleet.logs_full(), "late commit: answering in") >= 4,
+            timeout=240,
+            what="four commits answered late",
+        )
+        feeder.join(120)
+        assert not feeder.is_alive() and feeder.error is None, feeder.error
+        outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=240, idle=5)
+        problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
+        codes = fleet.stop_all()
+    except BaseException:
+        print(fleet.logs())
+        for proc in fleet.procs.values():
+            if proc.alive:
+                proc.kill9()
+        raise
+    finally:
+        feeder.stop()
+    logs = fleet.logs_full()
+    unknown = _count(logs, "the commit got no answer in time")
+    rolled = _count(logs, "had committed: going on from it")
+    replayed = _count(logs, "did not commit: the epoch is replayed")
+    print(f"{len(feeder.produced)} inputs, {len(outputs)} outputs; unknown={unknown} "
+          f"rolled forward={rolled} replayed={replayed}")
+    assert problems == [], "\n".join(problems[:20]) + fleet.logs()
+    # Every injected commit committed on the broker: each must be rolled forward, none
+    # taken as aborted.
+    injected = _count(logs, "late commit: answering in")
+    assert rolled == injected == unknown and replayed == 0, (injected, unknown, rolled, replayed)
+    assert codes == {"u1": 0, "u2": 0}, fleet.logs()
+
+
+def test_final_commit_answered_late_at_sigterm(kafka_bootstrap: str, tmp_path: Path) -> None:
+    inp, out, app = unique("late-stop-in"), unique("late-stop-out"), unique("late-stop")
+    create_topic(kafka_bootstrap, inp, 2)
+    env = chaos_env(kafka_bootstrap, app, inp, out)
+    # Long epochs: the SIGTERM lands with many processed, uncommitted records.
+    env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "3000"
+    env["LOCKGATE_TEST_LATE_COMMIT"] = f"stop:1:{LATE_S}"
+    fleet = Fleet("examples.running_sum:app", env, tmp_path, ["s1"])
+    proc = fleet.start("s1")
+    feeder = InputFeeder(kafka_bootstrap, inp, total=6_000, rate=400, keys=200)
+    try:
+        wait_until(lambda: "assigned" in proc.log_text(), timeout=90, what="assignment")
+        feeder.start()
+        time.sleep(6)
+        proc.signal(15)
+        stopped = time.monotonic()
+        code = proc.wait(90)
+        took = time.monotonic() - stopped
+        first = proc.log_text()
+        assert code == 0, first[-4000:]
+        assert "late commit: answering in" in first, first[-4000:]
+        assert "had committed: going on from it" in first, first[-4000:]
+        # The stop fits its budget: the commit's deadline (10 s), a new producer and the
+        # committed-offsets read, and the consumer's close.
+        assert took < 45, f"stop took {took:.0f}s"
+        fleet.env = {k: v for k, v in env.items() if k != "LOCKGATE_TEST_LATE_COMMIT"}
+        fleet.start("s1")
+        feeder.join(60)
+        assert not feeder.is_alive() and feeder.error is None, feeder.error
+        outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=180, idle=5)
+        problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
+        codes = fleet.stop_all()
+    except BaseException:
+        print(fleet.logs())
+        for p in fleet.procs.values():
+            if p.alive:
+                p.kill9()
+        raise
+    finally:
+        feeder.stop()
+    print(f"stop with a late final commit took {took:.1f}s; {len(outputs)} outputs")
+    assert problems == [], "\n".join(problems[:20]) + fleet.logs()
+    assert codes == {"s1": 0}, fleet.logs()
