@@ -529,9 +529,7 @@ class EpochMixin(SavepointMixin):
 
     # -- slow records -----------------------------------------------------------------
 
-    def _replace_producer(
-        self, why: str, timed_out: bool = False, deadline: float | None = None
-    ) -> None:
+    def _replace_producer(self, why: str, timed_out: bool = False) -> None:
         """Replace a producer that cannot go on (epoch bumped, stuck state or hung call).
 
         The new producer's ``init_transactions`` (same transactional id) fences the old
@@ -539,7 +537,7 @@ class EpochMixin(SavepointMixin):
         coordinator, else aborted).
         """
         assert self._txn is not None
-        self._txn.replace(why, deadline=deadline)
+        self._txn.replace(why)
         self._use_txn_producer()
         self._delivery_error = None  # reports of the old producer's aborted records
         self._timed_out = timed_out  # then the slow record, if any, caused it
@@ -568,20 +566,24 @@ class EpochMixin(SavepointMixin):
             extra={"error": why},
         )
         self.metrics.commits_unknown += 1
-        deadline = time.monotonic() + self._txn_timeout_s if self._finishing else None
-        self._replace_producer(f"the commit's outcome is unknown ({why})", deadline=deadline)
+        self._replace_producer(f"the commit's outcome is unknown ({why})")
         if not offsets:
             raise FatalKafkaError(
                 f"the outcome of a commit without offsets is unknown ({why}); restarting "
                 "(the restart restores what committed)"
             )
         query = [TopicPartition(tp.topic, tp.partition) for tp in offsets]
+        wait_s = self._txn_timeout_s
+        stop_by = self._txn.stop_by if self._txn is not None else None
+        if stop_by is not None:  # stopping: within the stop budget's share
+            wait_s = max(1.0, min(wait_s, stop_by - time.monotonic()))
         try:
             committed = self._call(
                 self._consumer.committed,
                 query,
-                self._txn_timeout_s,
+                wait_s,
                 what="committed offsets",
+                timeout_s=wait_s,
             )
         except AbortEpoch as exc:
             raise FatalKafkaError(
@@ -675,7 +677,7 @@ class EpochMixin(SavepointMixin):
         self._uncommitted = self._epoch_out = self._epoch_dlq = 0
         self._epoch_bytes = 0
         self.metrics.epochs_aborted += 1
-        if self.eos:
+        if self.eos and not self._stop_committing:  # closing after a failure: nothing begins
             self._begin()
         self._reset_epoch_deadline()
 

@@ -3,11 +3,13 @@
 librdkafka (2.16 and earlier; confluentinc/librdkafka#4605, fix proposed in #5397) can
 abort the whole process (``rd_kafka_enq_once_del_source_return: Assertion
 eonce->refcnt > 0``) when a coordinator-targeted Admin request — DescribeConsumerGroups —
-meets a dropped connection. The runtime describes its group every few seconds to heal
-stranded partitions (``Runner._heal_stranded_partitions``), so under network faults an
-in-process AdminClient took instances down (seen in the network-fault chaos test). The
-probe runs that AdminClient in a child process: if librdkafka aborts there, the child
-dies, the instance logs it and starts another child later.
+meets a dropped connection. The runtime describes its group at start-up (the
+subscription check) and every few seconds to heal stranded partitions
+(``Runner._heal_stranded_partitions``), so under network faults an in-process
+AdminClient took instances down (seen in the network-fault chaos test). The probe runs
+that AdminClient in a child process: if librdkafka aborts there, the child dies, the
+instance logs it and starts another child later. No coordinator-targeted admin request
+runs in the processing process.
 
 Use: :meth:`GroupProbe.request` (never blocks), then :meth:`GroupProbe.result` on later
 loop iterations until it returns something.
@@ -22,6 +24,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 log = logging.getLogger("lockgate.runtime")
@@ -162,6 +165,29 @@ class GroupProbe:
         except (ValueError, TypeError) as exc:  # not our answer: treat the child as broken
             self._died(f"unreadable answer: {exc}")
             return "the probe process answered garbage"
+
+    def describe(self, group: str, timeout_s: float, wait: Callable[[], None]) -> Description | str:
+        """Describe ``group`` and wait for the answer (at most ``timeout_s`` + 10 s).
+
+        For start-up checks that must have an answer before going on. ``wait`` is called
+        every 0.1 s while waiting (it may raise, e.g. on a stop request).
+
+        Returns:
+            The description, or an error text (the child failed or did not answer).
+        """
+        deadline = time.monotonic() + timeout_s + 10
+        if not self.request(group, timeout_s):
+            return "the probe process could not be started"
+        while True:
+            answer = self.result()
+            if answer is not None:
+                return answer
+            if time.monotonic() > deadline:
+                self._pending = False
+                self._died("no answer in time")
+                return "the probe process did not answer in time"
+            wait()
+            time.sleep(0.1)
 
     def close(self) -> None:
         """Stop the child (idempotent)."""

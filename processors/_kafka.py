@@ -182,21 +182,6 @@ class Admin:
                 out[topic] = len(tmd.partitions)
         return out
 
-    def group_topics(self, group: str, timeout: float = 10.0) -> dict[str, set[str]]:
-        """Topics each live member of ``group`` is assigned (member -> topics).
-
-        Raises:
-            KafkaException: the group could not be described.
-        """
-        desc = self._admin.describe_consumer_groups([group], request_timeout=timeout)[group]
-        result = desc.result(timeout=timeout)
-        return {
-            (m.group_instance_id or m.member_id): {
-                tp.topic for tp in (m.assignment.topic_partitions if m.assignment else [])
-            }
-            for m in result.members
-        }
-
     def input_partitions(self, topics: Iterable[str]) -> int:
         """Return P, the common partition count of the input topics.
 

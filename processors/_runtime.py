@@ -27,6 +27,7 @@ import gc
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -65,6 +66,7 @@ from processors._partitioner import key_group
 from processors._query import Answer, QueryService, StateQuery, valid_owner
 from processors._settings import GroupProtocol, LeaveGroup, OnError, Settings
 from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
+from processors._txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S, WATCHDOG_MARGIN_S
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.base.store import checkpoint_of
 from state.cache import DELETED, changelog_topic
@@ -366,7 +368,7 @@ class Runner(BarrierMixin):
             stall_timeout_s=self._txn_timeout_s + 30,
             tombstone_retention_ms=self._changelog_retention_ms,
         )
-        self._check_group_subscriptions(admin)
+        self._check_group_subscriptions()
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
         self.metrics.started = True
@@ -531,7 +533,7 @@ class Runner(BarrierMixin):
         finally:
             self._owners_looked_up = False
 
-    def _check_group_subscriptions(self, admin: Admin) -> None:
+    def _check_group_subscriptions(self) -> None:
         """Refuse to join while live members of the group consume another topic.
 
         Members that subscribe different topics split key groups between them (each
@@ -549,12 +551,22 @@ class Runner(BarrierMixin):
         # (static members send no leave): wait that long before refusing.
         session_ms = int(self.settings.kafka_config().get("session.timeout.ms", 45_000))
         deadline = time.monotonic() + session_ms / 1000 + 10
+        probe = self._group_probe
+        if probe is None:
+            probe = self._group_probe = GroupProbe(admin_config(self.settings))
+
+        def waiting() -> None:
+            self._check_stop()
+            self.metrics.beat()
+
         while True:
-            try:
-                members = admin.group_topics(self.name)
-            except Exception as exc:  # noqa: BLE001 - best effort: a new group has nothing
-                log.debug("describing the group failed: %s", exc)
+            # In the probe's child process: a DescribeConsumerGroups that meets a dropped
+            # connection can abort the process that sent it (librdkafka #4605).
+            answer = probe.describe(self.name, 10.0, waiting)
+            if isinstance(answer, str):  # best effort: a new group has nothing
+                log.debug("describing the group failed: %s", answer)
                 return
+            members = {m: {t for t, _ in parts} for m, parts in answer[1].items()}
             others = {m: sorted(t - {mine}) for m, t in members.items() if t - {mine} and m != me}
             if not others or time.monotonic() > deadline:
                 break
@@ -738,6 +750,9 @@ class Runner(BarrierMixin):
                     next_epoch = time.monotonic() + interval
             log.info("stopping: finishing the open epoch")
             self._finishing = True  # the last commit may retry up to its bound
+            if self._txn is not None:
+                # The final transactional work fits its share of the stop budget.
+                self._txn.stop_by = time.monotonic() + self._txn_timeout_s + WATCHDOG_MARGIN_S
             try:
                 self._end_epoch()
             except AbortEpoch as exc:
@@ -863,11 +878,7 @@ class Runner(BarrierMixin):
                 except Exception:  # noqa: BLE001, S110 - fenced producers cannot abort
                     pass
         if self._consumer is not None:
-            try:
-                with self.metrics.blocked("consumer close", self._txn_timeout_s):
-                    self._consumer.close()
-            except Exception as exc:  # noqa: BLE001 - best effort on the way out
-                log.warning("consumer close failed: %s", exc)
+            self._close_consumer()
         for kg in list(self._kgs.values()):
             try:
                 kg.close()
@@ -876,7 +887,7 @@ class Runner(BarrierMixin):
         self._kgs.clear()
         if self._producer is not None and (self._txn is None or self._txn.pending is None):
             try:
-                self._producer.flush(10)
+                self._producer.flush(PRODUCER_FLUSH_S)
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
                 log.warning("producer flush on close failed: %s", exc)
         self._globals.close()
@@ -886,6 +897,36 @@ class Runner(BarrierMixin):
                     side.close()
                 except Exception as exc:  # noqa: BLE001 - best effort on the way out
                     log.debug("side consumer close failed: %s", exc)
+
+    def _close_consumer(self) -> None:
+        """Close the consumer within :data:`CONSUMER_CLOSE_S`, else abandon it.
+
+        ``close()`` serves the final revoke and leaves the group; cut off from the broker
+        it can wait much longer. Abandoned, it is never destroyed (the process exits
+        without destructors: ``run``), and the group's session timeout applies.
+        """
+        consumer = self._consumer
+        failed: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                consumer.close()
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                failed.append(exc)
+
+        worker = threading.Thread(target=close, name="lockgate-consumer-close", daemon=True)
+        with self.metrics.blocked("consumer close", CONSUMER_CLOSE_S + 5):
+            worker.start()
+            worker.join(CONSUMER_CLOSE_S)
+        if worker.is_alive():
+            log.warning(
+                "the consumer did not close within %.0fs: leaving without it (the group's "
+                "session timeout hands its key groups on)",
+                CONSUMER_CLOSE_S,
+            )
+            self._hung_clients.append(consumer)
+        elif failed:
+            log.warning("consumer close failed: %s", failed[0])
 
     # -- the per-record path ------------------------------------------------------------
 

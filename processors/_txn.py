@@ -60,6 +60,42 @@ SLICE_S = 1.0
 WATCHDOG_MARGIN_S = 10.0
 
 
+#: The consumer's close on the way out (then it is abandoned: ``Runner._close``).
+CONSUMER_CLOSE_S = 10.0
+#: The producer's final flush on the way out.
+PRODUCER_FLUSH_S = 10.0
+#: Leaving the group on a scale-down (the StatefulSet read, 3 s, and the revoke, 10 s).
+LEAVE_GROUP_S = 13.0
+
+
+def stop_budget_s(transaction_timeout_s: float, leave_group: bool) -> float:
+    """The longest a stop takes, from SIGTERM to the process's exit, in seconds.
+
+    The parts, in order (docs/operations.md, "Stopping"):
+
+    1. the batch in progress: records stop being processed when the epoch budget, half
+       the transaction timeout, is spent (one record slower than that is the app's own);
+    2. the final transactional work -- produce, ``send_offsets_to_transaction``, the
+       commit, and, for a commit that gets no answer, the replacement producer's
+       ``init_transactions`` and the committed-offsets read (or an abort): all share one
+       deadline, the transaction timeout plus :data:`WATCHDOG_MARGIN_S`
+       (``TransactionalProducer.stop_by``). What is unfinished then is left to the
+       coordinator and the next owner: exact either way;
+    3. leaving the group on a scale-down (:data:`LEAVE_GROUP_S`, when enabled);
+    4. the consumer's close (:data:`CONSUMER_CLOSE_S`) and the producer's flush
+       (:data:`PRODUCER_FLUSH_S`).
+    """
+    leave = LEAVE_GROUP_S if leave_group else 0.0
+    return (
+        transaction_timeout_s / 2
+        + transaction_timeout_s
+        + WATCHDOG_MARGIN_S
+        + leave
+        + CONSUMER_CLOSE_S
+        + PRODUCER_FLUSH_S
+    )
+
+
 class CommitOutcomeUnknown(Exception):  # noqa: N818 - an outcome, not an error for users
     """``commit_transaction`` was sent, and no definite answer came before the deadline.
 
@@ -108,6 +144,13 @@ class TransactionalProducer:
         self.abandoned: list[Any] = []
         #: Producers created so far (1 after start).
         self.generation = 0
+        #: Once set (``time.monotonic()``), no wait of this component lasts past it: the
+        #: stop sequence's share of the stop budget (a commit still unanswered then has an
+        #: unknown outcome; a replacement not initialised then raises ``Stopping``).
+        self.stop_by: float | None = None
+
+    def _cap(self, deadline: float) -> float:
+        return deadline if self.stop_by is None else min(deadline, self.stop_by)
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -132,6 +175,8 @@ class TransactionalProducer:
         attempt = 0
         while True:
             attempt += 1
+            if self.stop_by is not None:
+                deadline = self.stop_by if deadline is None else min(deadline, self.stop_by)
             until = time.monotonic() + self.timeout_s
             if deadline is not None:
                 until = min(until, deadline)
@@ -191,7 +236,7 @@ class TransactionalProducer:
             Stopping: a stop was requested while retrying.
         """
         what = "send_offsets_to_transaction"
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._cap(time.monotonic() + self.timeout_s)
         result: dict[str, BaseException] = {}
         producer = self.producer
 
@@ -220,6 +265,8 @@ class TransactionalProducer:
                     delay = min(delay * 2, 1.0)
 
         bound = self.timeout_s + WATCHDOG_MARGIN_S
+        if self.stop_by is not None:
+            bound = max(0.5, min(bound, self.stop_by - time.monotonic()))
         worker = threading.Thread(target=attempt, name=f"lockgate-{what}", daemon=True)
         with self._blocked(what, bound + 5):
             worker.start()
@@ -245,7 +292,7 @@ class TransactionalProducer:
             AbortEpoch: the transaction must be aborted; it did not commit.
             FatalKafkaError: fenced or fatal; it did not commit.
         """
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._cap(time.monotonic() + self.timeout_s)
         call = late_commit(self.producer.commit_transaction, final)
         try:
             self._resume("commit_transaction", call, deadline)
@@ -274,7 +321,7 @@ class TransactionalProducer:
         if self.pending is not None:
             self.replace(f"{self.pending} is still pending: it cannot be aborted on")
             return False
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._cap(time.monotonic() + self.timeout_s)
         try:
             self._resume("abort_transaction", self.producer.abort_transaction, deadline)
             self.producer.poll(0)  # serve the purge reports of the aborted records now

@@ -65,8 +65,10 @@ def test_epoch_commits_answered_late_are_rolled_forward(
     unknown = _count(logs, "the commit got no answer in time")
     rolled = _count(logs, "had committed: going on from it")
     replayed = _count(logs, "did not commit: the epoch is replayed")
-    print(f"{len(feeder.produced)} inputs, {len(outputs)} outputs; unknown={unknown} "
-          f"rolled forward={rolled} replayed={replayed}")
+    print(
+        f"{len(feeder.produced)} inputs, {len(outputs)} outputs; unknown={unknown} "
+        f"rolled forward={rolled} replayed={replayed}"
+    )
     assert problems == [], "\n".join(problems[:20]) + fleet.logs()
     # Every injected commit committed on the broker: each must be rolled forward, none
     # taken as aborted.

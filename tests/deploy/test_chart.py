@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate import utils as kv_utils
 
+from processors._txn import stop_budget_s
 from tests.support.helm import (
     CHART_DIR,
     HelmError,
@@ -448,29 +449,28 @@ def test_args_and_image() -> None:
 def test_grace_period() -> None:
     assert _pod_spec(render(values_files=[MINIMAL]))["terminationGracePeriodSeconds"] == 60
     prod = render(values_files=[PRODUCTION])
-    assert _pod_spec(prod)["terminationGracePeriodSeconds"] == 90
+    assert _pod_spec(prod)["terminationGracePeriodSeconds"] == 140
     env = _env_map(prod)
-    # Finish the epoch, commit it, then the producer's final flush (10 s in _runtime._close).
-    needed_ms = (
-        int(env["LOCKGATE_CHECKPOINT_INTERVAL_MS"]["value"])
-        + int(env["LOCKGATE_TRANSACTION_TIMEOUT_MS"]["value"])
-        + 10_000
-    )
-    assert _pod_spec(prod)["terminationGracePeriodSeconds"] * 1000 > needed_ms
+    # The runtime's own stop budget (processors/_txn.py), with the scale-down leave.
+    needed_s = stop_budget_s(int(env["LOCKGATE_TRANSACTION_TIMEOUT_MS"]["value"]) / 1000, True)
+    assert _pod_spec(prod)["terminationGracePeriodSeconds"] > needed_s
 
 
-def test_grace_period_shorter_than_an_epoch_commit_is_refused() -> None:
+def test_grace_period_shorter_than_the_stop_budget_is_refused() -> None:
     with pytest.raises(HelmError, match="terminationGracePeriodSeconds"):
         render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 10})
-    # 34 s > 1 s + 10 s + the producer's 10 s flush, but not with the scale-down check and
-    # group leave (13 s) on top; without the leave, 22 s is enough.
-    with pytest.raises(HelmError, match=r"flush its producer"):
-        render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 34})
-    render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 35})
+    # The chart's check is the runtime's stop budget: 58 s with the defaults and the
+    # scale-down leave, 45 s without it.
+    with_leave = stop_budget_s(10.0, True)
+    without = stop_budget_s(10.0, False)
+    assert (with_leave, without) == (58.0, 45.0)
+    with pytest.raises(HelmError, match=r"must exceed the stop budget"):
+        render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 58})
+    render(values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 59})
     no_leave = {"kafka": {"leaveGroupOnScaleDown": False}}
-    with pytest.raises(HelmError, match=r"flush its producer"):
-        render(no_leave, values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 21})
-    render(no_leave, values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 22})
+    with pytest.raises(HelmError, match=r"must exceed the stop budget"):
+        render(no_leave, values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 45})
+    render(no_leave, values_files=[MINIMAL], set_values={"terminationGracePeriodSeconds": 46})
     tight = {"processing.checkpointIntervalMs": 5000, "processing.transactionTimeoutMs": 9000}
     with pytest.raises(HelmError, match="at least twice processing.checkpointIntervalMs"):
         render(values_files=[MINIMAL], set_values=tight)
@@ -855,7 +855,7 @@ def test_notes_render(values_file: Path, tmp_path: Path) -> None:
 
 
 def test_liveness_shorter_than_the_transaction_timeout_is_refused() -> None:
-    slow = {"processing.transactionTimeoutMs": 60000, "terminationGracePeriodSeconds": 90}
+    slow = {"processing.transactionTimeoutMs": 60000, "terminationGracePeriodSeconds": 140}
     with pytest.raises(HelmError, match="progressTimeoutMs .60000. must exceed"):
         render(values_files=[MINIMAL], set_values=slow)
     render(values_files=[MINIMAL], set_values={**slow, "probes.liveness.progressTimeoutMs": 90000})

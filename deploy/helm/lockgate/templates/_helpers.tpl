@@ -297,9 +297,9 @@ Validations that the schema cannot express (relations between values). Renders n
 {{- if and $live.enabled (le (int64 $live.progressTimeoutMs) (int64 $p.transactionTimeoutMs)) }}
 {{- fail (printf "probes.liveness.progressTimeoutMs (%d) must exceed processing.transactionTimeoutMs (%d): one record may run up to the transaction timeout (then it is dead-lettered), and a liveness restart before that replays it into a crash loop" (int64 $live.progressTimeoutMs) (int64 $p.transactionTimeoutMs)) }}
 {{- end }}
-{{- $needMs := add (int64 $p.checkpointIntervalMs) (int64 $p.transactionTimeoutMs) (include "lockgate.closeBudgetMs" . | int64) }}
+{{- $needMs := add (div (mul 3 (int64 $p.transactionTimeoutMs)) 2) (include "lockgate.closeBudgetMs" . | int64) }}
 {{- if le (mul (int64 .Values.terminationGracePeriodSeconds) 1000) $needMs }}
-{{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed processing.checkpointIntervalMs + processing.transactionTimeoutMs + %d ms (%d ms) so that a stopping instance can finish and commit its epoch and flush its producer" (int64 .Values.terminationGracePeriodSeconds) (include "lockgate.closeBudgetMs" . | int64) $needMs) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d s) must exceed the stop budget, 1.5 x processing.transactionTimeoutMs + %d ms (%d ms): the batch in progress (half the transaction timeout), the final commit or the settling of an unanswered one (the transaction timeout + 10 s), then closing the consumer and flushing the producer (docs/operations.md, Stopping)" (int64 .Values.terminationGracePeriodSeconds) (include "lockgate.closeBudgetMs" . | int64) $needMs) }}
 {{- end }}
 {{- with .Values.kafka.tls }}
 {{- if and .existingSecret (or (and .certKey (not .keyKey)) (and .keyKey (not .certKey))) }}
@@ -354,12 +354,13 @@ name, so that two releases cannot share a group, changelogs and transactional id
 {{- end }}
 
 {{/*
-What a graceful stop needs beyond finishing and committing the open epoch: the producer's final
-flush (processors/_runtime.py: flush(10) on close), plus, with kafka.leaveGroupOnScaleDown, the
-StatefulSet read (3 s in all) and the leave (revoke served within 10 s), in milliseconds.
+The fixed part of the stop budget (processors/_txn.py: stop_budget_s), in milliseconds: the
+watchdog margin of the final transactional work (10 s), the consumer's close (10 s) and the
+producer's flush (10 s), plus, with kafka.leaveGroupOnScaleDown, the StatefulSet read and the
+leave (13 s).
 */}}
 {{- define "lockgate.closeBudgetMs" -}}
-{{- if .Values.kafka.leaveGroupOnScaleDown }}23000{{ else }}10000{{ end }}
+{{- if .Values.kafka.leaveGroupOnScaleDown }}43000{{ else }}30000{{ end }}
 {{- end }}
 
 {{/*
