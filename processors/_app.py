@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from processors._context import Context
 from processors._time import EVENT_TIME_HEADER, TIME_STORE, TimeService, Watermarks
-from processors._topics import TopicConfig
+from processors._topics import OutputSpec, TopicConfig
 from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
 from processors.windows import Assigner, WindowedStream, WindowOperator
@@ -63,27 +63,6 @@ def _check_topic(topic: object, what: str) -> str:
 def _check_callable(fn: object, op: str) -> None:
     if not callable(fn):
         raise TypeError(f"{op}() needs a callable, got {type(fn).__name__}")
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """A declared output topic and the codecs of its records.
-
-    Attributes:
-        partitions: partition count used when lockgate creates the topic (``None``:
-            the input's partition count).
-        internal: read by another lockgate app: barrier records are written to it
-            at every epoch end (DESIGN 6.2).
-        topic_config: the configuration the topic is created with and checked against
-            at start (declared with a :class:`TopicConfig`), or ``None``.
-    """
-
-    topic: str
-    key: Codec = STR
-    value: Codec = JSON
-    partitions: int | None = None
-    internal: bool = False
-    topic_config: TopicConfig | None = None
 
 
 def _bound_output(spec: OutputSpec) -> OutputSpec:
@@ -269,7 +248,7 @@ class Stream:
         allowed_lateness_ms: int = 0,
         late_topic: str | None = None,
         codec: Codec = JSON,
-    ) -> WindowedStream:
+    ) -> WindowedStream[Stream]:
         """Cut this stream into per-key windows (docs/event-time.md).
 
         ``assigner`` is :class:`~processors.windows.Tumbling`, ``Sliding``, ``Session``
@@ -305,7 +284,15 @@ class Stream:
         """Add the window operator; return the stream of its results."""
         self._check_open("window")
         n = self._app._next_join()  # noqa: SLF001 - same module
-        op = WindowOperator(self._app, n, assigner, agg, lateness, late_topic, codec)
+        op = WindowOperator(
+            n,
+            assigner,
+            agg,
+            lateness,
+            late_topic,
+            store=self._app.value_state(f"window-{n}", codec=codec),
+            time=self._app._time_service(),  # noqa: SLF001 - same module
+        )
         results = Stream(self._app, (), f"the window results of {self._what}")
         self._add("window", (op, results))
         self._app._def.windows.append(op)  # noqa: SLF001 - same module

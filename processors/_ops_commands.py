@@ -1,6 +1,6 @@
 """Operator commands for an app's topics and data: ``topics``, ``send``, ``dlq``, ``reset``.
 
-Each command is a click command registered on ``lockgate`` by ``processors/cli.py``.
+Each command is a click command that ``processors/cli.py`` adds to ``lockgate``.
 Conventions (as the rest of the CLI): exit 0 on success, 1 on a runtime failure (Kafka),
 2 on bad usage, configuration, topic mismatches or a refusal; errors on stderr as
 ``lockgate: ...``; no message names the value of a secret.
@@ -51,6 +51,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from processors._app import App
+from processors._cli_common import (
+    app_settings,
+    check_app,
+    json_out,
+    load_app,
+    ops_fail,
+    ops_settings,
+)
 from processors._control import CONTROL_CONFIG, REGISTRY_TOPIC, control_topic
 from processors._errors import AbortEpoch, CallHung, Stopping
 from processors._faults import crash_point
@@ -62,6 +70,7 @@ from processors._kafka import (
     producer_config,
     restore_consumer_config,
 )
+from processors._logging import configure
 from processors._ops import OpsError, ms_to_iso
 from processors._settings import Settings, StateBackendKind
 from processors._txn import CommitOutcomeUnknown, TransactionalProducer
@@ -428,31 +437,20 @@ def check_topics(needs: Sequence[_Need], facts: Mapping[str, TopicFacts]) -> lis
 # ------------------------------------------------------------------ CLI plumbing
 
 
-def _cli(helper: str) -> Any:
-    """Return ``helper`` of :mod:`processors.cli` (imported late: cli registers this module).
-
-    The shared command-line helpers (settings loading, error exit, JSON output) live
-    there; this module reuses them so every command behaves alike.
-    """
-    import processors.cli
-
-    return getattr(processors.cli, helper)
-
-
 def _fail(exc: Exception) -> NoReturn:
     """Exit through the CLI's error path; a topic problem is a usage problem (exit 2)."""
     if isinstance(exc, TopicError):
         exc = OpsError(str(exc), exit_code=2)
-    _cli("_ops_fail")(exc)
+    ops_fail(exc)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _load(app_spec: str) -> tuple[App, Settings, str]:
     """Load MODULE:APP and its settings (exit 2 when either is invalid); return the name."""
-    app: App = _cli("load_app")(app_spec)
-    settings: Settings = _cli("_settings")(app)
-    _cli("configure")(settings.log_level, settings.log_format.value)
-    _cli("_check_app")(app)
+    app: App = load_app(app_spec)
+    settings: Settings = app_settings(app)
+    configure(settings.log_level, settings.log_format.value)
+    check_app(app)
     return app, settings, settings.app_name or app.name
 
 
@@ -583,9 +581,7 @@ def topics(app_spec: str, create: bool, dry_run: bool, as_json: bool) -> None:
         _fail(exc)
     bad = any(r["problems"] for r in rows)
     if as_json:
-        _cli("_json_out")(
-            {"app": name, "key_groups": p, "ok": not bad, "created": created, "topics": rows}
-        )
+        json_out({"app": name, "key_groups": p, "ok": not bad, "created": created, "topics": rows})
     else:
         _print_topics(name, p, rows)
     sys.exit(2 if bad else 0)
@@ -827,7 +823,7 @@ def dlq_list(name: str, limit: int, as_json: bool) -> None:
     coordinates (topic, partition, offset, timestamp), a short key and value preview,
     and whether it is below the replay position of `lockgate dlq replay`.
     """
-    settings = _cli("_ops_settings")()
+    settings = ops_settings()
     topic = dlq_topic(name)
     try:
         admin = Admin(settings)
@@ -855,7 +851,7 @@ def dlq_list(name: str, limit: int, as_json: bool) -> None:
         "records": rows,
     }
     if as_json:
-        _cli("_json_out")(summary)
+        json_out(summary)
         return
     if not rows:
         click.echo(f"{topic}: no dead-lettered records")
@@ -1085,7 +1081,7 @@ def dlq_replay(name: str, offsets: str | None, all_: bool, dry_run: bool) -> Non
     if (offsets is None) == (not all_):
         _fail(OpsError("give either --offsets P:O,... or --all", exit_code=2))
     selection = parse_offsets(offsets) if offsets is not None else None
-    settings = _cli("_ops_settings")()
+    settings = ops_settings()
     topic = dlq_topic(name)
     replayer: _Replayer | None = None
     try:

@@ -27,10 +27,15 @@ from processors.exceptions import ConfigError, TopicError
 from state.codecs import JSON, STR, Codec
 
 if TYPE_CHECKING:
-    from processors._app import OutputSpec
     from processors._kafka import Admin
 
-__all__ = ["TopicConfig", "check_output_topics", "output_topic_configs", "output_topic_specs"]
+__all__ = [
+    "OutputSpec",
+    "TopicConfig",
+    "check_output_topics",
+    "output_topic_configs",
+    "output_topic_specs",
+]
 
 log = logging.getLogger("lockgate.topics")
 
@@ -105,6 +110,27 @@ class TopicConfig:
         if self.retention_ms is not None:
             out["retention.ms"] = str(self.retention_ms)
         return out
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """A declared output topic and the codecs of its records.
+
+    Attributes:
+        partitions: partition count used when lockgate creates the topic (``None``:
+            the input's partition count).
+        internal: read by another lockgate app: barrier records are written to it
+            at every epoch end (DESIGN 6.2).
+        topic_config: the configuration the topic is created with and checked against
+            at start (declared with a :class:`TopicConfig`), or ``None``.
+    """
+
+    topic: str
+    key: Codec = STR
+    value: Codec = JSON
+    partitions: int | None = None
+    internal: bool = False
+    topic_config: TopicConfig | None = None
 
 
 def output_topic_specs(

@@ -8,21 +8,25 @@ the value of a secret.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import orjson
 from confluent_kafka import KafkaError, KafkaException
 
-from processors._app import App
+from processors._cli_common import (
+    app_settings,
+    check_app,
+    json_out,
+    load_app,
+    ops_fail,
+    ops_settings,
+)
 from processors._logging import configure
 from processors._ops import (
     Ops,
-    OpsError,
     cancel_savepoint,
     describe_savepoint,
     list_checkpoints,
@@ -32,61 +36,11 @@ from processors._ops import (
     trigger_savepoint,
 )
 from processors._runtime import defer_stop_signals, run_app
-from processors._settings import Settings, load_settings
 from processors._spark_cli import parse_spark_conf, spark_options
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
 from state.savepoint import SavepointError, check_savepoint_id
 
 log = logging.getLogger("lockgate.cli")
-
-
-def load_app(spec: str) -> App:
-    """Import ``module:attribute`` and return the :class:`App` it names.
-
-    The current directory is put on ``sys.path`` first (as ``python -m`` does).
-
-    Raises:
-        click.UsageError: the spec is malformed, the module cannot be imported or
-            refuses its app definition (:class:`ConfigError` at import), or the
-            attribute is missing or not an App; the message lists the module's Apps.
-    """
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise click.UsageError(f"expected MODULE:APP (e.g. examples.running_sum:app), got {spec!r}")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.UsageError(f"cannot import {module_name!r}: {exc}") from exc
-    except ConfigError as exc:
-        raise click.UsageError(f"{module_name}: invalid app definition: {exc}") from exc
-    apps = sorted(name for name, obj in vars(module).items() if isinstance(obj, App))
-    found = f"App objects it defines: {', '.join(apps)}" if apps else "it defines no lockgate App"
-    if not hasattr(module, attr):
-        raise click.UsageError(f"module {module_name!r} has no attribute {attr!r}; {found}")
-    app = getattr(module, attr)
-    if not isinstance(app, App):
-        raise click.UsageError(f"{spec} is a {type(app).__name__}, not a lockgate App; {found}")
-    return app
-
-
-def _settings(app: App | None = None) -> Settings:
-    """Load the settings (accepting ``app``'s own variables) or exit 2 with the reason."""
-    try:
-        return load_settings(app_env=app.env if app is not None else ())
-    except LockgateError as exc:
-        click.echo(f"lockgate: {exc}", err=True)
-        sys.exit(2)
-
-
-def _check_app(app: App) -> None:
-    """Everything the runtime checks about the app before it touches Kafka; exit 2 if bad."""
-    try:
-        app.handlers()
-    except ConfigError as exc:
-        click.echo(f"lockgate: {exc}", err=True)
-        sys.exit(2)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -120,7 +74,7 @@ def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: boo
     """Run the app MODULE:APP until SIGTERM/SIGINT."""
     defer_stop_signals()
     app = load_app(app_spec)
-    settings = _settings(app)
+    settings = app_settings(app)
     if from_savepoint is not None or allow_non_restored_state:
         updates: dict[str, Any] = {}
         if from_savepoint is not None:
@@ -243,7 +197,7 @@ def backfill(
     from processors.backfill import BackfillError, parse_position, run_backfill
 
     app = load_app(app_spec)
-    settings = _settings(app)
+    settings = app_settings(app)
     configure(settings.log_level, settings.log_format.value)
     spark_conf = parse_spark_conf(conf)
     try:
@@ -268,7 +222,7 @@ def backfill(
         click.echo(f"lockgate: {exc}", err=True)
         sys.exit(1)
     if as_json:
-        _json_out(summary)
+        json_out(summary)
     click.echo(summary["savepoint"])
 
 
@@ -284,41 +238,14 @@ def config(app_spec: str | None) -> None:
     when anything is invalid.
     """
     app = load_app(app_spec) if app_spec is not None else None
-    settings = _settings(app)
+    settings = app_settings(app)
     if app is not None:
-        _check_app(app)
+        check_app(app)
     data: dict[str, Any] = settings.masked()
     click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
 
 
 # ------------------------------------------------------------- operator commands
-
-
-def _ops_settings() -> Settings:
-    """Load the settings for an operator command (exit 2 with the reason if invalid)."""
-    settings = _settings()
-    configure(settings.log_level, settings.log_format.value)
-    return settings
-
-
-def _ops_fail(exc: Exception) -> NoReturn:
-    """Print ``exc`` to stderr and exit with its code (1 unless it is a usage problem)."""
-    code = (
-        exc.exit_code
-        if isinstance(exc, OpsError)
-        else 2
-        if isinstance(exc, ConfigError | SavepointError)
-        else 1
-    )
-    if isinstance(exc, KafkaException):
-        click.echo(f"lockgate: Kafka client error: {exc}", err=True)
-    else:
-        click.echo(f"lockgate: {exc}", err=True)
-    sys.exit(code)
-
-
-def _json_out(data: Any) -> None:
-    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
 
 
 def _yes(flag: bool) -> str:
@@ -350,16 +277,16 @@ def checkpoints_list(
     checkpoint, the key groups halted by a stop-with-savepoint or restored from a
     savepoint, and the offsets of the newest complete checkpoint.
     """
-    settings = _ops_settings()
+    settings = ops_settings()
     ops = Ops(settings)
     try:
         result = list_checkpoints(ops, apps, pipeline, limit)
     except (LockgateError, KafkaException) as exc:
-        _ops_fail(exc)
+        ops_fail(exc)
     finally:
         ops.close()
     if as_json:
-        _json_out(result)
+        json_out(result)
         return
     for app, info in result["apps"].items():
         click.echo(f"app {app}: {info['key_groups']} key groups")
@@ -422,7 +349,7 @@ def savepoint_trigger(
     the savepoint (instances stay up until stopped). Exit 1 when a key group fails
     the savepoint or the timeout passes (the missing key groups are named).
     """
-    settings = _ops_settings()
+    settings = ops_settings()
     ops = Ops(settings)
     try:
         store = open_store(settings)
@@ -436,7 +363,7 @@ def savepoint_trigger(
             progress=lambda line: click.echo(line, err=True),
         )
     except (LockgateError, KafkaException) as exc:
-        _ops_fail(exc)
+        ops_fail(exc)
     finally:
         ops.close()
     if as_json:
@@ -455,13 +382,13 @@ def savepoint_cancel(savepoint_id: str, apps: tuple[str, ...], pipeline: str | N
     `savepoint trigger --stop` cancels by itself when the savepoint fails or times out;
     use this when the trigger command itself died.
     """
-    settings = _ops_settings()
+    settings = ops_settings()
     ops = Ops(settings)
     try:
         involved = resolve_apps(ops.registry(), apps, pipeline)
         cancel_savepoint(ops, savepoint_id, involved)
     except (LockgateError, KafkaException, SavepointError) as exc:
-        _ops_fail(exc)
+        ops_fail(exc)
     finally:
         ops.close()
     click.echo(f"cancelled {savepoint_id} in {', '.join(involved)}", err=True)
@@ -471,13 +398,13 @@ def savepoint_cancel(savepoint_id: str, apps: tuple[str, ...], pipeline: str | N
 @click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
 def savepoint_list(as_json: bool) -> None:
     """List the completed savepoints in LOCKGATE_SAVEPOINT_DIR, oldest first."""
-    settings = _ops_settings()
+    settings = ops_settings()
     try:
         rows = list_savepoints(open_store(settings))
     except LockgateError as exc:
-        _ops_fail(exc)
+        ops_fail(exc)
     if as_json:
-        _json_out(rows)
+        json_out(rows)
         return
     if not rows:
         click.echo("no savepoints", err=True)
@@ -493,13 +420,13 @@ def savepoint_list(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the descriptor as JSON.")
 def savepoint_describe(savepoint_id: str, as_json: bool) -> None:
     """Describe savepoint ID: its apps, and per key group the checkpoint, offsets and stores."""
-    settings = _ops_settings()
+    settings = ops_settings()
     try:
         d = describe_savepoint(open_store(settings), savepoint_id)
     except LockgateError as exc:
-        _ops_fail(exc)
+        ops_fail(exc)
     if as_json:
-        _json_out(d)
+        json_out(d)
         return
     click.echo(
         f"savepoint {d.get('savepoint')}: checkpoint {d.get('checkpoint')}, created "

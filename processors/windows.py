@@ -18,15 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from processors._time import _EVENT, NO_WATERMARK, TimerContext, TimeService
 from processors.exceptions import ConfigError
 from state.codecs import Codec
 from state.primitives import ValueState
-
-if TYPE_CHECKING:
-    from processors._app import App, Stream
 
 __all__ = [
     "Count",
@@ -229,16 +226,28 @@ class _Process:
         return () if out is None else out
 
 
-class WindowedStream:
+S = TypeVar("S")
+S_co = TypeVar("S_co", covariant=True)
+
+
+class _Windowable(Protocol[S_co]):
+    """What a :class:`WindowedStream` needs of its stream: adding the window operator."""
+
+    def _window(
+        self, assigner: Assigner, agg: Any, lateness: int, late_topic: str | None, codec: Codec
+    ) -> S_co: ...
+
+
+class WindowedStream(Generic[S]):
     """A stream cut into windows: finish it with ``aggregate``, ``reduce`` or ``process``.
 
-    Each returns the stream of the windows' results (continue it with ``map``,
-    ``to``, ...).
+    Each returns the stream of the windows' results (a :class:`~processors.Stream`:
+    continue it with ``map``, ``to``, ...).
     """
 
     def __init__(
         self,
-        stream: Stream,
+        stream: _Windowable[S],
         assigner: Assigner,
         allowed_lateness_ms: int,
         late_topic: str | None,
@@ -250,7 +259,7 @@ class WindowedStream:
         self._late = late_topic
         self._codec = codec
 
-    def aggregate(self, aggregator: Any) -> Stream:
+    def aggregate(self, aggregator: Any) -> S:
         """Fold each window with a Flink-style aggregator.
 
         ``aggregator`` has ``create_accumulator()``, ``add(value, acc)``,
@@ -271,17 +280,17 @@ class WindowedStream:
             )
         return self._build(agg)
 
-    def reduce(self, fn: Callable[[Any, Any], Any]) -> Stream:
+    def reduce(self, fn: Callable[[Any, Any], Any]) -> S:
         """Fold each window's values with ``fn(a, b)``; results are :class:`WindowResult`."""
         if not callable(fn):
             raise TypeError("reduce() needs a callable")
         return self._build(_Reduce(fn))
 
-    def count(self) -> Stream:
+    def count(self) -> S:
         """Count each window's records; results are :class:`WindowResult` of ints."""
         return self.aggregate(CountAggregator())
 
-    def process(self, fn: Callable[[Any, WindowResult[list[Any]]], Iterable[Any] | None]) -> Stream:
+    def process(self, fn: Callable[[Any, WindowResult[list[Any]]], Iterable[Any] | None]) -> S:
         """Call ``fn(key, window)`` with all of a window's values (``window.value``).
 
         Whatever ``fn`` returns (an iterable, or ``None``) goes on down the chain, one
@@ -291,7 +300,7 @@ class WindowedStream:
             raise TypeError("process() needs a callable")
         return self._build(_Process(fn))
 
-    def _build(self, agg: _Agg) -> Stream:
+    def _build(self, agg: _Agg) -> S:
         return self._stream._window(self._assigner, agg, self._lateness, self._late, self._codec)  # noqa: SLF001 - same package
 
 
@@ -300,21 +309,33 @@ class WindowOperator:
 
     def __init__(
         self,
-        app: App,
         n: int,
         assigner: Assigner,
         agg: _Agg,
         lateness: int,
         late_topic: str | None,
-        codec: Codec,
+        *,
+        store: ValueState[Any],
+        time: TimeService,
     ) -> None:
+        """The ``n``-th window operator of an app.
+
+        Args:
+            n: its number (its timers' owner names are ``w<n>:f`` and ``w<n>:c``).
+            assigner: which windows a record belongs to.
+            agg: how a window folds its records.
+            lateness: ``allowed_lateness_ms``.
+            late_topic: where records later than that go (``None``: dropped).
+            store: the value store of its accumulators (``window-<n>``).
+            time: the app's time service (its timers are registered there).
+        """
         self.assigner = assigner
         self.agg = agg
         self.lateness = lateness
         self.late_topic = late_topic
         self.prefix = f"w{n}"
-        self.store: ValueState[Any] = app.value_state(f"window-{n}", codec=codec)
-        self.time: TimeService = app._time_service()  # noqa: SLF001 - same package
+        self.store = store
+        self.time = time
         for suffix in (":f", ":c"):  # exact names: no parsing per timer
             self.time.add_owner(self.prefix + suffix, self.on_timer)
         self.nxt: Next = lambda k, v, c: None

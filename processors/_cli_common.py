@@ -1,0 +1,100 @@
+"""What every ``lockgate`` command shares: loading an app and the settings, exiting.
+
+Used by ``processors/cli.py`` (the click wiring) and the operations commands
+(``processors/_ops_commands.py``), so the commands behave alike without importing the
+CLI module that registers them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import orjson
+from confluent_kafka import KafkaException
+
+from processors._app import App
+from processors._logging import configure
+from processors._ops import OpsError
+from processors._settings import Settings, load_settings
+from processors.exceptions import ConfigError, LockgateError
+from state.savepoint import SavepointError
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` and return the :class:`App` it names.
+
+    The current directory is put on ``sys.path`` first (as ``python -m`` does).
+
+    Raises:
+        click.UsageError: the spec is malformed, the module cannot be imported or
+            refuses its app definition (:class:`ConfigError` at import), or the
+            attribute is missing or not an App; the message lists the module's Apps.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.UsageError(f"expected MODULE:APP (e.g. examples.running_sum:app), got {spec!r}")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.UsageError(f"cannot import {module_name!r}: {exc}") from exc
+    except ConfigError as exc:
+        raise click.UsageError(f"{module_name}: invalid app definition: {exc}") from exc
+    apps = sorted(name for name, obj in vars(module).items() if isinstance(obj, App))
+    found = f"App objects it defines: {', '.join(apps)}" if apps else "it defines no lockgate App"
+    if not hasattr(module, attr):
+        raise click.UsageError(f"module {module_name!r} has no attribute {attr!r}; {found}")
+    app = getattr(module, attr)
+    if not isinstance(app, App):
+        raise click.UsageError(f"{spec} is a {type(app).__name__}, not a lockgate App; {found}")
+    return app
+
+
+def app_settings(app: App | None = None) -> Settings:
+    """Load the settings (accepting ``app``'s own variables) or exit 2 with the reason."""
+    try:
+        return load_settings(app_env=app.env if app is not None else ())
+    except LockgateError as exc:
+        click.echo(f"lockgate: {exc}", err=True)
+        sys.exit(2)
+
+
+def check_app(app: App) -> None:
+    """Everything the runtime checks about the app before it touches Kafka; exit 2 if bad."""
+    try:
+        app.handlers()
+    except ConfigError as exc:
+        click.echo(f"lockgate: {exc}", err=True)
+        sys.exit(2)
+
+
+def ops_settings() -> Settings:
+    """Load the settings for an operator command (exit 2 with the reason if invalid)."""
+    settings = app_settings()
+    configure(settings.log_level, settings.log_format.value)
+    return settings
+
+
+def ops_fail(exc: Exception) -> NoReturn:
+    """Print ``exc`` to stderr and exit with its code (1 unless it is a usage problem)."""
+    code = (
+        exc.exit_code
+        if isinstance(exc, OpsError)
+        else 2
+        if isinstance(exc, ConfigError | SavepointError)
+        else 1
+    )
+    if isinstance(exc, KafkaException):
+        click.echo(f"lockgate: Kafka client error: {exc}", err=True)
+    else:
+        click.echo(f"lockgate: {exc}", err=True)
+    sys.exit(code)
+
+
+def json_out(data: Any) -> None:
+    click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
