@@ -43,7 +43,7 @@ typecheck: $(STAMP) ## mypy --strict on processors/ and state/
 	$(BIN)/mypy
 
 docs: $(STAMP) ## Regenerate docs/configuration.md from the settings model
-	$(BIN)/python -m processors._configdoc > docs/configuration.md
+	$(BIN)/python -m processors._config.docgen > docs/configuration.md
 
 docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are errors) -> build/docs-api/index.html
 	$(BIN)/sphinx-build -E -W --keep-going -n -q -b html docs/api build/docs-api

@@ -129,7 +129,7 @@ def _status(pid: int) -> dict[str, float]:
     return out
 
 
-#: librdkafka's own defaults of the limits the memory plan sets (processors/_keygroups.py
+#: librdkafka's own defaults of the limits the memory plan sets (processors/_task/keygroups.py
 #: ``MemoryPlan.fetch_config``) and no epoch bound (``MemoryPlan.epoch_bytes``): the
 #: instance as it was before its input side was budgeted.
 LIBRDKAFKA_FETCH_DEFAULTS = {
@@ -243,8 +243,8 @@ def storage_peak(
     ``state_cache_entries``' default), until each has ``keys_per_group`` keys. Values are
     decoded from JSON, as the runtime's are (one object per record, nothing shared).
     """
-    from processors._keygroups import KeyGroup, MemoryPlan, StateMemory
-    from processors._settings import Settings
+    from processors._config.settings import Settings
+    from processors._task.keygroups import KeyGroup, MemoryPlan, StateMemory
     from state.base.store import META_CHECKPOINT
     from state.cache import KeyCursor
     from state.codecs import JSON

@@ -653,7 +653,8 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
     )
     a(
         "- **One client-tuning policy** (lockgate's own producer settings, "
-        "`processors/_kafka.py`): producer `linger.ms` 5, `compression.type` lz4, idempotent, "
+        "`processors/_kafka/clients.py`): producer `linger.ms` 5, `compression.type` lz4, "
+        "idempotent, "
         "and under exactly-once `retry.backoff.ms` 10 (a retriable CONCURRENT_TRANSACTIONS "
         "right after a commit then costs ~10 ms instead of librdkafka's 100 ms); consumer "
         "`fetch.wait.max.ms` 100. The raw loop sets them in its client configs, Quix Streams "

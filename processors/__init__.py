@@ -5,13 +5,13 @@ Define an :class:`App`, declare keyed state and outputs, and run it with
 ``_`` are internal.
 """
 
-from processors._app import App, Stream
-from processors._context import Context
-from processors._partitioner import key_group, murmur2
-from processors._runtime import Runner, run_app
-from processors._settings import Guarantee, OnError, Settings, load_settings
-from processors._time import NO_WATERMARK, TimerContext, Timers, Watermarks
-from processors._topics import OutputSpec, TopicConfig
+from processors._config.settings import Guarantee, OnError, Settings, load_settings
+from processors._dsl.app import App, Stream
+from processors._dsl.context import Context
+from processors._dsl.partitioner import key_group, murmur2
+from processors._dsl.topics import OutputSpec, TopicConfig
+from processors._runtime.runner import Runner, run_app
+from processors._task.time import NO_WATERMARK, TimerContext, Timers, Watermarks
 from processors.exceptions import (
     ConfigError,
     FatalKafkaError,

@@ -1,7 +1,7 @@
 """Backfill: replay history on Spark with the app's own code, then hand over to live.
 
 ``lockgate backfill MODULE:APP`` plans a job, runs one Spark task per key group
-(:mod:`processors._backfill_task` runs the chain), and ends by writing a savepoint
+(:mod:`processors._spark.backfill_task` runs the chain), and ends by writing a savepoint
 whose offsets are the cut-over point, so ``lockgate run MODULE:APP --from-savepoint
 ID`` continues live exactly where the backfill stopped. The job id *is* that
 savepoint's id.
@@ -44,20 +44,20 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from processors._app import App
-from processors._backfill_task import (
+from processors._config.settings import Settings
+from processors._dsl.app import App
+from processors._dsl.partitioner import key_group
+from processors._dsl.record import Record
+from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
+from processors._kafka.clients import Admin, producer_config, restore_consumer_config
+from processors._ops.catalog import build_descriptor
+from processors._spark.backfill_task import (
     Range,
     TaskSpec,
     check_backfillable,
     load_app,
     run_task,
 )
-from processors._kafka import Admin, producer_config, restore_consumer_config
-from processors._ops import build_descriptor
-from processors._partitioner import key_group
-from processors._record import Record
-from processors._settings import Settings
-from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors.exceptions import ConfigError
 from state.savepoint import SavepointStore, check_savepoint_id, new_savepoint_id
 
@@ -533,7 +533,7 @@ def run_backfill(
     )
     own = spark is None
     if spark is None:
-        from processors._sparkjob import spark_session
+        from processors._spark.job import spark_session
 
         top = app_spec.partition(":")[0].split(".")[0]
         conf = dict(spark_conf or {})

@@ -16,16 +16,8 @@ import click
 import orjson
 from confluent_kafka import KafkaError, KafkaException
 
-from processors._cli_common import (
-    app_settings,
-    check_app,
-    json_out,
-    load_app,
-    ops_fail,
-    ops_settings,
-)
-from processors._logging import configure
-from processors._ops import (
+from processors._config.log_setup import configure
+from processors._ops.catalog import (
     Ops,
     cancel_savepoint,
     describe_savepoint,
@@ -35,8 +27,16 @@ from processors._ops import (
     resolve_apps,
     trigger_savepoint,
 )
-from processors._runtime import defer_stop_signals, run_app
-from processors._spark_cli import parse_spark_conf, spark_options
+from processors._ops.cli_common import (
+    app_settings,
+    check_app,
+    json_out,
+    load_app,
+    ops_fail,
+    ops_settings,
+)
+from processors._runtime.runner import defer_stop_signals, run_app
+from processors._spark.cli_options import parse_spark_conf, spark_options
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
 from state.savepoint import SavepointError, check_savepoint_id
 
@@ -450,11 +450,11 @@ def savepoint_describe(savepoint_id: str, as_json: bool) -> None:
                 )
 
 
-from processors._spark_cli import rescale  # noqa: E402
+from processors._spark.cli_options import rescale  # noqa: E402
 
 savepoint.add_command(rescale)
 
-from processors._ops_commands import dlq, reset, send, topics  # noqa: E402
+from processors._ops.commands import dlq, reset, send, topics  # noqa: E402
 
 main.add_command(topics)
 main.add_command(send)

@@ -72,11 +72,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from processors._core import CONTROL_HEADER
+from processors._runtime.core import CONTROL_HEADER
 from state.codecs import JSON, STR, Codec
 
 if TYPE_CHECKING:
-    from processors._app import App
+    from processors._dsl.app import App
 
 __all__ = [
     "LOCAL_IMAGE",

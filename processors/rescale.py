@@ -7,7 +7,7 @@ the partition Kafka's murmur2 partitioner gives its key among P' (the placement
 :func:`state.spark.rewrite_savepoint` gives the state), and the records before the
 savepoint's cut are written before every record after it, so that one offset per
 target partition separates "in the savepoint" from "after it". ``lockgate savepoint
-rescale`` (``processors/_spark_cli.py``) copies the inputs, then rewrites the
+rescale`` (``processors/_spark/cli_options.py``) copies the inputs, then rewrites the
 savepoint with those offsets.
 """
 
@@ -35,16 +35,16 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     OffsetSpec,
 )
 
-from processors._kafka import (
+from processors._config.log_setup import librdkafka_logger
+from processors._config.settings import Settings
+from processors._dsl.partitioner import key_group
+from processors._kafka.clients import (
     PARTITION_EOF,
     admin_config,
     producer_config,
     restore_consumer_config,
 )
-from processors._logging import librdkafka_logger
-from processors._ops import OpsError
-from processors._partitioner import key_group
-from processors._settings import Settings
+from processors._ops.catalog import OpsError
 
 __all__ = ["RescaleError", "copy_topic_repartitioned"]
 

@@ -36,12 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors._app import App
-from processors._context import Context, Headers
-from processors._keygroups import KeyGroup
-from processors._partitioner import key_group
-from processors._record import Record as _Record
-from processors._settings import OnError
+from processors._config.settings import OnError
+from processors._dsl.app import App
+from processors._dsl.context import Context, Headers
+from processors._dsl.partitioner import key_group
+from processors._dsl.record import Record as _Record
+from processors._task.keygroups import KeyGroup
 from processors.exceptions import ConfigError, UserCodeError
 from state.base.store import KeyGroupStore
 from state.cache import DELETED

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from processors._time import _EVENT, NO_WATERMARK, TimerContext, TimeService
+from processors._task.time import _EVENT, NO_WATERMARK, TimerContext, TimeService
 from processors.exceptions import ConfigError
 from state.codecs import Codec
 from state.primitives import ValueState

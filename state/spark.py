@@ -14,7 +14,7 @@ group (the driver only handles descriptors and manifests):
 Placement: an entry of a user store (value, list, map, reducing, aggregating state,
 tables, window stores) is keyed by the record's raw key, the key as the app's key
 codec encodes it, and lives in key group ``key_group(raw_key, P)``, Kafka's murmur2
-partition of the key (:func:`processors._partitioner.key_group`). The time store
+partition of the key (:func:`processors._dsl.partitioner.key_group`). The time store
 ``lockgate.time`` holds timers keyed ``b"t" + kind + be64(time + 2**63) + raw_key``
 (placed by their raw key) and one watermark record ``b"w"`` per key group.
 
@@ -49,7 +49,7 @@ from state.savepoint import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from processors._app import App
+    from processors._dsl.app import App
 
 __all__ = [
     "TIME_STORE",
@@ -63,7 +63,7 @@ __all__ = [
     "write_savepoint",
 ]
 
-#: The store of watermarks and timers (the same name as ``processors._time.TIME_STORE``).
+#: The store of watermarks and timers (the same name as ``processors._task.time.TIME_STORE``).
 TIME_STORE = "lockgate.time"
 #: Where a restored app starts reading one input, given as one offset for every key group (an
 #: int >= 0, or ``"earliest"`` for 0), a sequence with one offset per key group, or a
@@ -512,7 +512,7 @@ class _Encoder:
         self.key_groups = key_groups
 
     def __call__(self, row: Any) -> tuple[tuple[int, bytes], bytes]:
-        from processors._partitioner import key_group
+        from processors._dsl.partitioner import key_group
 
         key, value = _plain(row[0]), _plain(row[1])
         if key is None:
@@ -637,8 +637,8 @@ def _write_descriptor(
     stop: bool,
     extra: dict[str, Any],
 ) -> None:
-    """Write the descriptor (the layout of ``processors._ops.build_descriptor``)."""
-    from processors._ops import build_descriptor
+    """Write the descriptor (the layout of ``processors._ops.catalog.build_descriptor``)."""
+    from processors._ops.catalog import build_descriptor
 
     by_group = {int(m["key_group"]): m for m in manifests}
     now = int(time.time() * 1000)
@@ -779,7 +779,7 @@ def merge_watermarks(
     possible): the result is ``None``, no record.
 
     Args:
-        records: the decoded ``b"w"`` records (``processors._time``) of the old key
+        records: the decoded ``b"w"`` records (``processors._task.time``) of the old key
             groups whose keys the new key group can receive.
         expected: how many old key groups that is.
         topics: old input topic -> new name.
@@ -830,7 +830,7 @@ class _Rekeyer:
         self.new = new
 
     def __call__(self, g: int) -> Iterator[tuple[tuple[int, str, bytes], tuple[int, bytes]]]:
-        from processors._partitioner import key_group
+        from processors._dsl.partitioner import key_group
 
         location = SavepointStore(self.url)
         old, new = self.old, self.new

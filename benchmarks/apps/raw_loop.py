@@ -73,7 +73,7 @@ def main() -> None:
     if EOS:
         pconf["transactional.id"] = f"{GROUP}-raw"
         # The client-tuning policy of the harness (lockgate's producer under exactly-once,
-        # processors/_kafka.py): a short first backoff, so a retriable
+        # processors/_kafka/clients.py): a short first backoff, so a retriable
         # CONCURRENT_TRANSACTIONS right after a commit does not cost librdkafka's 100 ms.
         pconf["retry.backoff.ms"] = 10
     producer = Producer(pconf)

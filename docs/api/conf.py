@@ -69,9 +69,10 @@ nitpick_ignore = [
 # Internal names that public signatures and docstrings mention; modules and names
 # starting with ``_`` (and these) are deliberately left out of the reference.
 nitpick_ignore += [
-    ("py:class", "processors._ops.OpsError"),
-    ("py:class", "processors._time.TimeService"),
+    ("py:class", "processors._ops.catalog.OpsError"),
+    ("py:class", "processors._task.time.TimeService"),
     ("py:class", "processors.windows.Assigner"),
+    ("py:class", "processors.windows._Windowable"),
     ("py:class", "Assigner"),
     ("py:class", "state.cache.KeyCursor"),
     ("py:class", "state.cache.StoreCache"),
@@ -81,11 +82,11 @@ nitpick_ignore += [
     ("py:class", "state.rocksdb.memory.RocksDBMemory"),
     ("py:data", "NON_SETTINGS_ENV"),
     ("py:exc", "_TimerRewind"),
-    ("py:mod", "processors._backfill_task"),
+    ("py:mod", "processors._spark.backfill_task"),
 ]
 # The type variables of generic signatures (``T``, ``A``, ``R``, ...) are not documented.
 nitpick_ignore_regex = [
-    ("py:(class|obj)", r"(processors|state)\.[\w.]+\.(T|A|R|M|V|T_in|R_out)"),
+    ("py:(class|obj)", r"(processors|state)\.[\w.]+\.(T|A|R|M|V|S|T_in|R_out)"),
     # Sphinx splits some unions of subscripted standard-library generics mid-type
     # (``collections.abc.Mapping[str``): still the standard library, still unlinkable.
     ("py:class", r"collections\.abc\.\w+\[.*"),
@@ -95,8 +96,8 @@ nitpick_ignore_regex = [
 def _public_target(app: Any, env: Any, node: Any, contnode: Any) -> Any:
     """Resolve references to the private module that defines a public object.
 
-    Signatures name objects by their defining module (``processors._app.Stream``), which
-    this reference documents under the public one (``processors.Stream``). A reference
+    Signatures name objects by their defining module (``processors._dsl.app.Stream``),
+    which this reference documents under the public one (``processors.Stream``). A reference
     that Sphinx cannot find is retried by its dotted suffixes, longest first, and resolved
     to the one documented object of :mod:`processors` or :mod:`state` whose name ends
     with a suffix, when there is exactly one.

@@ -4,7 +4,7 @@
 the client keeps reporting the retriable "retry call to resume" timeout past the
 runtime's budget (the transaction timeout), as when the link to the coordinator stalls
 after EndTxn reached it. The fault is injected at the client boundary
-(``LOCKGATE_TEST_LATE_COMMIT``, processors/_faults.py); everything else is real: the
+(``LOCKGATE_TEST_LATE_COMMIT``, processors/_kafka/faults.py); everything else is real: the
 broker, RocksDB, two instances of examples/running_sum.py. The runtime must learn the
 outcome from the broker (a new producer's init_transactions ends the transaction, the
 group's stable committed offsets name the epoch) and go on from the committed epoch

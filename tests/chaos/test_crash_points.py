@@ -1,7 +1,7 @@
 """Exactly-once when the process dies inside the commit sequence and mid-restore.
 
 Random kill -9 rarely lands in the few milliseconds of a commit. Here the instances
-SIGKILL themselves at the protocol's hardest points (processors/_faults.py):
+SIGKILL themselves at the protocol's hardest points (processors/_kafka/faults.py):
 after producing changelog/outputs but before sending offsets, after sending offsets but
 before committing, after committing but before writing RocksDB, and between restore
 batches. A supervisor restarts whatever died, like Kubernetes does. The committed output
@@ -32,7 +32,7 @@ def test_crashes_inside_the_commit_sequence_and_restore(
     inp, out, app = unique("crash-in"), unique("crash-out"), unique("crash-sum")
     create_topic(kafka_bootstrap, inp, 4)
     env = chaos_env(kafka_bootstrap, app, inp, out)
-    # The crash decisions are made inside the instances (processors/_faults.py draws from
+    # The crash decisions are made inside the instances (processors/_kafka/faults.py draws from
     # the global ``random``): a sitecustomize seeds it per start from the chaos seed.
     seeded = tmp_path / "seeded"
     seeded.mkdir()

@@ -5,14 +5,14 @@ fault proxy (the broker's PROXIED listener, as in test_network_faults.py). While
 flows, it is stopped twice, each time cut off from the broker:
 
 1. **black hole during an unanswered final commit**: the final commit's answer comes late
-   (``LOCKGATE_TEST_LATE_COMMIT=stop:...``, processors/_faults.py) and the connections go
+   (``LOCKGATE_TEST_LATE_COMMIT=stop:...``, processors/_kafka/faults.py) and the connections go
    silent right after the SIGTERM (a ``timeout`` toxic that never closes them): the
    replacement producer cannot initialise, the committed offsets cannot be read, the
    consumer cannot leave;
 2. **connections refused**: the proxy is disabled (every connection closed, new ones
    refused) a moment before the SIGTERM.
 
-Each stop must end within the documented budget (processors/_txn.py ``stop_budget_s``)
+Each stop must end within the documented budget (processors/_checkpoint/txn.py ``stop_budget_s``)
 with exit code 0, and the committed output at the end must equal the independent model:
 what the stops left unfinished is settled by the coordinator and the restarted instance.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from processors._txn import stop_budget_s
+from processors._checkpoint.txn import stop_budget_s
 from tests.chaos._harness import InputFeeder, chaos_env
 from tests.chaos.test_network_faults import ProxiedBroker, SplitFleet
 from tests.support.checker import check, model

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate import utils as kv_utils
 
-from processors._txn import stop_budget_s
+from processors._checkpoint.txn import stop_budget_s
 from tests.support.helm import (
     CHART_DIR,
     HelmError,
@@ -451,7 +451,7 @@ def test_grace_period() -> None:
     prod = render(values_files=[PRODUCTION])
     assert _pod_spec(prod)["terminationGracePeriodSeconds"] == 140
     env = _env_map(prod)
-    # The runtime's own stop budget (processors/_txn.py), with the scale-down leave.
+    # The runtime's own stop budget (processors/_checkpoint/txn.py), with the scale-down leave.
     needed_s = stop_budget_s(int(env["LOCKGATE_TRANSACTION_TIMEOUT_MS"]["value"]) / 1000, True)
     assert _pod_spec(prod)["terminationGracePeriodSeconds"] > needed_s
 

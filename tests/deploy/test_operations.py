@@ -445,7 +445,7 @@ def _exported_series() -> dict[str, set[str]]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from processors._health import Metrics, metrics_registry
+    from processors._runtime.health import Metrics, metrics_registry
 
     text = generate_latest(metrics_registry(Metrics("sums", "sums-lockgate-0"))).decode()
     out: dict[str, set[str]] = {}
@@ -561,10 +561,10 @@ def test_app_name_is_required_and_not_derived_from_the_release() -> None:
 
 def _runtime_names(app: str, instance: str) -> dict[str, Any]:
     """Topic, group and transactional-id names as the runtime builds them."""
-    from processors._control import REGISTRY_TOPIC, control_topic
-    from processors._kafka import consumer_config, restore_consumer_config
-    from processors._ops_commands import dlq_topic
-    from processors._settings import Settings
+    from processors._checkpoint.control_topics import REGISTRY_TOPIC, control_topic
+    from processors._config.settings import Settings
+    from processors._kafka.clients import consumer_config, restore_consumer_config
+    from processors._ops.commands import dlq_topic
     from state.cache import changelog_topic
 
     settings = Settings(instance_id=instance, app_name=app)
@@ -575,7 +575,7 @@ def _runtime_names(app: str, instance: str) -> dict[str, Any]:
         "registry": REGISTRY_TOPIC,
         "group": consumer_config(settings, app)["group.id"],
         "restore_group": restore_consumer_config(settings, app)["group.id"],
-        # processors/_epoch.py: transactional.id = <app>-<instance id>
+        # processors/_runtime/epoch.py: transactional.id = <app>-<instance id>
         "transactional_id": f"{app}-{instance}",
     }
 
@@ -639,8 +639,8 @@ def test_kafka_user_tls_and_extra_acls() -> None:
 
 
 def test_kafka_topics_match_the_runtime() -> None:
-    from processors._control import CONTROL_CONFIG
-    from processors._kafka import CHANGELOG_CONFIG
+    from processors._checkpoint.control_topics import CONTROL_CONFIG
+    from processors._kafka.clients import CHANGELOG_CONFIG
 
     docs = render(values_files=[STRIMZI])
     topics = {t["spec"]["topicName"]: t for t in manifests(docs, "KafkaTopic")}

@@ -24,10 +24,10 @@ from tests.support.helm import (
 )
 
 try:
-    from processors._settings import Settings
+    from processors._config.settings import Settings
 except ImportError as exc:  # pragma: no cover - only while the model does not exist
     pytest.skip(
-        f"processors._settings.Settings cannot be imported ({exc}); env names unchecked",
+        f"processors._config.settings.Settings cannot be imported ({exc}); env names unchecked",
         allow_module_level=True,
     )
 
@@ -172,7 +172,7 @@ def test_settings_see_the_strimzi_credentials(
 
 def test_schema_rejects_every_key_the_runtime_refuses() -> None:
     """kafka.config keys the settings model refuses fail at render, not in CrashLoopBackOff."""
-    from processors._settings import RESERVED_KAFKA_KEYS
+    from processors._config.settings import RESERVED_KAFKA_KEYS
 
     config = _schema()["properties"]["kafka"]["properties"]["config"]["properties"]
     rejected = {key for key, rule in config.items() if rule is False}
@@ -182,7 +182,7 @@ def test_schema_rejects_every_key_the_runtime_refuses() -> None:
 def test_session_timeout_reaches_the_consumer(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from processors._kafka import consumer_config
+    from processors._kafka.clients import consumer_config
 
     settings = _settings_from(PRODUCTION, monkeypatch, tmp_path)
     assert consumer_config(settings, "sums")["session.timeout.ms"] == "60000"

@@ -24,8 +24,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processors._backfill_task import Range, SinkFailed, TaskSpec, kafka_steps, run_task
-from processors._settings import Settings
+from processors._config.settings import Settings
+from processors._spark.backfill_task import Range, SinkFailed, TaskSpec, kafka_steps, run_task
 from processors.exceptions import ConfigError
 from state.savepoint import SavepointStore, StoreFile, new_savepoint_id
 from tests.support.kafka import create_topic, read_all
@@ -84,9 +84,10 @@ def test_rejected_output_and_a_killed_attempt_rebuild_the_same_state(
     job = new_savepoint_id()
     # Attempt 0 dies (os._exit) after step 8: steps 0-4 committed, 5-7 in the open transaction.
     code = (
-        "import sys; from processors._backfill_task import *; from processors._settings import "
-        "Settings; from pathlib import Path; from tests.integration.test_backfill_task import "
-        f"spec_of; run_task(Settings(bootstrap_servers={kafka_bootstrap!r}, app_name={app!r}), "
+        "import sys; from processors._spark.backfill_task import *; "
+        "from processors._config.settings import Settings; from pathlib import Path; "
+        "from tests.integration.test_backfill_task import spec_of; "
+        f" run_task(Settings(bootstrap_servers={kafka_bootstrap!r}, app_name={app!r}), "
         f"spec_of({app!r}, {inp!r}, 10, Path({str(tmp_path)!r}), {job!r}), attempt=0)"
     )
     env = {**os.environ, "LOCKGATE_TEST_BACKFILL_CRASH": "0:8", "LOCKGATE_LOG_LEVEL": "ERROR"}

@@ -1,7 +1,7 @@
 """`lockgate topics|send|dlq|reset` against the real broker (the CLI as a subprocess).
 
 Dead letters are written the way the runtime writes them: in a transaction, the input
-record's key and value with the headers of ``processors._core.error_headers`` built
+record's key and value with the headers of ``processors._runtime.core.error_headers`` built
 from the real input record read back from Kafka.
 """
 
@@ -21,8 +21,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from processors._core import error_headers
-from processors._partitioner import key_group
+from processors._dsl.partitioner import key_group
+from processors._runtime.core import error_headers
 from tests.integration._util import app_env
 from tests.support.kafka import create_topic, produce_numbers, read_all
 from tests.support.procs import AppProcess, lockgate_cli

@@ -7,7 +7,7 @@ with ``sys.executable``::
     python tests/spark/_cluster_job.py spark://127.0.0.1:PORT APP_NAME OUT.json
 
 It ships ``processors``, ``state`` and ``examples`` with
-``processors._sparkjob.spark_session(..., ship=...)``, runs 4 tasks that import the app and
+``processors._spark.job.spark_session(..., ship=...)``, runs 4 tasks that import the app and
 lockgate inside the executors, and writes what every task saw to ``OUT.json``.
 """
 
@@ -32,7 +32,7 @@ def task(index: int, _rows: Iterable[int]) -> Iterator[dict[str, Any]]:
     import examples.running_sum
     import processors
     import state
-    from processors._partitioner import key_group
+    from processors._dsl.partitioner import key_group
     from processors.testing import TestDriver
 
     driver = TestDriver(examples.running_sum.app)
@@ -56,7 +56,7 @@ def task(index: int, _rows: Iterable[int]) -> Iterator[dict[str, Any]]:
 def main() -> None:
     master, app_name, out = sys.argv[1:4]
     sys.path.insert(0, str(ROOT))  # code_archive finds examples/ where the tests see it
-    from processors._sparkjob import spark_session
+    from processors._spark.job import spark_session
 
     t0 = time.monotonic()
     session = spark_session(

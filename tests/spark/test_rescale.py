@@ -23,7 +23,7 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from processors._partitioner import key_group
+from processors._dsl.partitioner import key_group
 from state.savepoint import SavepointStore
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs

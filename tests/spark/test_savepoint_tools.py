@@ -24,9 +24,9 @@ import orjson
 import pytest
 
 from processors import App
-from processors._ops import build_descriptor
-from processors._partitioner import key_group
-from processors._time import TIME_STORE, Watermarks, timer_key
+from processors._dsl.partitioner import key_group
+from processors._ops.catalog import build_descriptor
+from processors._task.time import TIME_STORE, Watermarks, timer_key
 from state import spark as spark_tools
 from state.savepoint import SavepointError, SavepointStore, StoreFile, new_savepoint_id
 from state.spark import read_savepoint, rewrite_savepoint, write_savepoint

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from processors._partitioner import key_group, murmur2
-from processors._sparkjob import code_archive, is_local_master
+from processors._dsl.partitioner import key_group, murmur2
+from processors._spark.job import code_archive, is_local_master
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
 from tests.support.procs import lockgate_cli

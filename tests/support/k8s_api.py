@@ -1,9 +1,10 @@
 """A local HTTPS stand-in for the one Kubernetes API read lockgate makes.
 
-``processors/_k8s.py`` reads ``GET /apis/apps/v1/namespaces/<ns>/statefulsets/<name>``
-with a bearer token over TLS. This server answers exactly that, from a dict the test
-changes, with a self-signed certificate for 127.0.0.1 made by ``openssl``, and writes a
-service-account directory (token, ca.crt, namespace) the runtime is pointed at with
+``processors/_runtime/kubernetes.py`` reads
+``GET /apis/apps/v1/namespaces/<ns>/statefulsets/<name>`` with a bearer token over TLS.
+This server answers exactly that, from a dict the test changes, with a self-signed
+certificate for 127.0.0.1 made by ``openssl``, and writes a service-account directory
+(token, ca.crt, namespace) the runtime is pointed at with
 ``LOCKGATE_KUBERNETES_TOKEN_DIR``. It stands in for the API server only: Kafka stays real.
 """
 

@@ -119,6 +119,29 @@ def test_no_import_cycles() -> None:
     assert cycles(graph) == []
 
 
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between the folders of ``processors`` (a module outside them stands alone)."""
+
+    def unit(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if len(parts) > 2 else module
+
+    folded: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        folded.setdefault(unit(module), set()).update(
+            unit(t) for t in targets if unit(t) != unit(module)
+        )
+    for targets in list(folded.values()):
+        for t in targets:
+            folded.setdefault(t, set())
+    return folded
+
+
+def test_no_cycles_between_packages() -> None:
+    """``processors/_dsl``, ``_task``, ``_runtime`` ... import each other one way only."""
+    assert cycles(package_graph(_without_package_inits(import_graph()))) == []
+
+
 #: The one known exception: the Spark savepoint tools (public as ``state.spark``) use the
 #: key-group partitioner, the App type and the savepoint descriptor of ``processors``.
 #: They are to move under ``processors/`` (issue 24); this test fails if another

@@ -1,4 +1,4 @@
-"""Barrier alignment (processors._alignment): worked examples and a differential model.
+"""Barrier alignment (processors._checkpoint.alignment): worked examples and a differential model.
 
 The property tests generate partition logs (records and barriers of 1-4 writers, writers
 appearing mid-stream, duplicate / skipping / shared checkpoint ids, savepoints, offset gaps)
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors._alignment import Aligner, Completion, Decision, Forced, Mode, Snapshot
+from processors._checkpoint.alignment import Aligner, Completion, Decision, Forced, Mode, Snapshot
 
 TIMEOUT = 1.0
 FORCE_NOW = 1e12  # a tick at this time times out any alignment begun at time 0

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from processors._configdoc import render
+from processors._config.docgen import render
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
@@ -10,7 +10,7 @@ def test_configuration_reference_is_in_sync() -> None:
 
 
 def test_every_setting_is_documented() -> None:
-    from processors._settings import Settings
+    from processors._config.settings import Settings
 
     text = render()
     for name, field in Settings.model_fields.items():

@@ -3,14 +3,14 @@
 Unknown LOCKGATE_* variables stop `lockgate` (exit 2). The environment a processor runs in
 is often inherited from the tooling (the Makefile, the broker script, the test harness), so
 every variable the tooling reads must be a setting, a pass-through, or on the documented
-allow-list (processors._settings.NON_SETTINGS_ENV / NON_SETTINGS_PREFIXES). A new tooling
+allow-list (processors._config.settings.NON_SETTINGS_ENV / NON_SETTINGS_PREFIXES). A new tooling
 variable fails this test until it is added there.
 """
 
 import re
 from pathlib import Path
 
-from processors._settings import _unknown_variables
+from processors._config.settings import _unknown_variables
 
 ROOT = Path(__file__).resolve().parents[3]
 NAME = re.compile(r"\bLOCKGATE_[A-Za-z0-9_]*")
@@ -19,9 +19,9 @@ DECLARED = re.compile(r"env=\[([^\]]*)\]")
 SKIP_DIRS = {"lockgate.egg-info", "__pycache__"}  # and every directory starting with "."
 # Files that spell wrong or example names on purpose: the rules themselves and their tests.
 SKIP_FILES = {
-    "processors/_settings.py",
-    "processors/_app.py",
-    "processors/_configdoc.py",
+    "processors/_config/settings.py",
+    "processors/_dsl/app.py",
+    "processors/_config/docgen.py",
     "docs/configuration.md",
     "tests/unit/processors/test_settings.py",
     "tests/unit/processors/test_settings_properties.py",

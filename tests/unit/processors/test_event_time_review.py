@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from processors import NO_WATERMARK, App, ConfigError, Tumbling, Watermarks
-from processors._time import _EVENT, timer_key
+from processors._task.time import _EVENT, timer_key
 from processors.testing import TestDriver
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from processors._group_probe import GroupProbe
+from processors._runtime.group_probe import GroupProbe
 
 
 def _wait(probe: GroupProbe, seconds: float) -> object:

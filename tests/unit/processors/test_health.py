@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from processors._health import (
+from processors._runtime.health import (
     DURATION_BUCKETS,
     HealthServer,
     Histogram,

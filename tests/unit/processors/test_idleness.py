@@ -1,4 +1,4 @@
-"""Idleness and upstream-writer watermarks of a key group (processors/_time.py).
+"""Idleness and upstream-writer watermarks of a key group (processors/_task/time.py).
 
 An idle input stops holding the key group's watermark back after ``idle_ms`` of processing
 time; when every input is idle the highest watermark they reached counts. Upstream writers'

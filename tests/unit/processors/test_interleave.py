@@ -1,4 +1,4 @@
-"""The interleaver of co-partitioned inputs (processors/_interleave.py), without Kafka.
+"""The interleaver of co-partitioned inputs (processors/_task/interleave.py), without Kafka.
 
 Fake consumer messages stand in for confluent_kafka's: records, control records (barriers),
 partition-end events (``error().code() == _PARTITION_EOF``) and other consumer errors.
@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors._interleave import PARTITION_EOF, Interleaver
+from processors._task.interleave import PARTITION_EOF, Interleaver
 
 INF = 1e9  # "effectively infinite" wait
 

@@ -1,4 +1,4 @@
-"""processors/_k8s.py: the scale-down verdict from a StatefulSet read over TLS."""
+"""processors/_runtime/kubernetes.py: the scale-down verdict from a StatefulSet read over TLS."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from processors._k8s import scaled_down
+from processors._runtime.kubernetes import scaled_down
 from tests.support.k8s_api import FakeStatefulSetAPI
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from processors._logging import LIBRDKAFKA_LOGGER, JsonFormatter, librdkafka_logger
+from processors._config.log_setup import LIBRDKAFKA_LOGGER, JsonFormatter, librdkafka_logger
 
 ROOT = Path(__file__).resolve().parents[3]
 RAW_LINE = re.compile(r"^%\d\|", re.MULTILINE)
@@ -24,7 +24,7 @@ _SCRIPT = textwrap.dedent(
     """
     import sys, time
     from confluent_kafka import Producer
-    from processors._logging import configure, librdkafka_logger
+    from processors._config.log_setup import configure, librdkafka_logger
 
     configure("INFO", "json")
     conf = {"bootstrap.servers": "127.0.0.1:1", "client.id": "probe-test"}

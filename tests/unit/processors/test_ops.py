@@ -1,10 +1,10 @@
-"""The pure logic of the operator commands (processors/_ops.py), without Kafka."""
+"""The pure logic of the operator commands (processors/_ops/catalog.py), without Kafka."""
 
 from __future__ import annotations
 
 import pytest
 
-from processors._ops import (
+from processors._ops.catalog import (
     OpsError,
     build_descriptor,
     checkpoint_summary,

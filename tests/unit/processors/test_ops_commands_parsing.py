@@ -1,4 +1,4 @@
-"""Pure parts of `lockgate topics|send|dlq|reset` (processors/_ops_commands.py), no Kafka."""
+"""Pure parts of `lockgate topics|send|dlq|reset` (processors/_ops/commands.py), no Kafka."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from processors import App
-from processors._ops import OpsError
-from processors._ops_commands import (
+from processors._ops.catalog import OpsError
+from processors._ops.commands import (
     REPLAYED_FROM,
     TopicFacts,
     app_needs,

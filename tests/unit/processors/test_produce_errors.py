@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processors import App
-from processors._core import RecordRejected
-from processors._errors import AbortEpoch
-from processors._runtime import Runner
-from processors._settings import load_settings
+from processors._config.settings import load_settings
+from processors._kafka.errors import AbortEpoch
+from processors._runtime.core import RecordRejected
+from processors._runtime.runner import Runner
 from processors.exceptions import FatalKafkaError
 
 

@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
-from processors._query import MAX_PENDING, Answer, QueryService, StateQuery, to_json, valid_owner
-from processors._settings import load_settings
+from processors._config.settings import load_settings
+from processors._runtime.query import (
+    MAX_PENDING,
+    Answer,
+    QueryService,
+    StateQuery,
+    to_json,
+    valid_owner,
+)
 from processors.exceptions import ConfigError
 
 

@@ -55,7 +55,7 @@ def test_reserved_kafka_keys_are_rejected(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_passthrough_goes_to_the_clients_that_accept_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from processors._kafka import admin_config, consumer_config, producer_config
+    from processors._kafka.clients import admin_config, consumer_config, producer_config
 
     monkeypatch.setenv("LOCKGATE_KAFKA__SESSION_TIMEOUT_MS", "6000")
     monkeypatch.setenv("LOCKGATE_KAFKA__LINGER_MS", "20")
@@ -124,7 +124,7 @@ def test_kafka_without_key_is_rejected(clean_env: pytest.MonkeyPatch) -> None:
 def test_pass_through_and_allow_listed_tooling_names_are_accepted(
     clean_env: pytest.MonkeyPatch,
 ) -> None:
-    from processors._settings import NON_SETTINGS_ENV
+    from processors._config.settings import NON_SETTINGS_ENV
 
     for name in NON_SETTINGS_ENV:
         clean_env.setenv(name, "1")

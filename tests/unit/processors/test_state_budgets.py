@@ -6,7 +6,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from processors._keygroups import (
+from processors._config.settings import Settings
+from processors._task.keygroups import (
     DEFAULT_MEMORY_LIMIT,
     ENTRY_OVERHEAD_BYTES,
     KeyGroup,
@@ -16,7 +17,6 @@ from processors._keygroups import (
     cgroup_memory_limit,
     with_fetch_limits,
 )
-from processors._settings import Settings
 from state import JSON, MemoryBackend
 from state.cache import KeyCursor
 from state.primitives import StateHandle, StoreSpec, ValueState

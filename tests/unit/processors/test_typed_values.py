@@ -9,9 +9,9 @@ import pytest
 from pydantic import BaseModel
 
 from processors import App, Context, Model, OutputSpec, TopicConfig
-from processors._core import error_headers
-from processors._record import Record
-from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
+from processors._dsl.record import Record
+from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
+from processors._runtime.core import error_headers
 from processors.exceptions import ConfigError, TopicError
 from processors.testing import TestDriver
 from state.codecs import BYTES, STR, DecodeError

@@ -128,7 +128,7 @@ SASL, SSL with only TLS, and nothing (librdkafka's PLAINTEXT) without either.
 
 {{/*
 Environment variable name of a librdkafka property: LOCKGATE_KAFKA__ + the key upper-cased with
-dots written as underscores (the app maps them back: processors/_settings.py).
+dots written as underscores (the app maps them back: processors/_config/settings.py).
 */}}
 {{- define "lockgate.kafkaEnvName" -}}
 {{- printf "LOCKGATE_KAFKA__%s" (. | upper | replace "." "_") }}
@@ -354,7 +354,7 @@ name, so that two releases cannot share a group, changelogs and transactional id
 {{- end }}
 
 {{/*
-The fixed part of the stop budget (processors/_txn.py: stop_budget_s), in milliseconds: the
+The fixed part of the stop budget (processors/_checkpoint/txn.py: stop_budget_s), in milliseconds: the
 watchdog margin of the final transactional work (10 s), the consumer's close (10 s) and the
 producer's flush (10 s), plus, with kafka.leaveGroupOnScaleDown, the StatefulSet read and the
 leave (13 s).

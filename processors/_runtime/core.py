@@ -21,11 +21,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from processors._alignment import Aligner, Mode, Snapshot
-from processors._app import App
-from processors._context import Headers
-from processors._control import control_topic
-from processors._errors import (
+from processors._checkpoint.alignment import Aligner, Mode, Snapshot
+from processors._checkpoint.control_topics import control_topic
+from processors._checkpoint.txn import TransactionalProducer
+from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
+from processors._dsl.app import App
+from processors._dsl.context import Headers
+from processors._kafka.clients import Admin, restore_consumer_config
+from processors._kafka.errors import (
     AbortEpoch,
     Kind,
     Stopping,
@@ -34,13 +37,10 @@ from processors._errors import (
     describe,
     kafka_call,
 )
-from processors._globals import GlobalTables
-from processors._health import Metrics
-from processors._interleave import Interleaver
-from processors._kafka import Admin, restore_consumer_config
-from processors._keygroups import KeyGroup, Restorer
-from processors._settings import Alignment, Guarantee, Settings, StateBackendKind
-from processors._txn import TransactionalProducer
+from processors._runtime.health import Metrics
+from processors._task.global_tables import GlobalTables
+from processors._task.interleave import Interleaver
+from processors._task.keygroups import KeyGroup, Restorer
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import StateBackend
 from state.cache import DELETED, MISSING
@@ -305,7 +305,7 @@ class RunnerCore:
     ) -> None:
         """Encode and produce one output of the current record.
 
-        This is ``ctx.emit`` itself (see :func:`processors._context.direct_context`).
+        This is ``ctx.emit`` itself (see :func:`processors._dsl.context.direct_context`).
         """
         codecs = self._outputs.get(topic)
         if codecs is None:

@@ -27,7 +27,7 @@ from processors.exceptions import ConfigError, TopicError
 from state.codecs import JSON, STR, Codec
 
 if TYPE_CHECKING:
-    from processors._kafka import Admin
+    from processors._kafka.clients import Admin
 
 __all__ = [
     "OutputSpec",

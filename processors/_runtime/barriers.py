@@ -2,7 +2,7 @@
 
 A key group whose input partition carries records of upstream lockgate writers
 (``lockgate-writer`` header) is *downstream*: its checkpoints are not its own clock's
-but those its writers' barriers complete (:mod:`processors._alignment`). On each
+but those its writers' barriers complete (:mod:`processors._checkpoint.alignment`). On each
 completion the key group forwards the barrier to its own internal outputs (so a third
 stage aligns on the same ids), and when the checkpoint is a savepoint it exports its
 state at exactly that point. Its instance commits on its own timer as before: a commit
@@ -16,9 +16,9 @@ import logging
 import time
 from typing import Any
 
-from processors._alignment import Aligner, Completion, Mode, Snapshot
-from processors._errors import AbortEpoch
-from processors._rebalance import RebalanceMixin
+from processors._checkpoint.alignment import Aligner, Completion, Mode, Snapshot
+from processors._kafka.errors import AbortEpoch
+from processors._runtime.rebalance import RebalanceMixin
 
 log = logging.getLogger("lockgate.runtime")
 

@@ -27,10 +27,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from processors._config.settings import SERVICE_ACCOUNT_DIR
+
 __all__ = ["SERVICE_ACCOUNT_DIR", "Verdict", "scaled_down"]
 
 #: Where Kubernetes (or the chart's projected volume) puts the token, CA and namespace.
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _ORDINAL = re.compile(r"^(?P<set>[a-z0-9]([-a-z0-9.]*[a-z0-9])?)-(?P<ordinal>\d+)$")
 
 

@@ -3,10 +3,10 @@
 One thread owns the consumer, the operator chain and the producer. The parts:
 
 * this module — life cycle (start, signals, stop) and the per-record path;
-* :mod:`processors._epoch` — the commit sequence, aborts and rewinds;
-* :mod:`processors._rebalance` — assign (restore), revoke, lost;
-* :mod:`processors._errors` — how Kafka errors are classified and calls bounded;
-* :mod:`processors._core` — the shared state, offset tracking and producing.
+* :mod:`processors._runtime.epoch` — the commit sequence, aborts and rewinds;
+* :mod:`processors._runtime.rebalance` — assign (restore), revoke, lost;
+* :mod:`processors._kafka.errors` — how Kafka errors are classified and calls bounded;
+* :mod:`processors._runtime.core` — the shared state, offset tracking and producing.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so
@@ -35,25 +35,20 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from processors._alignment import Aligner, Decision, Forced
-from processors._app import App
-from processors._barriers import BarrierMixin, WatermarkUpdate
-from processors._barriers import lockgate_headers as _lockgate_headers
-from processors._context import direct_context
-from processors._control import (
+from processors._checkpoint.alignment import Aligner, Decision, Forced
+from processors._checkpoint.control_topics import (
     CONTROL_CONFIG,
     REGISTRY_TOPIC,
     read_registry_and_cancels,
     writers_of,
 )
-from processors._core import where
-from processors._errors import AbortEpoch, Stopping
-from processors._globals import GlobalTables
-from processors._group_probe import GroupProbe
-from processors._health import HealthServer
-from processors._interleave import Interleaver
-from processors._k8s import scaled_down
-from processors._kafka import (
+from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S, WATCHDOG_MARGIN_S
+from processors._config.settings import GroupProtocol, LeaveGroup, OnError, Settings
+from processors._dsl.app import App
+from processors._dsl.context import direct_context
+from processors._dsl.partitioner import key_group
+from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
+from processors._kafka.clients import (
     CHANGELOG_CONFIG,
     PARTITION_EOF,
     Admin,
@@ -61,12 +56,17 @@ from processors._kafka import (
     consumer_config,
     restore_consumer_config,
 )
-from processors._keygroups import Restorer, with_fetch_limits
-from processors._partitioner import key_group
-from processors._query import Answer, QueryService, StateQuery, valid_owner
-from processors._settings import GroupProtocol, LeaveGroup, OnError, Settings
-from processors._topics import check_output_topics, output_topic_configs, output_topic_specs
-from processors._txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S, WATCHDOG_MARGIN_S
+from processors._kafka.errors import AbortEpoch, Stopping
+from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
+from processors._runtime.barriers import lockgate_headers as _lockgate_headers
+from processors._runtime.core import where
+from processors._runtime.group_probe import GroupProbe
+from processors._runtime.health import HealthServer
+from processors._runtime.kubernetes import scaled_down
+from processors._runtime.query import Answer, QueryService, StateQuery, valid_owner
+from processors._task.global_tables import GlobalTables
+from processors._task.interleave import Interleaver
+from processors._task.keygroups import Restorer, with_fetch_limits
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.base.store import checkpoint_of
 from state.cache import DELETED, changelog_topic
@@ -399,7 +399,7 @@ class Runner(BarrierMixin):
         now = time.monotonic()
         # Never blocks the loop: the description is asked for, and read when it is done,
         # from a child process (librdkafka may abort a process whose DescribeConsumerGroups
-        # meets a dropped connection: processors/_group_probe.py).
+        # meets a dropped connection: processors/_runtime/group_probe.py).
         probe = self._group_probe
         if probe is None:
             probe = self._group_probe = GroupProbe(admin_config(self.settings))
@@ -505,7 +505,7 @@ class Runner(BarrierMixin):
         """Learn who owns which key group from the group's description (never blocks).
 
         Uses a :class:`GroupProbe` child (an in-process DescribeConsumerGroups can abort
-        the process: processors/_group_probe.py); asked every ``_OWNERS_FRESH_S / 2``
+        the process: processors/_runtime/group_probe.py); asked every ``_OWNERS_FRESH_S / 2``
         seconds while queryable state is on (so a query rarely waits for it), and at once
         when a query finds no owner.
         """
@@ -1285,7 +1285,7 @@ class Runner(BarrierMixin):
                 self._raise_producer_error()
         self.metrics.records_out_attempts += self._epoch_out - out_before
 
-    # -- timer hooks (processors._time.TimerHooks) -----------------------------------------
+    # -- timer hooks (processors._task.time.TimerHooks) -----------------------------------------
 
     def timer_started(self, raw_key: bytes | None, t: int, name: str) -> bool:
         """A timer callback starts: an output rejection from now on is the timer's.

@@ -34,12 +34,17 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
-from processors._alignment import Snapshot
-from processors._control import CANCEL_PREFIX, REQUEST_PARTITION, REQUEST_PREFIX, manifest_key
-from processors._core import RunnerCore
-from processors._errors import AbortEpoch
-from processors._faults import crash_point
-from processors._kafka import restore_consumer_config
+from processors._checkpoint.alignment import Snapshot
+from processors._checkpoint.control_topics import (
+    CANCEL_PREFIX,
+    REQUEST_PARTITION,
+    REQUEST_PREFIX,
+    manifest_key,
+)
+from processors._kafka.clients import restore_consumer_config
+from processors._kafka.errors import AbortEpoch
+from processors._kafka.faults import crash_point
+from processors._runtime.core import RunnerCore
 from processors.exceptions import ConfigError
 from state.cache import DELETED, MISSING
 from state.savepoint import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors._settings import (
+from processors._config.settings import (
     NON_SETTINGS_ENV,
     NON_SETTINGS_PREFIXES,
     RESERVED_KAFKA_KEYS,
@@ -17,7 +17,7 @@ from processors._settings import (
 
 _HEADER = """# Configuration reference
 
-Generated from `processors/_settings.py` by `make docs`; a test keeps it in sync.
+Generated from `processors/_config/settings.py` by `make docs`; a test keeps it in sync.
 
 Every setting is an environment variable with the `LOCKGATE_` prefix. Values are
 read once at start-up (the model is frozen). Invalid values stop the process with

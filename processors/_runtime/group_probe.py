@@ -82,7 +82,7 @@ class GroupProbe:
         if self._down_since is not None and now - self._down_since < _RESTART_AFTER_S:
             return False
         self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "processors._group_probe"],
+            [sys.executable, "-m", "processors._runtime.group_probe"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

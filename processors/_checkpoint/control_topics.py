@@ -34,8 +34,8 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
-from processors._errors import Stopping
-from processors._kafka import PARTITION_EOF
+from processors._kafka.clients import PARTITION_EOF
+from processors._kafka.errors import Stopping
 from processors.exceptions import FatalKafkaError
 
 __all__ = [

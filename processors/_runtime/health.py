@@ -41,7 +41,7 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from processors._query import QueryService
+from processors._runtime.query import QueryService
 from processors.exceptions import ConfigError
 
 log = logging.getLogger("lockgate.http")
@@ -536,7 +536,7 @@ class _Server(ThreadingHTTPServer):
 class HealthServer:
     """Serves probes and ``/metrics`` on a daemon thread between :meth:`start` and :meth:`stop`.
 
-    With a :class:`~processors._query.QueryService` it also serves ``GET /state/...``
+    With a :class:`~processors._runtime.query.QueryService` it also serves ``GET /state/...``
     (queryable state); without one, those paths answer 404.
     """
 

@@ -10,7 +10,7 @@
 * **Lost**: abort, never commit (another owner may already be writing).
 * **State budgets** (hooks into the above): every key group of the process shares one
   RocksDB block cache and write-buffer manager and one read-cache budget
-  (``processors._keygroups.StateMemory``); a released key group's directory is removed
+  (``processors._task.keygroups.StateMemory``); a released key group's directory is removed
   after ``state_cleanup_delay_ms`` unless it comes back (``StateCleaner``, swept after
   each epoch end).
 """
@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from confluent_kafka import TopicPartition
 
-from processors._alignment import Snapshot
-from processors._control import checkpoint_key, latest_records
-from processors._epoch import EpochMixin
-from processors._errors import AbortEpoch
-from processors._faults import crash_point
-from processors._keygroups import MemoryPlan, StateCleaner, StateMemory, cgroup_memory_limit
+from processors._checkpoint.alignment import Snapshot
+from processors._checkpoint.control_topics import checkpoint_key, latest_records
+from processors._kafka.errors import AbortEpoch
+from processors._kafka.faults import crash_point
+from processors._runtime.epoch import EpochMixin
+from processors._task.keygroups import MemoryPlan, StateCleaner, StateMemory, cgroup_memory_limit
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import checkpoint_of
 from state.rocksdb.store import RocksDBBackend
 
 if TYPE_CHECKING:
-    from processors._app import App
-    from processors._settings import Settings
+    from processors._config.settings import Settings
+    from processors._dsl.app import App
 
 log = logging.getLogger("lockgate.runtime")
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from processors._errors import Stopping
-from processors._faults import crash_point
-from processors._kafka import PARTITION_EOF
-from processors._settings import Settings
+from processors._config.settings import Settings
+from processors._kafka.clients import PARTITION_EOF
+from processors._kafka.errors import Stopping
+from processors._kafka.faults import crash_point
 from processors.exceptions import FatalKafkaError
 from state.base.store import (
     META_CHANGELOG_PREFIX,
@@ -179,7 +179,7 @@ def with_fetch_limits(conf: dict[str, Any], plan: MemoryPlan) -> dict[str, Any]:
     ``fetch.max.bytes`` is its default), so a user's own fetch limit replaces all of
     them. ``fetch.max.bytes`` is raised to ``message.max.bytes`` when that is larger
     (librdkafka refuses the consumer otherwise). The changelog reader never sees the
-    user's fetch keys (``processors._kafka._CONSUMER_ONLY``): it always takes the plan's.
+    user's fetch keys (``processors._kafka.clients._CONSUMER_ONLY``): it always takes the plan's.
     """
     if any(k in conf for k in _USER_FETCH_KEYS):
         return conf
@@ -491,7 +491,7 @@ class Restorer:
             progress: called with (records read, records remaining) per batch.
             batch_records: records applied per atomic write.
             should_stop: checked per batch; true stops the restore with
-                :class:`processors._errors.Stopping` (it resumes from the applied part).
+                :class:`processors._kafka.errors.Stopping` (it resumes from the applied part).
             stall_timeout_s: a restore that reads nothing new for this long fails
                 (an open transaction there lasts at most the transaction timeout).
             tombstone_retention_ms: the changelogs' ``delete.retention.ms``; a local DB

@@ -28,16 +28,16 @@ from typing import Any
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from processors._alignment import Snapshot
-from processors._control import REGISTRY_TOPIC, checkpoint_key, registry_key
-from processors._core import SlowRecordError, where
-from processors._errors import AbortEpoch, CallHung, cause_code
-from processors._faults import crash_point
-from processors._kafka import producer_config
-from processors._savepoints import SavepointMixin
-from processors._settings import OnError
-from processors._time import TIME_STORE
-from processors._txn import CommitOutcomeUnknown, TransactionalProducer
+from processors._checkpoint.alignment import Snapshot
+from processors._checkpoint.control_topics import REGISTRY_TOPIC, checkpoint_key, registry_key
+from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
+from processors._config.settings import OnError
+from processors._kafka.clients import producer_config
+from processors._kafka.errors import AbortEpoch, CallHung, cause_code
+from processors._kafka.faults import crash_point
+from processors._runtime.core import SlowRecordError, where
+from processors._runtime.savepoints import SavepointMixin
+from processors._task.time import TIME_STORE
 from processors.exceptions import FatalKafkaError, UserCodeError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic

@@ -17,9 +17,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
-from processors._errors import AbortEpoch, Kind, classify, kafka_call
-from processors._logging import librdkafka_logger
-from processors._settings import GroupProtocol, Guarantee, Settings
+from processors._config.log_setup import librdkafka_logger
+from processors._config.settings import GroupProtocol, Guarantee, Settings
+from processors._kafka.errors import AbortEpoch, Kind, classify, kafka_call
 from processors.exceptions import FatalKafkaError, TopicError
 
 __all__ = ["CONTROL_TOPIC", "PARTITION_EOF", "AbortEpoch", "Admin", "kafka_call"]
@@ -32,7 +32,7 @@ CONTROL_TOPIC = "lockgate.control"
 _METADATA_NOT_READY = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT}  # noqa: SLF001
 _STALE_LEADER = {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH}
 #: Changelog topic settings: compacted, and tombstones kept for a day (the local-state
-#: age guard in processors/_keygroups.py is derived from the value the topic really has).
+#: age guard in processors/_task/keygroups.py is derived from the value the topic really has).
 CHANGELOG_CONFIG = {"cleanup.policy": "compact", "delete.retention.ms": "86400000"}
 
 

@@ -50,19 +50,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
-from processors._app import App
-from processors._cli_common import (
-    app_settings,
-    check_app,
-    json_out,
-    load_app,
-    ops_fail,
-    ops_settings,
-)
-from processors._control import CONTROL_CONFIG, REGISTRY_TOPIC, control_topic
-from processors._errors import AbortEpoch, CallHung, Stopping
-from processors._faults import crash_point
-from processors._kafka import (
+from processors._checkpoint.control_topics import CONTROL_CONFIG, REGISTRY_TOPIC, control_topic
+from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
+from processors._config.log_setup import configure
+from processors._config.settings import Settings, StateBackendKind
+from processors._dsl.app import App
+from processors._kafka.clients import (
     CHANGELOG_CONFIG,
     PARTITION_EOF,
     Admin,
@@ -70,10 +63,17 @@ from processors._kafka import (
     producer_config,
     restore_consumer_config,
 )
-from processors._logging import configure
-from processors._ops import OpsError, ms_to_iso
-from processors._settings import Settings, StateBackendKind
-from processors._txn import CommitOutcomeUnknown, TransactionalProducer
+from processors._kafka.errors import AbortEpoch, CallHung, Stopping
+from processors._kafka.faults import crash_point
+from processors._ops.catalog import OpsError, ms_to_iso
+from processors._ops.cli_common import (
+    app_settings,
+    check_app,
+    json_out,
+    load_app,
+    ops_fail,
+    ops_settings,
+)
 from processors.exceptions import FatalKafkaError, LockgateError, TopicError
 from state.cache import changelog_topic
 from state.codecs import Codec

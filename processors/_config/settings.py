@@ -27,8 +27,11 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from processors._k8s import SERVICE_ACCOUNT_DIR
 from processors.exceptions import ConfigError
+
+#: Where Kubernetes mounts a pod's service-account token (the default of
+#: ``LOCKGATE_KUBERNETES_TOKEN_DIR``).
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 __all__ = [
     "NON_SETTINGS_ENV",
@@ -163,9 +166,9 @@ NON_SETTINGS_ENV: dict[str, str] = {
 
 #: Prefixes of ``LOCKGATE_*`` variables owned by the test suite (accepted like
 #: :data:`NON_SETTINGS_ENV`); e.g. ``LOCKGATE_TEST_CRASH_POINTS`` is read by
-#: ``processors/_faults.py``.
+#: ``processors/_kafka/faults.py``.
 NON_SETTINGS_PREFIXES: dict[str, str] = {
-    "LOCKGATE_TEST_": "the test suite (tests/, processors/_faults.py)",
+    "LOCKGATE_TEST_": "the test suite (tests/, processors/_kafka/faults.py)",
     "LOCKGATE_CHAOS_": "the chaos tests and `make chaos` (tests/chaos/)",
 }
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from processors._errors import Stopping
-from processors._health import Metrics
-from processors._kafka import Admin, restore_consumer_config
-from processors._settings import Settings
+from processors._config.settings import Settings
+from processors._kafka.clients import Admin, restore_consumer_config
+from processors._kafka.errors import Stopping
 from processors.exceptions import FatalKafkaError, TopicError
 from processors.joins import GlobalTable
 
@@ -33,11 +32,20 @@ _PROGRESS_S = 5.0
 _REFRESH_S = 30.0
 
 
+class LoadProgress(Protocol):
+    """What the global-table reader reports while it loads (``Metrics`` provides it)."""
+
+    globals_loading: bool
+
+    def beat(self) -> None:
+        """Record progress (liveness) during a long load."""
+
+
 class GlobalTables:
     """The app's global tables and the consumer that keeps them current."""
 
     def __init__(
-        self, tables: dict[str, GlobalTable], settings: Settings, app: str, metrics: Metrics
+        self, tables: dict[str, GlobalTable], settings: Settings, app: str, metrics: LoadProgress
     ) -> None:
         self.tables = tables
         self._settings = settings

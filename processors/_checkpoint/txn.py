@@ -16,7 +16,7 @@ from error texts:
 - every wait is cut into slices of at most :data:`SLICE_S`, so a stop request (SIGTERM)
   is seen within a slice, and every retry gets only the time left before its deadline;
 - :meth:`commit` ends in exactly one of: committed (returns), definitely not committed
-  (:class:`~processors._errors.AbortEpoch` or a fatal error), or
+  (:class:`~processors._kafka.errors.AbortEpoch` or a fatal error), or
   :class:`CommitOutcomeUnknown` — the request may have reached the coordinator and no
   answer came in time. The caller must then :meth:`replace` the producer (the new one's
   ``init_transactions`` completes or aborts the old transaction on the coordinator) and
@@ -37,7 +37,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from processors._errors import (
+from processors._kafka.errors import (
     FATAL_STATE,
     FENCED,
     AbortEpoch,
@@ -48,7 +48,7 @@ from processors._errors import (
     classify,
     describe,
 )
-from processors._faults import late_commit
+from processors._kafka.faults import late_commit
 from processors.exceptions import FatalKafkaError
 
 log = logging.getLogger("lockgate.runtime")
@@ -114,7 +114,7 @@ class TransactionalProducer:
         config: the producer configuration (``transactional.id`` included).
         timeout_s: the budget of one transactional call (the transaction timeout).
         should_stop: polled between slices; true means "give up waiting"
-            (:class:`~processors._errors.Stopping`). Default: never.
+            (:class:`~processors._kafka.errors.Stopping`). Default: never.
         beat: called between slices (liveness). Default: nothing.
         blocked: ``blocked(what, bound)`` context manager shown on /livez while a call
             waits (a wait is not a stall until its bound). Default: shows nothing.

@@ -1,8 +1,8 @@
 """Operator commands: the checkpoint catalog and savepoints (``lockgate checkpoints|savepoint``).
 
 Everything here reads what the runtime committed to the control topics
-(:mod:`processors._control`) with a group-less ``read_committed`` consumer, so a listing
-never shows a checkpoint or a savepoint manifest of an aborted transaction.
+(:mod:`processors._checkpoint.control_topics`) with a group-less ``read_committed``
+consumer, so a listing never shows a checkpoint or a savepoint manifest of an aborted transaction.
 
 The module has two halves:
 
@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from processors._control import (
+from processors._checkpoint.control_topics import (
     REGISTRY_TOPIC,
     REQUEST_PARTITION,
     cancel_key,
@@ -39,13 +39,13 @@ from processors._control import (
     read_registry,
     request_key,
 )
-from processors._kafka import (
+from processors._config.settings import Settings
+from processors._kafka.clients import (
     PARTITION_EOF,
     Admin,
     producer_config,
     restore_consumer_config,
 )
-from processors._settings import Settings
 from processors.exceptions import LockgateError
 from state.savepoint import SavepointError, SavepointStore, check_savepoint_id, new_savepoint_id
 

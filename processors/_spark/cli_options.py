@@ -17,11 +17,11 @@ from typing import Any, NoReturn, TypeVar
 import click
 from confluent_kafka import KafkaException
 
-from processors._control import control_topic
-from processors._kafka import Admin
-from processors._logging import configure
-from processors._ops import OpsError, open_store
-from processors._settings import Settings, load_settings
+from processors._checkpoint.control_topics import control_topic
+from processors._config.log_setup import configure
+from processors._config.settings import Settings, load_settings
+from processors._kafka.clients import Admin
+from processors._ops.catalog import OpsError, open_store
 from processors.exceptions import LockgateError
 from processors.rescale import RescaleError, copy_topic_repartitioned
 from state.cache import changelog_topic
@@ -109,7 +109,7 @@ def spark_session(master: str, conf: dict[str, str] | None = None) -> Any:
     its executors (they read the savepoint files). ``conf`` adds (or overrides) Spark
     configuration.
     """
-    from processors._sparkjob import spark_session as build
+    from processors._spark.job import spark_session as build
 
     settings = {"spark.ui.showConsoleProgress": "false", **(conf or {})}
     ship = None if master.startswith("local") else ["processors", "state"]

@@ -59,14 +59,14 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from processors._app import App
-from processors._context import Context, Headers
-from processors._core import CONTROL_HEADER, error_headers
-from processors._errors import Kind, classify, describe
-from processors._kafka import producer_config, restore_consumer_config
-from processors._keygroups import KeyGroup
-from processors._record import Record
-from processors._settings import OnError, Settings
+from processors._config.settings import OnError, Settings
+from processors._dsl.app import App
+from processors._dsl.context import Context, Headers
+from processors._dsl.record import Record
+from processors._kafka.clients import producer_config, restore_consumer_config
+from processors._kafka.errors import Kind, classify, describe
+from processors._runtime.core import CONTROL_HEADER, error_headers
+from processors._task.keygroups import KeyGroup
 from processors.exceptions import ConfigError, UserCodeError
 from state.codecs import CodecUnavailable
 from state.rocksdb.store import RocksDBBackend
@@ -896,7 +896,7 @@ class BackfillTask:
 
     def _compacted_outputs(self) -> frozenset[str]:
         """The output topics with ``cleanup.policy=compact`` (keyless emits are refused)."""
-        from processors._kafka import Admin
+        from processors._kafka.clients import Admin
 
         admin = Admin(self.settings)
         return frozenset(

@@ -18,7 +18,7 @@ Checked once per epoch or restore batch (never per record). Unset in production.
 the broker answer late, with probability 0.3: the client keeps reporting the retriable
 ``_TIMED_OUT`` ("retry call to resume") for 12 s before it reports the success, as when
 the link to the coordinator stalls after EndTxn reached it. Past the runtime's budget,
-the commit's outcome is unknown to the runtime (``processors._txn``). With a ``stop:``
+the commit's outcome is unknown to the runtime (``processors._checkpoint.txn``). With a ``stop:``
 prefix (``"stop:1:12"``) only the final commit after a stop request is affected.
 """
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from processors._context import Context
-from processors._time import EVENT_TIME_HEADER, TIME_STORE, TimeService, Watermarks
-from processors._topics import OutputSpec, TopicConfig
+from processors._dsl.context import Context
+from processors._dsl.topics import OutputSpec, TopicConfig
+from processors._task.time import EVENT_TIME_HEADER, TIME_STORE, TimeService, Watermarks
 from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
 from processors.windows import Assigner, WindowedStream, WindowOperator

@@ -1,7 +1,7 @@
 """What every ``lockgate`` command shares: loading an app and the settings, exiting.
 
 Used by ``processors/cli.py`` (the click wiring) and the operations commands
-(``processors/_ops_commands.py``), so the commands behave alike without importing the
+(``processors/_ops/commands.py``), so the commands behave alike without importing the
 CLI module that registers them.
 """
 
@@ -16,10 +16,10 @@ import click
 import orjson
 from confluent_kafka import KafkaException
 
-from processors._app import App
-from processors._logging import configure
-from processors._ops import OpsError
-from processors._settings import Settings, load_settings
+from processors._config.log_setup import configure
+from processors._config.settings import Settings, load_settings
+from processors._dsl.app import App
+from processors._ops.catalog import OpsError
 from processors.exceptions import ConfigError, LockgateError
 from state.savepoint import SavepointError
 

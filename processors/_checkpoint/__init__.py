@@ -1,0 +1,8 @@
+"""The checkpoint protocol's self-contained parts, used by the runtime.
+
+``txn`` (the transactional producer: librdkafka's resumable-call contract, a commit whose
+outcome is unknown, the stop budget), ``alignment`` (the alignment state machine;
+pure), ``control_topics`` (the control and registry topics: names, keys, readers).
+The epoch commit, barriers and savepoints are still layers of the runtime's ``Runner``
+(``processors/_runtime``). docs/architecture.md says which invariant each owns.
+"""
