@@ -48,7 +48,7 @@ from processors._kafka.errors import (
     classify,
     describe,
 )
-from processors._kafka.faults import late_commit
+from processors._kafka.faults import late_commit, unsent_commit
 from processors.exceptions import FatalKafkaError
 
 log = logging.getLogger("lockgate.runtime")
@@ -60,6 +60,8 @@ SLICE_S = 1.0
 WATCHDOG_MARGIN_S = 10.0
 
 
+#: Replaced producers are kept, never destroyed: past this many, the process restarts.
+MAX_ABANDONED = 32
 #: The consumer's close on the way out (then it is abandoned: ``Runner._close``).
 CONSUMER_CLOSE_S = 10.0
 #: The producer's final flush on the way out.
@@ -74,11 +76,13 @@ def stop_budget_s(transaction_timeout_s: float, leave_group: bool) -> float:
     The parts, in order (docs/operations.md, "Stopping"):
 
     1. the batch in progress: records stop being processed when the epoch budget, half
-       the transaction timeout, is spent (one record slower than that is the app's own);
+       the transaction timeout, is spent (one record slower than that is the app's own),
+       or the epoch commit running when the stop came (its own deadline);
     2. the final transactional work -- produce, ``send_offsets_to_transaction``, the
        commit, and, for a commit that gets no answer, the replacement producer's
-       ``init_transactions`` and the committed-offsets read (or an abort): all share one
-       deadline, the transaction timeout plus :data:`WATCHDOG_MARGIN_S`
+       ``init_transactions`` and the committed-offsets read (or an abort). Parts 1 and 2
+       end together by one deadline, 1.5 x the transaction timeout plus
+       :data:`WATCHDOG_MARGIN_S` after the stop request
        (``TransactionalProducer.stop_by``). What is unfinished then is left to the
        coordinator and the next owner: exact either way;
     3. leaving the group on a scale-down (:data:`LEAVE_GROUP_S`, when enabled);
@@ -206,12 +210,18 @@ class TransactionalProducer:
                 old.flush(0)  # serve the delivery reports it holds (no wait)
         if old is not None and old not in self.abandoned:
             self.abandoned.append(old)
+        if len(self.abandoned) > MAX_ABANDONED:
+            raise FatalKafkaError(
+                f"{len(self.abandoned)} transactional producers replaced in this process "
+                f"(last: {why}); restarting to release them"
+            )
         self.start(deadline)
 
     def begin(self) -> None:
         """Begin a transaction unless one is open."""
         if self.is_open:
             return
+        assert self.pending is None, f"begin while {self.pending} is pending"
         self.producer.begin_transaction()
         self.is_open = True
         self.began_at = time.monotonic()
@@ -237,6 +247,7 @@ class TransactionalProducer:
         """
         what = "send_offsets_to_transaction"
         deadline = self._cap(time.monotonic() + self.timeout_s)
+        assert self.pending is None, f"send_offsets while {self.pending} is pending"
         result: dict[str, BaseException] = {}
         producer = self.producer
 
@@ -263,6 +274,9 @@ class TransactionalProducer:
                         return
                     time.sleep(delay)
                     delay = min(delay * 2, 1.0)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller: never lost
+                    result["error"] = exc
+                    return
 
         bound = self.timeout_s + WATCHDOG_MARGIN_S
         if self.stop_by is not None:
@@ -283,24 +297,42 @@ class TransactionalProducer:
     def commit(self, final: bool = False) -> None:
         """Commit the open transaction, resuming the call until it has an outcome.
 
+        A stop request does not cut the wait (the deadline does: the transaction timeout,
+        or ``stop_by``). Only success is taken as an outcome: librdkafka reports an
+        abortable error when EndTxn(commit) failed *locally*, although it may have
+        succeeded on the coordinator (``rd_kafka_txn_handle_EndTxn``), and a fence of a
+        transaction older than its timeout does not say which came first.
+
         Args:
             final: the final commit after a stop request (for fault injection only).
 
         Raises:
-            CommitOutcomeUnknown: no definite answer within the transaction timeout (or
-                a stop request cut the wait): the call stays pending on this producer.
-            AbortEpoch: the transaction must be aborted; it did not commit.
-            FatalKafkaError: fenced or fatal; it did not commit.
+            CommitOutcomeUnknown: no success within the deadline, or any failure but a
+                fence by another live instance: learn the outcome from the broker (its
+                ``__cause__`` is the last error, if any).
+            FatalKafkaError: another live instance with our transactional id fenced
+                this one (never re-initialise then).
         """
+        assert self.pending is None, f"commit while {self.pending} is pending"
         deadline = self._cap(time.monotonic() + self.timeout_s)
-        call = late_commit(self.producer.commit_transaction, final)
+        call = late_commit(unsent_commit(self.producer.commit_transaction), final)
         try:
-            self._resume("commit_transaction", call, deadline)
+            self._resume("commit_transaction", call, deadline, honour_stop=False)
         except _Unfinished as exc:
             raise CommitOutcomeUnknown(str(exc)) from None
+        except AbortEpoch as exc:
+            raise CommitOutcomeUnknown(
+                f"{exc} (the commit may have reached the coordinator)"
+            ) from exc
+        except FatalKafkaError as exc:
+            if self.fenced_by_other(exc):
+                raise
+            raise CommitOutcomeUnknown(
+                f"{exc} (the commit may have reached the coordinator)"
+            ) from exc
         self.is_open = False
 
-    def abort(self) -> bool:
+    def abort(self, deadline: float | None = None) -> bool:
         """Abort the open transaction; replace the producer when it cannot.
 
         A producer with a call pending (a commit without an answer), or whose abort
@@ -311,30 +343,37 @@ class TransactionalProducer:
             True when the coordinator had already aborted the transaction on its timeout
             (a fence of a transaction older than the timeout).
 
+        Args:
+            deadline: no wait (the abort, a replacement's initialisation) lasts past
+                this ``time.monotonic()`` (default: the transaction timeout, ``stop_by``).
+
         Raises:
             FatalKafkaError: another live instance fenced this one (not our own
                 transaction timing out).
-            Stopping: a stop was requested while a replacement initialised.
+            Stopping: a stop was requested, or the deadline passed, while a replacement
+                initialised.
         """
         if not self.is_open:
             return False
         if self.pending is not None:
-            self.replace(f"{self.pending} is still pending: it cannot be aborted on")
+            self.replace(f"{self.pending} is still pending: it cannot be aborted on", deadline)
             return False
-        deadline = self._cap(time.monotonic() + self.timeout_s)
+        until = self._cap(time.monotonic() + self.timeout_s)
+        if deadline is not None:
+            until = min(until, deadline)
         try:
-            self._resume("abort_transaction", self.producer.abort_transaction, deadline)
+            self._resume("abort_transaction", self.producer.abort_transaction, until)
             self.producer.poll(0)  # serve the purge reports of the aborted records now
             self.is_open = False
         except _Unfinished as exc:
-            self.replace(f"abort did not complete ({exc})")
+            self.replace(f"abort did not complete ({exc})", deadline)
         except AbortEpoch as exc:
-            self.replace(f"abort failed ({exc})")
+            self.replace(f"abort failed ({exc})", deadline)
         except FatalKafkaError as exc:
             if self.fenced_by_other(exc):
                 raise
             timed_out = self.timed_out_fence(exc)
-            self.replace(f"abort failed ({exc})")
+            self.replace(f"abort failed ({exc})", deadline)
             return timed_out
         return False
 
@@ -360,8 +399,12 @@ class TransactionalProducer:
 
     # -- the resumable-call loop ----------------------------------------------------------
 
-    def _resume(self, what: str, fn: Callable[[float], Any], deadline: float) -> None:
+    def _resume(
+        self, what: str, fn: Callable[[float], Any], deadline: float, honour_stop: bool = True
+    ) -> None:
         """Call resumable ``fn`` in slices until it completes, fails definitely or times out.
+
+        ``honour_stop``: a stop request ends the wait (else only the deadline does).
 
         Raises:
             _Unfinished: still retriable at ``deadline`` (or a stop request): ``what``
@@ -387,8 +430,11 @@ class TransactionalProducer:
                 self._beat()
                 if time.monotonic() >= deadline:
                     raise _Unfinished(f"{what}: no outcome within the deadline ({last})")
-                if self._should_stop():
+                if honour_stop and self._should_stop():
                     raise _Unfinished(f"{what}: stop requested while waiting ({last})")
+
+
+_MAY_HAVE_COMMITTED = "the commit may have reached the coordinator"
 
 
 class _Unfinished(Exception):  # noqa: N818 - internal control flow

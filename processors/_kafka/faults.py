@@ -20,6 +20,11 @@ the broker answer late, with probability 0.3: the client keeps reporting the ret
 the link to the coordinator stalls after EndTxn reached it. Past the runtime's budget,
 the commit's outcome is unknown to the runtime (``processors._checkpoint.txn``). With a ``stop:``
 prefix (``"stop:1:12"``) only the final commit after a stop request is affected.
+
+``LOCKGATE_TEST_UNSENT_COMMIT="0.1"`` makes a ``commit_transaction`` never reach the
+coordinator, with probability 0.1: the client reports the retriable ``_TIMED_OUT`` on
+every call and never sends EndTxn, as when the link to the coordinator is down. The
+transaction stays open until a new producer's ``init_transactions`` aborts it.
 """
 
 from __future__ import annotations
@@ -89,6 +94,44 @@ def late_commit(commit: Callable[[float], Any], final: bool) -> Callable[[float]
                 KafkaError._TIMED_OUT,  # noqa: SLF001 - public code, underscored name
                 "Transactional API operation (commit_transaction) timed out: "
                 "retry call to resume (injected)",
+                retriable=True,
+            )
+        )
+
+    return call
+
+
+def _unsent_probability() -> float:
+    raw = os.environ.get("LOCKGATE_TEST_UNSENT_COMMIT", "").strip()
+    return float(raw) if raw else 0.0
+
+
+_UNSENT = _unsent_probability()
+
+
+def unsent_commit(commit: Callable[[float], Any]) -> Callable[[float], Any]:
+    """``commit`` itself, or (``LOCKGATE_TEST_UNSENT_COMMIT``) one that never sends EndTxn.
+
+    When chosen (once per returned call), every invocation waits its timeout and raises
+    the retriable ``_TIMED_OUT`` without calling ``commit``.
+    """
+    if not _UNSENT:
+        return commit
+    chosen = random.random() < _UNSENT  # noqa: S311 - test-only fault
+    announced: list[bool] = []
+
+    def call(timeout: float) -> Any:
+        if not chosen:
+            return commit(timeout)
+        if not announced:
+            announced.append(True)
+            os.write(2, b"lockgate: unsent commit: EndTxn never sent\n")
+        time.sleep(timeout)
+        raise KafkaException(
+            KafkaError(
+                KafkaError._TIMED_OUT,  # noqa: SLF001 - public code, underscored name
+                "Transactional API operation (commit_transaction) timed out: "
+                "retry call to resume (injected: never sent)",
                 retriable=True,
             )
         )

@@ -23,6 +23,7 @@ then skips every DLQ record below the committed position.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import time
@@ -984,6 +985,17 @@ class _Replayer:
             ) from exc
         self.producer = self.txn.producer
 
+    def _leave(self, text: str) -> NoReturn:
+        """Exit 1 with ``text``, without destroying a producer with a call in progress.
+
+        librdkafka may wait in, or abort on, the destruction of a handle whose
+        transactional call is still pending: the process exits without destructors.
+        """
+        click.echo(f"lockgate: {text}", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
     def run(
         self,
         group_metadata: Any,
@@ -1047,14 +1059,16 @@ class _Replayer:
                 crash_point("dlq_replay_before_commit")
                 self.txn.commit()
             except CommitOutcomeUnknown as exc:
-                raise OpsError(
+                self._leave(
                     f"the replay's last transaction got no answer in time ({exc}): it may "
                     "have committed. Run the same command again: it fences this one and "
                     "resumes from what committed"
-                ) from exc
+                )
             except BaseException as exc:
                 with contextlib.suppress(KafkaException, FatalKafkaError, Stopping):
-                    self.txn.abort()
+                    self.txn.abort(deadline=time.monotonic() + 60)
+                if self.txn.abandoned:
+                    self._leave(f"replay transaction failed (aborted): {exc}")
                 if isinstance(exc, (KafkaException, AbortEpoch, CallHung, FatalKafkaError)):
                     raise OpsError(f"replay transaction failed (aborted): {exc}") from exc
                 raise

@@ -163,6 +163,7 @@ class RunnerCore:
         self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
         self._dlq = f"{self.name}.dlq"
         self._stop = False
+        self._stop_at: float | None = None  # when the stop was requested (monotonic)
         self._fatal: BaseException | None = None
         self._kgs: dict[int, KeyGroup] = {}
         #: Offsets in the last committed transaction, per owned input partition.

@@ -166,7 +166,11 @@ class EpochMixin(SavepointMixin):
         except CommitOutcomeUnknown as exc:
             # The commit may have reached the coordinator: never process again on this
             # alone. Learn the outcome; on "committed" the epoch goes on as committed.
+            timed_out = exc.__cause__ is not None and self._timed_out_fence(exc.__cause__)
             if not self._settle_unknown_commit(offsets, str(exc)):
+                # The coordinator had aborted it on its timeout: a slow record, if any,
+                # caused it (dead-lettered on the replay).
+                self._timed_out = timed_out
                 raise AbortEpoch(f"{exc}: the transaction did not commit") from None
         except CallHung as exc:
             # Nothing of this epoch committed (send_offsets hung, commit never sent): the
@@ -590,8 +594,15 @@ class EpochMixin(SavepointMixin):
                 f"the outcome of a commit is unknown ({why}) and the committed offsets "
                 f"cannot be read ({exc}); restarting (the restart restores what committed)"
             ) from exc
+        failed = [tp for tp in committed if tp.error is not None]
+        if failed:
+            raise FatalKafkaError(
+                f"the outcome of a commit is unknown ({why}) and the committed offsets of "
+                f"{len(failed)} partition(s) cannot be read ({failed[0].error}); restarting "
+                "(the restart restores what committed)"
+            )
         token = self._epoch_token
-        ours = [tp for tp in committed if tp.error is None and _token_of(tp.metadata) == token]
+        ours = [tp for tp in committed if _token_of(tp.metadata) == token]
         if ours and len(ours) != len(committed):
             raise FatalKafkaError(
                 f"the commit without an answer shows in {len(ours)} of {len(committed)} "

@@ -206,6 +206,12 @@ class Runner(BarrierMixin):
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         """Ask the loop to finish the epoch and stop (signal-safe)."""
+        if not self._stop:
+            self._stop_at = time.monotonic()  # the stop budget runs from here
+            if self._txn is not None:
+                # The batch in progress, a commit running now and the final one end by
+                # this deadline (processors/_checkpoint/txn.py: stop_budget_s).
+                self._txn.stop_by = self._stop_at + 1.5 * self._txn_timeout_s + WATCHDOG_MARGIN_S
         self._stop = True
 
     def run(self) -> int:
@@ -750,9 +756,8 @@ class Runner(BarrierMixin):
                     next_epoch = time.monotonic() + interval
             log.info("stopping: finishing the open epoch")
             self._finishing = True  # the last commit may retry up to its bound
-            if self._txn is not None:
-                # The final transactional work fits its share of the stop budget.
-                self._txn.stop_by = time.monotonic() + self._txn_timeout_s + WATCHDOG_MARGIN_S
+            if self._txn is not None and self._txn.stop_by is None:  # stopped in-process
+                self._txn.stop_by = time.monotonic() + 1.5 * self._txn_timeout_s + WATCHDOG_MARGIN_S
             try:
                 self._end_epoch()
             except AbortEpoch as exc:
@@ -769,6 +774,9 @@ class Runner(BarrierMixin):
             self._close(graceful=False)
             return 1
         self._close(graceful=True)
+        if isinstance(self._fatal, Stopping):  # the final revoke's wait was cut: a stop
+            log.warning("the final revoke stopped waiting: %s", self._fatal)
+            self._fatal = None
         if self._fatal is not None:  # raised by the final revoke (e.g. fenced)
             log.error("stopped after a fatal error during shutdown: %s", self._fatal)
             return 1
@@ -875,17 +883,26 @@ class Runner(BarrierMixin):
             if txn is not None and txn.is_open and txn.pending is None:
                 try:
                     txn.producer.abort_transaction(5)
-                except Exception:  # noqa: BLE001, S110 - fenced producers cannot abort
-                    pass
-        if self._consumer is not None:
-            self._close_consumer()
+                except Exception:  # noqa: BLE001 - fenced producers cannot abort
+                    # Possibly still in progress inside the client: never destroyed.
+                    self._hung_clients.append(txn.producer)
+        if self._consumer is not None and not self._close_consumer():
+            # Its revoke may still run in the close thread (an epoch end, key groups
+            # released): touch nothing it may use. The process exits without
+            # destructors (run), and the group's session timeout hands the key groups on.
+            self._kgs.clear()
+            return
         for kg in list(self._kgs.values()):
             try:
                 kg.close()
             except Exception as exc:  # noqa: BLE001 - best effort on the way out
                 log.warning("closing key group %s failed: %s", kg.index, exc)
         self._kgs.clear()
-        if self._producer is not None and (self._txn is None or self._txn.pending is None):
+        if (
+            self._producer is not None
+            and self._producer not in self._hung_clients
+            and (self._txn is None or self._txn.pending is None)
+        ):
             try:
                 self._producer.flush(PRODUCER_FLUSH_S)
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
@@ -898,8 +915,10 @@ class Runner(BarrierMixin):
                 except Exception as exc:  # noqa: BLE001 - best effort on the way out
                     log.debug("side consumer close failed: %s", exc)
 
-    def _close_consumer(self) -> None:
+    def _close_consumer(self) -> bool:
         """Close the consumer within :data:`CONSUMER_CLOSE_S`, else abandon it.
+
+        Returns whether it closed (else its close still runs in a helper thread).
 
         ``close()`` serves the final revoke and leaves the group; cut off from the broker
         it can wait much longer. Abandoned, it is never destroyed (the process exits
@@ -925,8 +944,10 @@ class Runner(BarrierMixin):
                 CONSUMER_CLOSE_S,
             )
             self._hung_clients.append(consumer)
-        elif failed:
+            return False
+        if failed:
             log.warning("consumer close failed: %s", failed[0])
+        return True
 
     # -- the per-record path ------------------------------------------------------------
 

@@ -8,7 +8,9 @@ after EndTxn reached it. The fault is injected at the client boundary
 broker, RocksDB, two instances of examples/running_sum.py. The runtime must learn the
 outcome from the broker (a new producer's init_transactions ends the transaction, the
 group's stable committed offsets name the epoch) and go on from the committed epoch
-instead of processing it again. The committed output must equal the independent model.
+instead of processing it again. Some commits never reach the coordinator at all
+(``LOCKGATE_TEST_UNSENT_COMMIT``: EndTxn never sent): those must be found not committed
+and replayed. The committed output must equal the independent model.
 """
 
 from __future__ import annotations
@@ -30,25 +32,30 @@ def _count(logs: str, text: str) -> int:
     return len(re.findall(re.escape(text), logs))
 
 
-def test_epoch_commits_answered_late_are_rolled_forward(
-    kafka_bootstrap: str, tmp_path: Path
-) -> None:
+def test_epoch_commits_without_an_answer_are_settled(kafka_bootstrap: str, tmp_path: Path) -> None:
     inp, out, app = unique("late-in"), unique("late-out"), unique("late-sum")
     create_topic(kafka_bootstrap, inp, 4)
     env = chaos_env(kafka_bootstrap, app, inp, out)
     env["LOCKGATE_TEST_LATE_COMMIT"] = f"0.2:{LATE_S}"
+    # ... and some never reach the coordinator at all: those must be replayed.
+    env["LOCKGATE_TEST_UNSENT_COMMIT"] = "0.08"
     env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "200"
     fleet = Fleet("examples.running_sum:app", env, tmp_path, ["u1", "u2"])
     fleet.start_all()
-    feeder = InputFeeder(kafka_bootstrap, inp, total=20_000, rate=500, keys=300)
+    # Input flows until the faults happened (the total only bounds a runaway).
+    feeder = InputFeeder(kafka_bootstrap, inp, total=500 * 400, rate=500, keys=300)
     feeder.start()
     try:
         wait_until(
-            lambda: _count(fleet.logs_full(), "late commit: answering in") >= 4,
-            timeout=240,
-            what="four commits answered late",
+            lambda: (
+                _count(fleet.logs_full(), "late commit: answering in") >= 4
+                and _count(fleet.logs_full(), "unsent commit: EndTxn never sent") >= 2
+            ),
+            timeout=300,
+            what="four commits answered late and two never sent",
         )
-        feeder.join(120)
+        feeder.stop()
+        feeder.join(60)
         assert not feeder.is_alive() and feeder.error is None, feeder.error
         outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=240, idle=5)
         problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
@@ -70,10 +77,17 @@ def test_epoch_commits_answered_late_are_rolled_forward(
         f"rolled forward={rolled} replayed={replayed}"
     )
     assert problems == [], "\n".join(problems[:20]) + fleet.logs()
-    # Every injected commit committed on the broker: each must be rolled forward, none
-    # taken as aborted.
-    injected = _count(logs, "late commit: answering in")
-    assert rolled == injected == unknown and replayed == 0, (injected, unknown, rolled, replayed)
+    # Every late commit committed on the broker: each must be rolled forward; every unsent
+    # one did not: each must be replayed. Nothing else had an unknown outcome.
+    late = _count(logs, "late commit: answering in")
+    unsent = _count(logs, "unsent commit: EndTxn never sent")
+    assert (rolled, replayed, unknown) == (late, unsent, late + unsent), (
+        late,
+        unsent,
+        unknown,
+        rolled,
+        replayed,
+    )
     assert codes == {"u1": 0, "u2": 0}, fleet.logs()
 
 
