@@ -52,6 +52,18 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _timed_out(why: str) -> KafkaException:
+    """What librdkafka raises when a resumable commit is still in progress at its timeout."""
+    return KafkaException(
+        KafkaError(
+            KafkaError._TIMED_OUT,  # noqa: SLF001 - public code, underscored name
+            f"Transactional API operation (commit_transaction) timed out: retry call to "
+            f"resume ({why})",
+            retriable=True,
+        )
+    )
+
+
 def _late_commit_setting() -> tuple[bool, float, float] | None:
     raw = os.environ.get("LOCKGATE_TEST_LATE_COMMIT", "").strip()
     if not raw:
@@ -89,14 +101,7 @@ def late_commit(commit: Callable[[float], Any], final: bool) -> Callable[[float]
         if left <= 0:
             return None
         time.sleep(min(timeout, left))
-        raise KafkaException(
-            KafkaError(
-                KafkaError._TIMED_OUT,  # noqa: SLF001 - public code, underscored name
-                "Transactional API operation (commit_transaction) timed out: "
-                "retry call to resume (injected)",
-                retriable=True,
-            )
-        )
+        raise _timed_out("injected")
 
     return call
 
@@ -127,13 +132,6 @@ def unsent_commit(commit: Callable[[float], Any]) -> Callable[[float], Any]:
             announced.append(True)
             os.write(2, b"lockgate: unsent commit: EndTxn never sent\n")
         time.sleep(timeout)
-        raise KafkaException(
-            KafkaError(
-                KafkaError._TIMED_OUT,  # noqa: SLF001 - public code, underscored name
-                "Transactional API operation (commit_transaction) timed out: "
-                "retry call to resume (injected: never sent)",
-                retriable=True,
-            )
-        )
+        raise _timed_out("injected: never sent")
 
     return call

@@ -124,6 +124,13 @@ class Fleet:
             f"===== {iid} =====\n{p.log_text()[-4000:]}" for iid, p in self.procs.items()
         )
 
+    def report_and_kill(self) -> None:
+        """On a failure: print every instance's log tail and SIGKILL the live ones."""
+        print(self.logs())
+        for proc in self.procs.values():
+            if proc.alive:
+                proc.kill9()
+
     def logs_full(self) -> str:
         """The whole logs of the current processes (one per instance id)."""
         return "\n".join(p.log_text() for p in self.procs.values())

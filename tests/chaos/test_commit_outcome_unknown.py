@@ -32,6 +32,13 @@ def _count(logs: str, text: str) -> int:
     return len(re.findall(re.escape(text), logs))
 
 
+def _exact_outputs(bootstrap: str, inp: str, out: str, produced: int) -> list[str]:
+    """The problems of the committed output against the model of the stored input."""
+    outputs = read_all(bootstrap, out, expected=produced, timeout=240, idle=5)
+    print(f"{produced} inputs, {len(outputs)} outputs")
+    return check(model(read_inputs(bootstrap, inp, produced)), outputs)
+
+
 def test_epoch_commits_without_an_answer_are_settled(kafka_bootstrap: str, tmp_path: Path) -> None:
     inp, out, app = unique("late-in"), unique("late-out"), unique("late-sum")
     create_topic(kafka_bootstrap, inp, 4)
@@ -57,14 +64,10 @@ def test_epoch_commits_without_an_answer_are_settled(kafka_bootstrap: str, tmp_p
         feeder.stop()
         feeder.join(60)
         assert not feeder.is_alive() and feeder.error is None, feeder.error
-        outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=240, idle=5)
-        problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
+        problems = _exact_outputs(kafka_bootstrap, inp, out, len(feeder.produced))
         codes = fleet.stop_all()
     except BaseException:
-        print(fleet.logs())
-        for proc in fleet.procs.values():
-            if proc.alive:
-                proc.kill9()
+        fleet.report_and_kill()
         raise
     finally:
         feeder.stop()
@@ -72,10 +75,7 @@ def test_epoch_commits_without_an_answer_are_settled(kafka_bootstrap: str, tmp_p
     unknown = _count(logs, "the commit got no answer in time")
     rolled = _count(logs, "had committed: going on from it")
     replayed = _count(logs, "did not commit: the epoch is replayed")
-    print(
-        f"{len(feeder.produced)} inputs, {len(outputs)} outputs; unknown={unknown} "
-        f"rolled forward={rolled} replayed={replayed}"
-    )
+    print(f"unknown={unknown} rolled forward={rolled} replayed={replayed}")
     assert problems == [], "\n".join(problems[:20]) + fleet.logs()
     # Every late commit committed on the broker: each must be rolled forward; every unsent
     # one did not: each must be replayed. Nothing else had an unknown outcome.
@@ -120,17 +120,13 @@ def test_final_commit_answered_late_at_sigterm(kafka_bootstrap: str, tmp_path: P
         fleet.start("s1")
         feeder.join(60)
         assert not feeder.is_alive() and feeder.error is None, feeder.error
-        outputs = read_all(kafka_bootstrap, out, expected=len(feeder.produced), timeout=180, idle=5)
-        problems = check(model(read_inputs(kafka_bootstrap, inp, len(feeder.produced))), outputs)
+        problems = _exact_outputs(kafka_bootstrap, inp, out, len(feeder.produced))
         codes = fleet.stop_all()
     except BaseException:
-        print(fleet.logs())
-        for p in fleet.procs.values():
-            if p.alive:
-                p.kill9()
+        fleet.report_and_kill()
         raise
     finally:
         feeder.stop()
-    print(f"stop with a late final commit took {took:.1f}s; {len(outputs)} outputs")
+    print(f"stop with a late final commit took {took:.1f}s")
     assert problems == [], "\n".join(problems[:20]) + fleet.logs()
     assert codes == {"s1": 0}, fleet.logs()

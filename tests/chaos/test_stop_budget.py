@@ -113,7 +113,7 @@ def test_stop_within_budget_when_cut_off(tmp_path: Path) -> None:
         assert codes == {"s1": 0}, fleet.logs()
     except BaseException:
         if fleet is not None:
-            print(fleet.logs())
+            fleet.report_and_kill()
         raise
     finally:
         if feeder is not None:
