@@ -121,14 +121,63 @@ class EpochMixin(SavepointMixin):
     def _end_epoch(self) -> None:
         """Commit the open epoch (no-op when nothing happened since the last one).
 
+        The steps of the epoch protocol (docs/architecture.md): 1. changelogs, 2. barriers
+        and checkpoint records, 3. offsets (``send_offsets_to_transaction``), 4. the commit,
+        then the epoch's state to RocksDB and the next transaction.
+
         Raises:
             AbortEpoch: the transaction must be aborted (the caller aborts and replays).
             FatalKafkaError: fenced, or a record can never be delivered.
             Stopping: a stop was requested while a commit call was retrying.
         """
         self._commit_now = False
-        if self._stop_committing:
+        if not self._epoch_to_commit():
             return
+        started = time.monotonic()
+        ckpt, savepoint = self._source_checkpoint_id()
+        offsets, snaps = self._commit_positions(ckpt)  # step 3's offsets, with this epoch's token
+        try:
+            writes = self._produce_changelogs()  # 1.
+            if not self._registered:
+                self._register()
+            manifests = self._write_barriers_and_checkpoints(  # 2.
+                ckpt, savepoint, offsets, snaps, writes
+            )
+            self._commit(offsets)  # 3. and 4.
+        except CommitOutcomeUnknown as exc:
+            self._settle_or_abort(offsets, exc)  # returns only when the epoch committed
+        except CallHung as exc:
+            # Nothing of this epoch committed (send_offsets hung, commit never sent): the
+            # new producer's init_transactions aborted the old transaction.
+            self._use_txn_producer()
+            self._delivery_error = None
+            raise AbortEpoch(str(exc)) from None
+        except FatalKafkaError as exc:
+            if not self._timed_out_fence(exc):
+                raise
+            # The coordinator aborted the transaction on its timeout (a slow record, or a
+            # broker that was away longer than the timeout) and bumped the producer epoch:
+            # a new producer with the same transactional id takes over.
+            self._replace_producer(f"the transaction outlived its timeout ({exc})", True)
+            raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
+        except AbortEpoch:
+            self._producer.poll(0)  # serve delivery reports that explain the abort
+            self._raise_if_undeliverable()
+            raise
+        self._epoch_committed(ckpt, savepoint, offsets, snaps, writes, manifests)
+        self._observe_commit(ckpt, time.monotonic() - started)
+
+    def _epoch_to_commit(self) -> bool:
+        """Whether the open epoch has anything to commit (and may commit at all).
+
+        Sweeps expired TTL entries first (their tombstones are something to commit).
+        An idle epoch restarts the epoch budget and the transaction's clock.
+
+        Raises:
+            CodecUnavailable: an emit of this epoch failed for want of a service.
+        """
+        if self._stop_committing:
+            return False
         if self._codec_error is not None:
             # An emit failed for want of a service (user code swallowed it): this epoch
             # misses that output, so it must not commit. Stop; the record is read again.
@@ -151,45 +200,35 @@ class EpochMixin(SavepointMixin):
             if self._txn is not None:
                 self._txn.idle()
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
-            return
-        started = time.monotonic()
-        ckpt, savepoint = self._source_checkpoint_id()
-        offsets, snaps = self._commit_positions(ckpt)
-        try:
-            writes = self._produce_changelogs()
-            if not self._registered:
-                self._register()
-            manifests = self._write_barriers_and_checkpoints(
-                ckpt, savepoint, offsets, snaps, writes
-            )
-            self._commit(offsets)
-        except CommitOutcomeUnknown as exc:
-            # The commit may have reached the coordinator: never process again on this
-            # alone. Learn the outcome; on "committed" the epoch goes on as committed.
-            timed_out = exc.__cause__ is not None and self._timed_out_fence(exc.__cause__)
-            if not self._settle_unknown_commit(offsets, str(exc)):
-                # The coordinator had aborted it on its timeout: a slow record, if any,
-                # caused it (dead-lettered on the replay).
-                self._timed_out = timed_out
-                raise AbortEpoch(f"{exc}: the transaction did not commit") from None
-        except CallHung as exc:
-            # Nothing of this epoch committed (send_offsets hung, commit never sent): the
-            # new producer's init_transactions aborted the old transaction.
-            self._use_txn_producer()
-            self._delivery_error = None
-            raise AbortEpoch(str(exc)) from None
-        except FatalKafkaError as exc:
-            if not self._timed_out_fence(exc):
-                raise
-            # The coordinator aborted the transaction on its timeout (a slow record, or a
-            # broker that was away longer than the timeout) and bumped the producer epoch:
-            # a new producer with the same transactional id takes over.
-            self._replace_producer(f"the transaction outlived its timeout ({exc})", True)
-            raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
-        except AbortEpoch:
-            self._producer.poll(0)  # serve delivery reports that explain the abort
-            self._raise_if_undeliverable()
-            raise
+            return False
+        return True
+
+    def _settle_or_abort(self, offsets: list[TopicPartition], exc: CommitOutcomeUnknown) -> None:
+        """A commit got no definite answer: return if it committed, else abort the epoch.
+
+        Never processes the epoch again on the missing answer alone
+        (:meth:`_settle_unknown_commit` learns the outcome from the broker).
+
+        Raises:
+            AbortEpoch: it did not commit (the caller aborts and replays).
+        """
+        timed_out = exc.__cause__ is not None and self._timed_out_fence(exc.__cause__)
+        if not self._settle_unknown_commit(offsets, str(exc)):
+            # The coordinator had aborted it on its timeout: a slow record, if any, caused
+            # it (dead-lettered on the replay).
+            self._timed_out = timed_out
+            raise AbortEpoch(f"{exc}: the transaction did not commit") from None
+
+    def _epoch_committed(
+        self,
+        ckpt: int,
+        savepoint: dict[str, Any] | None,
+        offsets: list[TopicPartition],
+        snaps: dict[tuple[str, int], Snapshot],
+        writes: dict[int, dict[str, dict[bytes, bytes | None]]],
+        manifests: dict[int, dict[str, Any]],
+    ) -> None:
+        """After the commit: the state to RocksDB, the bookkeeping, the next transaction."""
         self._consecutive_aborts = 0
         self._check_writes = False
         self._apply_locally(ckpt, writes)
@@ -221,12 +260,15 @@ class EpochMixin(SavepointMixin):
         if self.eos:
             self._begin()
         self._reset_epoch_deadline()
-        took = time.monotonic() - started
+
+    def _observe_commit(self, ckpt: int, took: float) -> None:
+        """Metrics and the debug log of a committed epoch."""
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "epoch committed",
                 extra={"checkpoint": ckpt, "records": self._last_epoch_records, "seconds": took},
             )
+        m = self.metrics
         m.epochs_committed += 1
         m.last_checkpoint_id = ckpt
         m.observe_commit(took)

@@ -658,21 +658,25 @@ class Runner(BarrierMixin):
             time.sleep(0.1)
         self._subscribe()
 
-    def _loop(self) -> int:
-        s = self.settings
-        batch = s.consume_batch_size
-        interval = s.checkpoint_interval_ms / 1000
-        # A backlog makes epochs as long as the interval allows (tens of thousands of
-        # records): bound what one epoch fetches, which bounds its state, changelog and
-        # commit-time memory (tests/integration/test_memory_budget.py).
-        epoch_bytes: int | None = self._state_memory.plan.epoch_bytes
-        if s.checkpoint_max_bytes is not None:
-            epoch_bytes = s.checkpoint_max_bytes
+    def _epoch_bytes_bound(self) -> int | None:
+        """How many fetched bytes end an epoch early (``None``: the interval only)."""
         if self._internal_set:
             # Every epoch of a barrier writer is a barrier downstream: early epochs would
             # multiply barriers and make aligned readers hold records for longer (their
             # checkpoint is the slowest writer's). Its epochs follow the interval only.
-            epoch_bytes = None
+            return None
+        # A backlog makes epochs as long as the interval allows (tens of thousands of
+        # records): bound what one epoch fetches, which bounds its state, changelog and
+        # commit-time memory (tests/integration/test_memory_budget.py).
+        if self.settings.checkpoint_max_bytes is not None:
+            return self.settings.checkpoint_max_bytes
+        return self._state_memory.plan.epoch_bytes
+
+    def _loop(self) -> int:
+        """Consume, process and commit epochs until a stop; return the exit code."""
+        batch = self.settings.consume_batch_size
+        interval = self.settings.checkpoint_interval_ms / 1000
+        epoch_bytes = self._epoch_bytes_bound()
         metrics = self.metrics
         next_epoch = time.monotonic() + interval
         try:
@@ -686,43 +690,14 @@ class Runner(BarrierMixin):
                         fatal, self._fatal = self._fatal, None
                         raise fatal
                     if self._resubscribe:
-                        # Records returned with the revoke are of partitions released
-                        # (committed up to what was processed): _process skips them.
-                        self._resubscribe = False
-                        self._consumer.subscribe(
-                            [self.app.subscribed_input],
-                            on_assign=self._on_assign,
-                            on_revoke=self._on_revoke,
-                            on_lost=self._on_lost,
-                        )
+                        self._subscribe_again()
                     if self._rewound and msgs:
                         msgs = self._drop_stale(msgs)
                     if self._interleaver is not None:
                         msgs = self._interleave(msgs)
                     if msgs:
                         self._process(msgs)
-                    if self._globals:
-                        self._globals.poll()
-                        if time.monotonic() >= self._globals.next_refresh:
-                            self._globals.refresh()
-                    if self._aligners:
-                        self._tick_alignments()
-                        if self._released:
-                            self._process([])
-                    self._poll_requests()
-                    if self._query is not None:
-                        if self._query.pending:
-                            self._query.serve(self._answer_query)
-                        if (
-                            self._query.owners_wanted
-                            or self._query.deferred
-                            or time.monotonic() >= self._owners_next
-                        ):
-                            self._refresh_owners()
-                    if self._tick_time:
-                        self._tick_timers()
-                    if self._heal_group and time.monotonic() >= self._next_strand_check:
-                        self._heal_stranded_partitions()
+                    self._between_batches()
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
@@ -754,15 +729,7 @@ class Runner(BarrierMixin):
                     except AbortEpoch as exc:
                         self._abort_epoch(str(exc))
                     next_epoch = time.monotonic() + interval
-            log.info("stopping: finishing the open epoch")
-            self._finishing = True  # the last commit may retry up to its bound
-            if self._txn is not None and self._txn.stop_by is None:  # stopped in-process
-                self._txn.stop_by = time.monotonic() + 1.5 * self._txn_timeout_s + WATCHDOG_MARGIN_S
-            try:
-                self._end_epoch()
-            except AbortEpoch as exc:
-                self._abort_epoch(str(exc))
-            self._leave_group_maybe()
+            self._finish()
         except Stopping as exc:
             return self._stopped_while_waiting(exc)
         except (FatalKafkaError, UserCodeError, ConfigError) as exc:
@@ -782,6 +749,59 @@ class Runner(BarrierMixin):
             return 1
         log.info("stopped", extra={"last_checkpoint": self._checkpoint})
         return 0
+
+    def _subscribe_again(self) -> None:
+        """Subscribe anew (asked for by the stranded-partition heal)."""
+        # Records returned with the revoke are of partitions released (committed up to
+        # what was processed): _process skips them.
+        self._resubscribe = False
+        self._consumer.subscribe(
+            [self.app.subscribed_input],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def _between_batches(self) -> None:
+        """What the loop does after each batch: side inputs, alignments, requests, timers.
+
+        Global tables, alignment timeouts (and the records they release), savepoint
+        requests, queries, processing-time timers and the stranded-partition heal.
+        """
+        if self._globals:
+            self._globals.poll()
+            if time.monotonic() >= self._globals.next_refresh:
+                self._globals.refresh()
+        if self._aligners:
+            self._tick_alignments()
+            if self._released:
+                self._process([])
+        self._poll_requests()
+        if self._query is not None:
+            if self._query.pending:
+                self._query.serve(self._answer_query)
+            if (
+                self._query.owners_wanted
+                or self._query.deferred
+                or time.monotonic() >= self._owners_next
+            ):
+                self._refresh_owners()
+        if self._tick_time:
+            self._tick_timers()
+        if self._heal_group and time.monotonic() >= self._next_strand_check:
+            self._heal_stranded_partitions()
+
+    def _finish(self) -> None:
+        """After a stop request: commit the open epoch, leave the group if going for good."""
+        log.info("stopping: finishing the open epoch")
+        self._finishing = True  # the last commit may retry up to its bound
+        if self._txn is not None and self._txn.stop_by is None:  # stopped in-process
+            self._txn.stop_by = time.monotonic() + 1.5 * self._txn_timeout_s + WATCHDOG_MARGIN_S
+        try:
+            self._end_epoch()
+        except AbortEpoch as exc:
+            self._abort_epoch(str(exc))
+        self._leave_group_maybe()
 
     def _leave_group_maybe(self) -> None:
         """On a clean stop, make a static member leave the group when it goes for good.
@@ -958,6 +978,11 @@ class Runner(BarrierMixin):
         processed, held until a checkpoint completes, or skipped (already included
         in the committed state, after a restore). Barriers complete checkpoints; the
         records a completion releases are processed before the next fetched record.
+
+        Flat on purpose: this is the per-record path. Every call and attribute lookup
+        here is paid per record (the locals below are the attributes it reads, looked
+        up once per batch); components are called per batch or per epoch, never from
+        here unless a record needs them (a barrier, an error, a dead letter).
         """
         handlers = self._handlers
         decoders = self._decoders
