@@ -293,16 +293,19 @@ class Admin:
                 return False
         return True
 
-    def end_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+    def end_offsets(
+        self, tps: list[TopicPartition], within_s: float = 60.0
+    ) -> dict[tuple[str, int], int]:
         """Return the high watermark (the next offset to be written) of each partition.
 
         Retries transient errors (a just-created topic without a leader, leader-epoch
-        changes after a broker restart) for up to 60 s.
+        changes after a broker restart) for up to ``within_s`` (one request's 10 s may
+        come on top).
 
         Raises:
-            FatalKafkaError: the offsets could not be read within 60 s.
+            FatalKafkaError: the offsets could not be read within ``within_s``.
         """
-        return self._list_offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        return self._list_offsets(tps, OffsetSpec.latest(), within_s=within_s)  # type: ignore[no-untyped-call]
 
     def stable_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
         """Return the last stable offset of each partition (what read_committed reaches).
@@ -342,12 +345,13 @@ class Admin:
         tps: list[TopicPartition],
         spec: Any,
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        within_s: float = 60.0,
     ) -> dict[tuple[str, int], int]:
         if not tps:
             return {}
         self._admin.poll(0)  # serve the admin client's log lines (librdkafka_logger)
         req = {TopicPartition(tp.topic, tp.partition): spec for tp in tps}
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + within_s
         delay = 0.1
         while True:
             try:
