@@ -157,6 +157,9 @@ class Metrics:
         self.started = False
         self.joined = False
         self.restoring = 0  # key groups being restored
+        #: Key groups halted by a stop-with-savepoint, with the savepoint each is halted
+        #: at (published by the loop as a new tuple: read whole, never mutated).
+        self.halted: tuple[tuple[int, str], ...] = ()
         self.globals_loading = False  # global tables being read at start-up
         self.assigned = 0  # key groups owned
         self.heartbeat = time.monotonic()
@@ -310,15 +313,29 @@ def readyz(m: Metrics) -> Probe:
 
     Not ready while global tables load, before the group was joined and the first
     assignment processed (``joined``, or any key group assigned, which implies it), nor
-    while any key group restores (or catches its global tables up).
+    while any key group restores (or catches its global tables up), nor while any key
+    group it owns is halted by a stop-with-savepoint (it processes nothing until the app
+    is started with ``--from-savepoint``: the body names the savepoints).
     """
     restoring = m.restoring
+    halted = m.halted
     if m.globals_loading:
         return Probe(False, {"status": "loading global tables"})
     if not (m.joined or m.assigned > 0):
         return Probe(False, {"status": "joining"})
     if restoring > 0:
         return Probe(False, {"status": "restoring", "key_groups": restoring})
+    if halted:
+        savepoints = sorted({sp for _, sp in halted})
+        return Probe(
+            False,
+            {
+                "status": "halted",
+                "key_groups": [g for g, _ in halted],
+                "savepoints": savepoints,
+                "resume": f"start the app with --from-savepoint {savepoints[-1]}",
+            },
+        )
     return Probe(True, {"status": "ready", "key_groups": m.assigned})
 
 
@@ -421,6 +438,12 @@ class MetricsCollector(Collector):
         )
         yield gauge("lockgate_key_groups_assigned", "Key groups owned.", m.assigned)
         yield gauge("lockgate_key_groups_restoring", "Key groups restoring.", m.restoring)
+        yield gauge(
+            "lockgate_key_groups_halted",
+            "Key groups halted by a stop-with-savepoint (nothing is processed until a start "
+            "with --from-savepoint).",
+            len(m.halted),
+        )
         yield counter("lockgate_restore_records", "Changelog records restored.", m.restore_records)
         yield gauge(
             "lockgate_restore_remaining_records",

@@ -238,9 +238,10 @@ class RebalanceMixin(EpochMixin):
         halted = [TopicPartition(t, g) for g in groups if g in self._halted for t in self._inputs]
         if halted:
             consumer.pause(halted)
-            log.warning(
-                "key groups halted by a stop-with-savepoint stay paused; start the app with "
-                "--from-savepoint to continue",
+            log.error(
+                "key groups halted by a stop-with-savepoint stay paused: nothing of theirs is "
+                "processed (/readyz says halted) until the app is started with "
+                "--from-savepoint",
                 extra={
                     "key_groups": sorted({tp.partition for tp in halted}),
                     "savepoints": sorted({self._halted[tp.partition] for tp in halted}),

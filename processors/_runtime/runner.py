@@ -790,6 +790,10 @@ class Runner(BarrierMixin):
             self._tick_timers()
         if self._heal_group and time.monotonic() >= self._next_strand_check:
             self._heal_stranded_partitions()
+        if len(self._halted) != len(self.metrics.halted) or (
+            self._halted and dict(self.metrics.halted) != self._halted
+        ):
+            self.metrics.halted = tuple(sorted(self._halted.items()))
 
     def _finish(self) -> None:
         """After a stop request: commit the open epoch, leave the group if going for good."""

@@ -9,16 +9,39 @@ prefix sums of every key, in order (no loss, no duplicate across the hand-over).
 
 from __future__ import annotations
 
+import json
 import random
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tests.chaos._harness import InputFeeder
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
-from tests.support.procs import AppProcess, lockgate_cli
+from tests.support.ports import free_port
+from tests.support.procs import AppProcess, lockgate_cli, wait_until
 
 P = 4
 TOTAL = 15000
+
+
+def _readyz(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def _halted_gauge(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("lockgate_key_groups_halted")
+    )
 
 
 def test_stop_with_savepoint_then_restore_into_three_instances(  # type: ignore[no-untyped-def]
@@ -49,7 +72,11 @@ def test_stop_with_savepoint_then_restore_into_three_instances(  # type: ignore[
             "examples.running_sum:app", env, tmp_path / f"{generation}-{iid}.log"
         ).start()
 
-    first = [instance(i, "a") for i in ("i1", "i2")]
+    http = {"i1": free_port(), "i2": free_port()}
+    first = [
+        instance(i, "a", LOCKGATE_HTTP_PORT=str(http[i]), LOCKGATE_HTTP_HOST="127.0.0.1")
+        for i in ("i1", "i2")
+    ]
     restored: list[AppProcess] = []
     try:
         read_all(kafka_bootstrap, out, expected=1000, timeout=60, idle=0)
@@ -63,6 +90,18 @@ def test_stop_with_savepoint_then_restore_into_three_instances(  # type: ignore[
         assert sp_id.startswith("sp-"), trigger.stdout
         assert "key groups" in trigger.stderr  # progress on stderr
         halted_at = len(read_all(kafka_bootstrap, out, timeout=30, idle=2))
+        # A halted instance does not look healthy: not ready, naming the savepoint, and
+        # every key group counted halted.
+        wait_until(
+            lambda: sum(_halted_gauge(port) for port in http.values()) == P,
+            30,
+            what="every key group halted in /metrics",
+        )
+        for port in http.values():
+            status, body = _readyz(port)
+            assert status == 503 and body["status"] == "halted", body
+            assert body["savepoints"] == [sp_id], body
+            assert sp_id in body["resume"], body
         codes = [p.terminate() for p in first]
         assert codes == [0, 0], [p.log_text()[-3000:] for p in first]
         # Nothing after the savepoint was committed by the stopped instances.

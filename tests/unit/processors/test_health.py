@@ -172,6 +172,33 @@ def test_readyz_not_ready_while_restoring() -> None:
     assert p.body == {"status": "restoring", "key_groups": 2}
 
 
+def test_readyz_not_ready_while_halted_and_says_how_to_resume() -> None:
+    m = _m()
+    m.joined = True
+    m.assigned = 3
+    m.halted = ((0, "sp-a"), (2, "sp-a"))
+    p = readyz(m)
+    assert p.status == 503
+    assert p.body == {
+        "status": "halted",
+        "key_groups": [0, 2],
+        "savepoints": ["sp-a"],
+        "resume": "start the app with --from-savepoint sp-a",
+    }
+    m.halted = ()
+    assert readyz(m) == (True, {"status": "ready", "key_groups": 3})
+
+
+def test_halted_key_groups_gauge() -> None:
+    m = _m()
+    m.halted = ((1, "sp-b"), (3, "sp-b"))
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics_registry(m)).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["lockgate_key_groups_halted"].samples[0].value == 2
+
+
 def test_startupz() -> None:
     m = _m()
     assert startupz(m) == (False, {"status": "starting"})
