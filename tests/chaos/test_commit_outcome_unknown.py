@@ -95,8 +95,10 @@ def test_final_commit_answered_late_at_sigterm(kafka_bootstrap: str, tmp_path: P
     inp, out, app = unique("late-stop-in"), unique("late-stop-out"), unique("late-stop")
     create_topic(kafka_bootstrap, inp, 2)
     env = chaos_env(kafka_bootstrap, app, inp, out)
-    # Long epochs: the SIGTERM lands with many processed, uncommitted records.
-    env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "3000"
+    # Long epochs (the longest the 10 s transaction timeout allows): the SIGTERM lands
+    # half-way through one, with many processed, uncommitted records (not during an
+    # epoch's own commit, which would leave the final epoch empty).
+    env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "5000"
     env["LOCKGATE_TEST_LATE_COMMIT"] = f"stop:1:{LATE_S}"
     fleet = Fleet("examples.running_sum:app", env, tmp_path, ["s1"])
     proc = fleet.start("s1")
@@ -104,7 +106,7 @@ def test_final_commit_answered_late_at_sigterm(kafka_bootstrap: str, tmp_path: P
     try:
         wait_until(lambda: "assigned" in proc.log_text(), timeout=90, what="assignment")
         feeder.start()
-        time.sleep(6)
+        time.sleep(7.5)
         proc.signal(15)
         stopped = time.monotonic()
         code = proc.wait(90)
