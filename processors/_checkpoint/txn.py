@@ -153,6 +153,14 @@ class TransactionalProducer:
         #: unknown outcome; a replacement not initialised then raises ``Stopping``).
         self.stop_by: float | None = None
 
+    def stop_within_budget(self, stop_requested_at: float) -> None:
+        """Make every wait end by the stop budget's transactional deadline.
+
+        That is 1.5 x the transaction timeout plus :data:`WATCHDOG_MARGIN_S` after the
+        stop request (parts 1 and 2 of :func:`stop_budget_s`).
+        """
+        self.stop_by = stop_requested_at + 1.5 * self.timeout_s + WATCHDOG_MARGIN_S
+
     def _cap(self, deadline: float) -> float:
         return deadline if self.stop_by is None else min(deadline, self.stop_by)
 

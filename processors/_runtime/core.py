@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from processors._checkpoint.alignment import Aligner, Mode, Snapshot
 from processors._checkpoint.control_topics import control_topic
-from processors._checkpoint.txn import TransactionalProducer
+from processors._checkpoint.txn import WATCHDOG_MARGIN_S, TransactionalProducer
 from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
 from processors._dsl.context import Headers
@@ -53,9 +53,6 @@ log = logging.getLogger("lockgate.runtime")
 _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}  # noqa: SLF001 - public codes
 
 CONTROL_HEADER = "lockgate-type"
-
-#: How long past its own bound a guarded call may take before it is abandoned.
-_WATCHDOG_MARGIN_S = 10.0
 
 
 class RecordRejected(Exception):  # noqa: N818 - names what happened to the record
@@ -238,7 +235,7 @@ class RunnerCore:
         gives up with :class:`Stopping` when a stop is requested during retries.
         """
         timeout = self._txn_timeout_s if timeout_s is None else timeout_s
-        with self.metrics.blocked(what, timeout + _WATCHDOG_MARGIN_S + 5):
+        with self.metrics.blocked(what, timeout + WATCHDOG_MARGIN_S + 5):
             return kafka_call(
                 fn,
                 *args,

@@ -50,16 +50,20 @@ _MAX_CONSECUTIVE_ABORTS = 10
 _STALE_MEMBER = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID})
 
 
-def _token_of(metadata: str | None) -> str | None:
-    """The epoch token of an offset commit's metadata (None for older versions')."""
+def offset_metadata(metadata: str | None) -> dict[str, Any]:
+    """The object an epoch writes as its committed offsets' metadata.
+
+    ``{"ckpt": <checkpoint>, "origin": <savepoint origin>, "txn": <epoch token>}``
+    (:meth:`EpochMixin._commit_positions`); ``{}`` when there is none or it is not
+    ours (offsets of older versions, or reset by hand).
+    """
     if not metadata:
-        return None
+        return {}
     try:
         data = orjson.loads(metadata)
     except orjson.JSONDecodeError:
-        return None
-    token = data.get("txn") if isinstance(data, dict) else None
-    return token if isinstance(token, str) else None
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 class EpochMixin(SavepointMixin):
@@ -658,7 +662,7 @@ class EpochMixin(SavepointMixin):
                 "(the restart restores what committed)"
             )
         token = self._epoch_token
-        ours = [tp for tp in committed if _token_of(tp.metadata) == token]
+        ours = [tp for tp in committed if offset_metadata(tp.metadata).get("txn") == token]
         if ours and len(ours) != len(committed):
             raise FatalKafkaError(
                 f"the commit without an answer shows in {len(ours)} of {len(committed)} "

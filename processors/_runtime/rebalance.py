@@ -21,14 +21,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from confluent_kafka import TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
 from processors._checkpoint.control_topics import checkpoint_key, latest_records
 from processors._kafka.errors import AbortEpoch
 from processors._kafka.faults import crash_point
-from processors._runtime.epoch import EpochMixin
+from processors._runtime.epoch import EpochMixin, offset_metadata
 from processors._task.keygroups import MemoryPlan, StateCleaner, StateMemory, cgroup_memory_limit
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import checkpoint_of
@@ -39,30 +38,6 @@ if TYPE_CHECKING:
     from processors._dsl.app import App
 
 log = logging.getLogger("lockgate.runtime")
-
-
-def _origin_of_metadata(metadata: str | None) -> tuple[bool, str | None]:
-    """(whether the metadata names an origin at all, the origin)."""
-    if not metadata:
-        return False, None
-    try:
-        data = orjson.loads(metadata)
-    except orjson.JSONDecodeError:
-        return False, None
-    if not isinstance(data, dict) or "origin" not in data:
-        return False, None
-    value = data["origin"]
-    return True, value if isinstance(value, str) else None
-
-
-def _ckpt_of_metadata(metadata: str | None) -> int:
-    if not metadata:
-        return 0
-    try:
-        value = orjson.loads(metadata).get("ckpt", 0)
-    except (orjson.JSONDecodeError, AttributeError):
-        return 0
-    return value if isinstance(value, int) else 0
 
 
 class RebalanceMixin(EpochMixin):
@@ -174,10 +149,12 @@ class RebalanceMixin(EpochMixin):
         for tp in committed:
             if tp.error is not None:
                 raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
-            self._checkpoint = max(self._checkpoint, _ckpt_of_metadata(tp.metadata))
-            named, origin = _origin_of_metadata(tp.metadata)
-            if named:  # offsets of older versions (or reset by hand) do not say
-                origins[tp.partition] = origin
+            meta = offset_metadata(tp.metadata)
+            ckpt = meta.get("ckpt", 0)
+            self._checkpoint = max(self._checkpoint, ckpt if isinstance(ckpt, int) else 0)
+            if "origin" in meta:  # offsets of older versions (or reset by hand) do not say
+                origin = meta["origin"]
+                origins[tp.partition] = origin if isinstance(origin, str) else None
         self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
         self.metrics.restoring = len(groups)
         assert self._restorer is not None

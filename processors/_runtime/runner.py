@@ -42,7 +42,7 @@ from processors._checkpoint.control_topics import (
     read_registry_and_cancels,
     writers_of,
 )
-from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S, WATCHDOG_MARGIN_S
+from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
 from processors._config.settings import GroupProtocol, LeaveGroup, OnError, Settings
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
@@ -211,7 +211,7 @@ class Runner(BarrierMixin):
             if self._txn is not None:
                 # The batch in progress, a commit running now and the final one end by
                 # this deadline (processors/_checkpoint/txn.py: stop_budget_s).
-                self._txn.stop_by = self._stop_at + 1.5 * self._txn_timeout_s + WATCHDOG_MARGIN_S
+                self._txn.stop_within_budget(self._stop_at)
         self._stop = True
 
     def run(self) -> int:
@@ -800,7 +800,7 @@ class Runner(BarrierMixin):
         log.info("stopping: finishing the open epoch")
         self._finishing = True  # the last commit may retry up to its bound
         if self._txn is not None and self._txn.stop_by is None:  # stopped in-process
-            self._txn.stop_by = time.monotonic() + 1.5 * self._txn_timeout_s + WATCHDOG_MARGIN_S
+            self._txn.stop_within_budget(time.monotonic())
         try:
             self._end_epoch()
         except AbortEpoch as exc:
