@@ -25,6 +25,9 @@ prefix (``"stop:1:12"``) only the final commit after a stop request is affected.
 coordinator, with probability 0.1: the client reports the retriable ``_TIMED_OUT`` on
 every call and never sends EndTxn, as when the link to the coordinator is down. The
 transaction stays open until a new producer's ``init_transactions`` aborts it.
+
+``LOCKGATE_TEST_FAULT_SEED`` seeds which commits these two faults pick (a test prints
+the seed it gave, so a run can be repeated).
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ def _late_commit_setting() -> tuple[bool, float, float] | None:
 
 
 _LATE_COMMIT = _late_commit_setting()
+#: Which commits the commit faults pick (seeded by LOCKGATE_TEST_FAULT_SEED when set).
+_FAULT_RNG = random.Random(os.environ.get("LOCKGATE_TEST_FAULT_SEED"))  # noqa: S311 - test-only
 
 
 def late_commit(commit: Callable[[float], Any], final: bool) -> Callable[[float], Any]:
@@ -93,7 +98,7 @@ def late_commit(commit: Callable[[float], Any], final: bool) -> Callable[[float]
     def call(timeout: float) -> Any:
         if not answer_at:
             result = commit(timeout)
-            if random.random() >= prob:  # noqa: S311 - test-only fault
+            if _FAULT_RNG.random() >= prob:
                 return result
             answer_at.append(time.monotonic() + delay)
             os.write(2, f"lockgate: late commit: answering in {delay:.0f}s\n".encode())
@@ -122,7 +127,7 @@ def unsent_commit(commit: Callable[[float], Any]) -> Callable[[float], Any]:
     """
     if not _UNSENT:
         return commit
-    chosen = random.random() < _UNSENT  # noqa: S311 - test-only fault
+    chosen = _FAULT_RNG.random() < _UNSENT
     announced: list[bool] = []
 
     def call(timeout: float) -> Any:

@@ -15,6 +15,7 @@ and replayed. The committed output must equal the independent model.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -69,8 +70,12 @@ def test_epoch_commits_without_an_answer_are_settled(kafka_bootstrap: str, tmp_p
     # ... and some never reach the coordinator at all: those must be replayed.
     env["LOCKGATE_TEST_UNSENT_COMMIT"] = "0.08"
     env["LOCKGATE_CHECKPOINT_INTERVAL_MS"] = "200"
+    seed = os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9))
+    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat which commits fail)")
     fleet = Fleet("examples.running_sum:app", env, tmp_path, ["u1", "u2"])
-    fleet.start_all()
+    for iid in fleet.ids:
+        fleet.env["LOCKGATE_TEST_FAULT_SEED"] = f"{seed}-{iid}"
+        fleet.start(iid)
     # Input flows until the faults happened (the total only bounds a runaway).
     feeder = InputFeeder(kafka_bootstrap, inp, total=500 * 400, rate=500, keys=300)
     feeder.start()
