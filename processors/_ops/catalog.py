@@ -66,7 +66,6 @@ __all__ = [
     "list_savepoints",
     "manifest_problems",
     "missing_key_groups",
-    "iso_to_ms",
     "ms_to_iso",
     "open_store",
     "pipeline_closure",
@@ -106,23 +105,6 @@ class OpsError(LockgateError):
 
 
 # ------------------------------------------------------------------ pure logic
-
-
-def iso_to_ms(text: str) -> int | None:
-    """Milliseconds since the epoch from an integer or an ISO 8601 time, else ``None``.
-
-    A time without an offset is UTC (``2026-01-31T12:00:00`` = ``...Z``).
-    """
-    value = text.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
 
 
 def ms_to_iso(ms: int | None) -> str | None:

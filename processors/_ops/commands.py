@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -65,7 +66,7 @@ from processors._kafka.clients import (
 )
 from processors._kafka.errors import AbortEpoch, CallHung, Stopping
 from processors._kafka.faults import crash_point
-from processors._ops.catalog import OpsError, iso_to_ms, ms_to_iso
+from processors._ops.catalog import OpsError, ms_to_iso
 from processors._ops.cli_common import (
     app_settings,
     check_app,
@@ -270,14 +271,19 @@ def parse_reset_position(text: str) -> str | int:
     value = text.strip().lower()
     if value in ("earliest", "latest"):
         return value
-    ms = iso_to_ms(text)
-    if ms is None:
+    if value.isdigit():
+        return int(value)
+    try:
+        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
         raise OpsError(
             f"--to: {text!r} is not earliest, latest, a time in ms or ISO 8601 "
             "(e.g. 2026-01-31T12:00:00Z)",
             exit_code=2,
-        )
-    return ms
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
 
 
 def _text(value: bytes | str | None) -> str:

@@ -20,6 +20,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -29,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from processors._config.log_setup import configure
 from processors._config.settings import Settings
 from processors._kafka.clients import Admin, restore_consumer_config
-from processors._ops.catalog import OpsError, iso_to_ms
+from processors._ops.catalog import OpsError
 from processors._ops.cli_common import app_settings, check_app, load_app, ops_fail, ops_settings
 from processors._ops.commands import codecs_for
 from processors.exceptions import LockgateError
@@ -51,14 +52,19 @@ def parse_start(text: str) -> int:
     Raises:
         OpsError: (exit code 2) neither.
     """
-    ms = iso_to_ms(text)
-    if ms is None:
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
         raise OpsError(
             f"--from {text!r}: give milliseconds since the epoch or an ISO-8601 time "
             "(e.g. 2026-11-27T10:00:00Z)",
             exit_code=2,
-        )
-    return ms
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
 
 
 def _plain(data: bytes | None) -> Any:
