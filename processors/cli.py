@@ -460,7 +460,3 @@ main.add_command(topics)
 main.add_command(send)
 main.add_command(dlq)
 main.add_command(reset)
-
-from processors._ops.read import read  # noqa: E402
-
-main.add_command(read)

@@ -595,12 +595,7 @@ def _conf_text(conf: Mapping[str, str]) -> str:
 # ------------------------------------------------------------------ lockgate send
 
 
-def codecs_for(app: App, topic: str) -> tuple[Codec, Codec]:
-    """The key and value codecs of ``topic`` in ``app`` (input, output or global table).
-
-    Raises:
-        OpsError: (exit code 2) the topic is none of them.
-    """
+def _codecs_for(app: App, topic: str) -> tuple[Codec, Codec]:
     if topic in app.input_topics:
         return app.input_codecs(topic)
     outputs = app.outputs
@@ -674,7 +669,7 @@ def send(topic: str, app_spec: str, file: IO[str], key_field: str | None, dry_ru
     """
     app, settings, _name = _load(app_spec)
     try:
-        key_codec, value_codec = codecs_for(app, topic)
+        key_codec, value_codec = _codecs_for(app, topic)
         records = parse_send_lines(file, key_codec, value_codec, key_field)
         if dry_run:
             click.echo(f"dry run: {len(records)} valid record(s) for {topic}, nothing produced")
