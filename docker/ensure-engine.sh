@@ -62,9 +62,27 @@ dockerd_pid() {
     printf '%s\n' "$pid"
 }
 
+# dockerd supervises its own containerd and records that child's pid here. After a crash or
+# a reboot the file outlives the process, and once the pid is reused by an unrelated process
+# dockerd believes "containerd is still running", waits for its socket and gives up with
+# "timeout waiting for containerd to start" (seen in CI). Remove the file unless the pid is a
+# live containerd.
+CONTAINERD_PID_FILE="/var/run/docker/containerd/containerd.pid"
+clear_stale_containerd_pid() {
+    local pid
+    [[ -e $CONTAINERD_PID_FILE ]] || return 0
+    pid="$(cat "$CONTAINERD_PID_FILE" 2>/dev/null || true)"
+    if [[ $pid =~ ^[0-9]+$ ]] && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == containerd ]]; then
+        return 0
+    fi
+    say "removing stale $CONTAINERD_PID_FILE (pid '${pid}' is not a running containerd)"
+    rm -f "$CONTAINERD_PID_FILE"
+}
+
 if pid="$(dockerd_pid)"; then
     say "dockerd (pid $pid) is running but not answering yet; waiting for it"
 else
+    clear_stale_containerd_pid
     if [[ -e $PID_FILE ]]; then
         say "removing stale $PID_FILE"
         rm -f "$PID_FILE"
