@@ -72,7 +72,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from processors._runtime.core import CONTROL_HEADER
+from processors._checkpoint.protocol import is_control_record
 from state.codecs import JSON, STR, Codec
 
 if TYPE_CHECKING:
@@ -692,7 +692,7 @@ class LockgateKafka:
                 for msg in consumer.consume(1000, 0.2):
                     err = msg.error()
                     if err is None:
-                        if control or not _is_control(msg):
+                        if control or not is_control_record(msg.headers()):
                             raw.append(msg)
                         last = time.monotonic()
                     elif err.code() != KafkaError._PARTITION_EOF:  # noqa: SLF001 - public code
@@ -718,10 +718,6 @@ class LockgateKafka:
             )
             for m in raw
         ]
-
-
-def _is_control(msg: Any) -> bool:
-    return any(name == CONTROL_HEADER for name, _ in msg.headers() or [])
 
 
 def start_kafka(choice: BrokerChoice, *, startup_timeout: float = 120.0) -> LockgateKafka:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from processors._checkpoint.protocol import LATE_EVENT_TIME, LATE_WATERMARK, LATE_WINDOW, WRITER
 from processors._task.time import _EVENT, NO_WATERMARK, TimerContext, TimeService
 from processors.exceptions import ConfigError
 from state.codecs import Codec
@@ -373,13 +374,13 @@ class WindowOperator:
         else:
             sent.add(self.prefix)
         headers: list[tuple[str, bytes | str]] = [
-            ("lockgate-late-window", ",".join(f"{s}-{e}" for s, e in windows)),
-            ("lockgate-late-watermark", str(wm)),
-            ("lockgate-late-event-time", str(ctx.event_time)),
+            (LATE_WINDOW, ",".join(f"{s}-{e}" for s, e in windows)),
+            (LATE_WATERMARK, str(wm)),
+            (LATE_EVENT_TIME, str(ctx.event_time)),
         ]
         # The input's own headers, but not the writer's: the late topic is not an
         # internal topic (a lockgate app reading it would wait for that writer's barriers).
-        headers.extend(h for h in msg.headers() or [] if h[0] != "lockgate-writer")
+        headers.extend(h for h in msg.headers() or [] if h[0] != WRITER)
         ctx.emit(self.late_topic, msg.key(), msg.value(), headers)
 
     def _on_time_record(

@@ -10,9 +10,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from processors._checkpoint.protocol import EVENT_TIME, WRITER
 from processors._dsl.context import Context
 from processors._dsl.topics import OutputSpec, TopicConfig
-from processors._task.time import EVENT_TIME_HEADER, TIME_STORE, TimeService, Watermarks
+from processors._task.time import TIME_STORE, TimeService, Watermarks
 from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
 from processors.windows import Assigner, WindowedStream, WindowOperator
@@ -372,7 +373,7 @@ def _compose(kind: str, arg: Any, nxt: Callable[[Any, Any, Context], None]) -> H
             # The next app's default event time is this record's (a header, not the
             # record timestamp: old event times would meet the topic's retention).
             def rekey_timed(k: Any, v: Any, c: Context) -> None:
-                c.emit(topic, select(v), v, [(EVENT_TIME_HEADER, str(c.event_time))])
+                c.emit(topic, select(v), v, [(EVENT_TIME, str(c.event_time))])
 
             return rekey_timed
 
@@ -441,10 +442,10 @@ def _timed(
         headers = msg.headers()
         if headers:  # written by another lockgate app? (its key_by sends its event time)
             for name, raw in headers:
-                if name == EVENT_TIME_HEADER:
+                if name == EVENT_TIME:
                     if extract is None:
                         ts = int(raw)
-                elif name == "lockgate-writer":
+                elif name == WRITER:
                     internal = True
         if type(ts) is not int or ts < 0:
             ts = _event_time_of(ts)

@@ -52,6 +52,18 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from processors._checkpoint.control_topics import CONTROL_CONFIG, REGISTRY_TOPIC, control_topic
+from processors._checkpoint.protocol import (
+    ERROR_MESSAGE,
+    ERROR_PREFIXES,
+    ERROR_STAGE,
+    ERROR_TYPE,
+    PREFIX,
+    REPLAYED_FROM,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    SOURCE_TIMESTAMP,
+    SOURCE_TOPIC,
+)
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
 from processors._config.log_setup import configure
 from processors._config.settings import Settings, StateBackendKind
@@ -96,10 +108,6 @@ __all__ = [
     "topics",
 ]
 
-#: Header added to every re-injected record: ``<dlq partition>:<dlq offset>``.
-REPLAYED_FROM = "lockgate-replayed-from"
-#: Headers of a dead letter that describe the failure, dropped on replay.
-_ERROR_PREFIXES = ("lockgate-error-", "lockgate-source-", "lockgate-timer-")
 #: Records per replay transaction (each commits its DLQ positions).
 REPLAY_BATCH = 500
 #: Relevant topic configs shown by ``lockgate topics``.
@@ -313,7 +321,7 @@ def replay_headers(
     kept = [
         (name, value)
         for name, value in headers or ()
-        if not name.startswith(_ERROR_PREFIXES) and name != REPLAYED_FROM
+        if not name.startswith(ERROR_PREFIXES) and name != REPLAYED_FROM
     ]
     kept.append((REPLAYED_FROM, f"{dlq_partition}:{offset}".encode()))
     return kept
@@ -783,16 +791,16 @@ def describe_dead_letter(msg: Any, position: int | None = None) -> dict[str, Any
         "offset": msg.offset(),
         "timestamp": ts,
         "time": ms_to_iso(ts) if ts and ts > 0 else None,
-        "error_type": h.get("lockgate-error-type"),
-        "error_message": h.get("lockgate-error-message"),
-        "error_stage": h.get("lockgate-error-stage"),
-        "source_topic": h.get("lockgate-source-topic"),
-        "source_partition": _int_or_none(h.get("lockgate-source-partition")),
-        "source_offset": _int_or_none(h.get("lockgate-source-offset")),
-        "source_timestamp": _int_or_none(h.get("lockgate-source-timestamp")),
+        "error_type": h.get(ERROR_TYPE),
+        "error_message": h.get(ERROR_MESSAGE),
+        "error_stage": h.get(ERROR_STAGE),
+        "source_topic": h.get(SOURCE_TOPIC),
+        "source_partition": _int_or_none(h.get(SOURCE_PARTITION)),
+        "source_offset": _int_or_none(h.get(SOURCE_OFFSET)),
+        "source_timestamp": _int_or_none(h.get(SOURCE_TIMESTAMP)),
         "key": preview(msg.key()),
         "value": preview(msg.value()),
-        "headers": {k: v for k, v in h.items() if k.startswith("lockgate-")},
+        "headers": {k: v for k, v in h.items() if k.startswith(PREFIX)},
     }
     if position is not None:
         row["replayed"] = msg.offset() < position
@@ -943,7 +951,7 @@ def plan_replay(
     unreplayable = [
         f"{m.partition()}:{m.offset()}"
         for m in msgs
-        if not lockgate_headers(m.headers()).get("lockgate-source-topic")
+        if not lockgate_headers(m.headers()).get(SOURCE_TOPIC)
     ]
     if unreplayable and selection is not None:
         raise OpsError(
@@ -957,11 +965,11 @@ def plan_replay(
 def _target(msg: Any, partitions: Mapping[str, int]) -> tuple[str, int | None, int | None]:
     """Return (source topic, partition or None, timestamp or None) of a dead letter."""
     h = lockgate_headers(msg.headers())
-    topic = h["lockgate-source-topic"]
-    part = _int_or_none(h.get("lockgate-source-partition"))
+    topic = h[SOURCE_TOPIC]
+    part = _int_or_none(h.get(SOURCE_PARTITION))
     if part is not None and not 0 <= part < partitions.get(topic, 0):
         part = None  # the source changed: place it by key (murmur2)
-    ts = _int_or_none(h.get("lockgate-source-timestamp"))
+    ts = _int_or_none(h.get(SOURCE_TIMESTAMP))
     if ts is not None and ts <= 0:
         ts = None
     return topic, part, ts
@@ -1028,7 +1036,7 @@ class _Replayer:
             try:
                 nxt: dict[int, int] = {}
                 for m in batch:
-                    if not lockgate_headers(m.headers()).get("lockgate-source-topic"):
+                    if not lockgate_headers(m.headers()).get(SOURCE_TOPIC):
                         nxt[m.partition()] = m.offset() + 1  # passed over (reported)
                         continue
                     topic, part, ts = _target(m, partitions)
@@ -1109,10 +1117,7 @@ def dlq_replay(name: str, offsets: str | None, all_: bool, dry_run: bool) -> Non
             positions = _positions(group, topic, parts)
             plan = plan_replay(reader, topic, bounds, positions, selection)
             sources = sorted(
-                {
-                    _text(lockgate_headers(m.headers()).get("lockgate-source-topic"))
-                    for m in plan.records
-                }
+                {_text(lockgate_headers(m.headers()).get(SOURCE_TOPIC)) for m in plan.records}
                 - {""}
             )
             partitions = admin.partitions_of(sources)

@@ -17,23 +17,11 @@ import time
 from typing import Any
 
 from processors._checkpoint.alignment import Aligner, Completion, Mode, Snapshot
+from processors._checkpoint.protocol import read_barrier
 from processors._kafka.errors import AbortEpoch
 from processors._runtime.rebalance import RebalanceMixin
 
 log = logging.getLogger("lockgate.runtime")
-
-
-def lockgate_headers(headers: list[tuple[str, bytes | None]]) -> dict[str, str]:
-    """Return the ``lockgate-*`` headers of a record as text.
-
-    The first of each name wins: the runtime puts its own first, user code may copy
-    upstream headers after them.
-    """
-    out: dict[str, str] = {}
-    for name, value in headers:
-        if name.startswith("lockgate-") and name not in out:
-            out[name] = value.decode(errors="replace") if value is not None else ""
-    return out
 
 
 class WatermarkUpdate:
@@ -60,7 +48,7 @@ class BarrierMixin(RebalanceMixin):
         group's completed checkpoint (checkpoint ids stay increasing).
         """
         start = self._committed.get((topic, g), self._next[(topic, g)])
-        done = self._kg_done.get(g, 0)
+        done = self._marks.done(g)
         aligner = self._new_aligner(Snapshot(start, start, done, {}, False))
         self._aligners[(topic, g)] = aligner
         log.info(
@@ -72,21 +60,18 @@ class BarrierMixin(RebalanceMixin):
 
     def _on_barrier(self, topic: str, g: int, offset: int, headers: dict[str, str]) -> None:
         """Feed a barrier record at ``offset`` of ``topic[g]`` to its aligner."""
-        try:
-            ckpt = int(headers["lockgate-ckpt"])
-            writer = headers["lockgate-writer"]
-            writers = int(headers.get("lockgate-writers") or 0)
-        except (KeyError, ValueError):
+        barrier = read_barrier(headers)
+        if barrier is None:
             log.warning("ignoring a malformed barrier", extra={"headers": headers})
             return
+        ckpt, writer, writers = barrier.checkpoint, barrier.writer, barrier.writers
         aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
         svc = self.app.time_service
-        if svc is not None and svc.strategies and headers.get("lockgate-et") != "1":
+        wm = barrier.watermark
+        if svc is not None and svc.strategies and not barrier.event_time:
             svc.on_barrier_without_event_time(topic)
         elif svc is not None and svc.strategies:
-            try:
-                wm = int(headers["lockgate-wm"])
-            except (KeyError, ValueError):
+            if wm is None:
                 log.warning("ignoring a malformed barrier watermark", extra={"headers": headers})
             else:
                 # Pending (in the key group's time state, so it survives a commit) until
@@ -95,8 +80,7 @@ class BarrierMixin(RebalanceMixin):
                 # barrier been processed (aligned mode holds some back). A barrier of a
                 # checkpoint completed already (a stage re-announcing its watermark) has
                 # nothing of its writer held back: it applies after what is released now.
-                idle = headers.get("lockgate-idle") == "1"
-                svc.stash_barrier(topic, ckpt, writer, writers, wm, idle)
+                svc.stash_barrier(topic, ckpt, writer, writers, wm, barrier.idle)
                 if ckpt <= aligner.done:
                     self._released.append(WatermarkUpdate(topic, g, aligner.done))
         now = time.monotonic()
@@ -105,12 +89,12 @@ class BarrierMixin(RebalanceMixin):
         before = aligner.snapshot(offset)
         if writers and not aligner.replaying:
             self._update_writers(aligner, topic, g, writer, writers, now, before)
-        savepoint = headers.get("lockgate-savepoint")
+        savepoint = barrier.savepoint
         if savepoint is not None:
-            if savepoint in self._sp_cancelled or self._origin.get(g) == savepoint:
+            if savepoint in self._sp_cancelled or self._marks.origin(g) == savepoint:
                 savepoint = None  # cancelled, or restored from it (taken already)
             else:
-                self._sp_stop[savepoint] = headers.get("lockgate-stop") == "1"
+                self._sp_stop[savepoint] = barrier.stop
                 if self._mode is Mode.UNALIGNED:
                     # Savepoints are always aligned: hold records of writers past this
                     # barrier until the savepoint's checkpoint completes (nothing is held
@@ -174,12 +158,11 @@ class BarrierMixin(RebalanceMixin):
         restore point); ``later`` are records to process after the completion's own.
         """
         ckpt = completion.checkpoint
-        self._kg_done[g] = ckpt
-        self._kg_aligned[g] = completion.aligned
+        self._marks.completed(g, ckpt, aligned=completion.aligned)
         self._checkpoint = max(self._checkpoint, ckpt)
         self._epoch_active = True
         sp_id = completion.savepoint
-        if sp_id is not None and (self._origin.get(g) == sp_id or sp_id in self._sp_cancelled):
+        if sp_id is not None and (self._marks.origin(g) == sp_id or sp_id in self._sp_cancelled):
             sp_id = None  # restored from it (the replay completes it again), or cancelled
         released = completion.released + later
         until = self._aligned_until.get((topic, g))

@@ -23,6 +23,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from processors._checkpoint.alignment import Aligner, Mode, Snapshot
 from processors._checkpoint.control_topics import control_topic
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
+from processors._checkpoint.protocol import record_error_headers
 from processors._checkpoint.txn import WATCHDOG_MARGIN_S, TransactionalProducer
 from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
@@ -52,8 +54,6 @@ log = logging.getLogger("lockgate.runtime")
 
 _PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}  # noqa: SLF001 - public codes
 
-CONTROL_HEADER = "lockgate-type"
-
 
 class RecordRejected(Exception):  # noqa: N818 - names what happened to the record
     """The producer can never write an output of this record (e.g. it is too large).
@@ -69,21 +69,6 @@ class StateEncodeError(Exception):
 
 class SlowRecordError(Exception):
     """One record kept user code busy longer than the transaction can stay open."""
-
-
-def error_headers(msg: Any, exc: BaseException, stage: str) -> list[tuple[str, bytes | str]]:
-    """Return the dead-letter headers of ``msg`` failed with ``exc`` in ``stage``."""
-    headers: list[tuple[str, bytes | str]] = [
-        ("lockgate-error-type", type(exc).__name__),
-        ("lockgate-error-message", str(exc)[:2000]),
-        ("lockgate-error-stage", stage),
-        ("lockgate-source-topic", msg.topic()),
-        ("lockgate-source-partition", str(msg.partition())),
-        ("lockgate-source-offset", str(msg.offset())),
-        ("lockgate-source-timestamp", str(msg.timestamp()[1])),
-    ]
-    headers.extend(msg.headers() or [])
-    return headers
 
 
 def _header_list(headers: Headers) -> list[tuple[str, bytes | str]]:
@@ -122,18 +107,15 @@ class RunnerCore:
         #: The alignment snapshot committed last, per aligned input partition.
         self._align_committed: dict[tuple[str, int], Snapshot] = {}
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
-        #: its state descends from, and the savepoint a stop-with-savepoint halted it at.
-        self._kg_done: dict[int, int] = {}
-        self._kg_aligned: dict[int, bool] = {}
-        self._origin: dict[int, str | None] = {}
-        self._halted: dict[int, str] = {}
+        #: its state descends from, a halt, a restore under way; and their committed state.
+        self._marks = KeyGroupCheckpoints()
+        #: The halted key groups (the component's own dict; read here, changed there).
+        self._halted = self._marks.halted
         #: Halted (or savepointed mid-batch) partitions: the snapshot to commit for them.
         self._frozen: dict[tuple[str, int], Snapshot] = {}
         #: A savepoint request this instance's source key groups take at the next epoch.
         self._sp_request: dict[str, Any] | None = None
         self._registered = False
-        #: Per key group, what the last commit made of it (restored when an epoch aborts).
-        self._kg_committed: dict[int, tuple[int, bool, str | None, str | None]] = {}
         #: Writers (``<app>/<key group>``) registered for this app's inputs at start.
         self._upstream_writers: list[str] = []
         #: Records an alignment released, processed before the next fetched record (and
@@ -148,8 +130,6 @@ class RunnerCore:
         self._epoch_active = False
         #: Savepoints cancelled by ``lockgate savepoint cancel`` (or a failed --stop).
         self._sp_cancelled: set[str] = set()
-        #: Key groups being seeded from a savepoint (in their checkpoint records until done).
-        self._seeding: dict[int, str] = {}
         #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
         self._aligned_until: dict[tuple[str, int], int] = {}
         #: Orders the records of several co-partitioned inputs (``None``: one input).
@@ -290,7 +270,9 @@ class RunnerCore:
                 raise FatalKafkaError(f"produce to {topic}: {exc}") from exc
 
     def _dead_letter(self, msg: Any, exc: BaseException, stage: str) -> None:
-        self._produce(self._dlq, msg.value(), msg.key(), headers=error_headers(msg, exc, stage))
+        self._produce(
+            self._dlq, msg.value(), msg.key(), headers=record_error_headers(msg, exc, stage)
+        )
         self._epoch_dlq += 1
 
     def _emit(
@@ -427,14 +409,6 @@ class RunnerCore:
             # Not fetching yet: re-assigning at the offset has the same effect.
             self._consumer.incremental_unassign([TopicPartition(topic, partition)])
             self._consumer.incremental_assign([tp])
-
-    def _kg_state(self, g: int) -> tuple[int, bool, str | None, str | None]:
-        return (
-            self._kg_done.get(g, 0),
-            self._kg_aligned.get(g, True),
-            self._origin.get(g),
-            self._halted.get(g),
-        )
 
     def _new_aligner(self, snapshot: Snapshot, key: tuple[str, int] | None = None) -> Aligner:
         """An aligner resuming from ``snapshot``, expecting the registered writers.

@@ -30,6 +30,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
 from processors._checkpoint.control_topics import REGISTRY_TOPIC, checkpoint_key, registry_key
+from processors._checkpoint.protocol import Barrier
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
 from processors._config.settings import OnError
 from processors._kafka.clients import producer_config
@@ -243,11 +244,10 @@ class EpochMixin(SavepointMixin):
         self._epoch_active = False
         for g in self._kgs:
             if self._live_source(g):
-                self._kg_done[g] = ckpt
+                self._marks.completed(g, ckpt)
         if savepoint is not None:
             self._savepoint_committed(savepoint, manifests)
-        for g in self._kgs:
-            self._kg_committed[g] = self._kg_state(g)
+        self._marks.commit(list(self._kgs))
         self._poison_timers.clear()  # dead-lettered timers are deleted in this commit
         if self._poison:  # dead-lettered records behind the committed positions are done
             self._poison = {
@@ -444,10 +444,10 @@ class EpochMixin(SavepointMixin):
                 snap = self._frozen.get(key) or aligner.snapshot(self._next[key])
                 snaps[key] = snap
                 offset = snap.low
-                done = self._kg_done.get(g, snap.done)
+                done = self._marks.done(g, snap.done)
             # The origin travels with the offsets too: under at-least-once the control
             # record is written before the offsets commit, so only this is atomic with them.
-            origin = self._origin.get(g)
+            origin = self._marks.origin(g)
             meta = orjson.dumps({"ckpt": done, "origin": origin, "txn": token})
             offsets.append(TopicPartition(t, g, offset, metadata=meta.decode()))
         return offsets, snaps
@@ -467,43 +467,26 @@ class EpochMixin(SavepointMixin):
         }
         self._produce(REGISTRY_TOPIC, orjson.dumps(record), registry_key(self.name), partition=0)
 
-    def _barrier_headers(
-        self, g: int, ckpt: int, savepoint: dict[str, Any] | None
-    ) -> tuple[bytes, list[tuple[str, bytes | str]]]:
-        writer = f"{self.name}/{g}"
-        record: dict[str, Any] = {
-            "type": "barrier",
-            "ckpt": ckpt,
-            "writer": writer,
-            "writers": self._partitions,
-            "wm": -1,
-        }
-        headers: list[tuple[str, bytes | str]] = [
-            ("lockgate-type", b"barrier"),
-            ("lockgate-ckpt", str(ckpt).encode()),
-            ("lockgate-writer", writer.encode()),
-            ("lockgate-writers", str(self._partitions).encode()),
-        ]
+    def _barrier(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> Barrier:
+        """Barrier ``ckpt`` of key group ``g``, with its watermark if the app has event time."""
+        wm, idle, event_time = -1, False, False
         svc = self.app.time_service
         if svc is not None and svc.strategies:
             # The writer's watermark: a downstream key group's is the minimum over its
             # writers (idle ones left out), DESIGN 9.
             wm, idle = svc.announce(self._kgs[g].caches[TIME_STORE])
             self._announced[g] = (wm, idle)
-            record["wm"] = wm
-            headers.append(("lockgate-wm", str(wm).encode()))
-            headers.append(("lockgate-et", b"1"))
-            if idle:
-                headers.append(("lockgate-idle", b"1"))
-        else:
-            headers.append(("lockgate-wm", b"-1"))
-        if savepoint is not None:
-            record["savepoint"] = savepoint["savepoint"]
-            record["stop"] = bool(savepoint.get("stop"))
-            headers.append(("lockgate-savepoint", savepoint["savepoint"].encode()))
-            if savepoint.get("stop"):
-                headers.append(("lockgate-stop", b"1"))
-        return orjson.dumps(record), headers
+            event_time = True
+        return Barrier(
+            ckpt,
+            f"{self.name}/{g}",
+            self._partitions,
+            wm,
+            event_time=event_time,
+            idle=idle,
+            savepoint=None if savepoint is None else savepoint["savepoint"],
+            stop=savepoint is not None and bool(savepoint.get("stop")),
+        )
 
     def _write_barriers(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> None:
         """Produce barrier ``ckpt`` of key group ``g`` to each internal output partition.
@@ -512,7 +495,7 @@ class EpochMixin(SavepointMixin):
         """
         if not self._internal_outputs:
             return
-        value, headers = self._barrier_headers(g, ckpt, savepoint)
+        value, headers = self._barrier(g, ckpt, savepoint).encode()
         for topic in self._internal_outputs:
             for p in range(self._internal_partitions[topic]):
                 self._produce(topic, value, None, partition=p, headers=headers)
@@ -528,7 +511,7 @@ class EpochMixin(SavepointMixin):
         stream that went quiet to itself.
         """
         svc = self.app.time_service
-        done = self._kg_done.get(g, 0)
+        done = self._marks.done(g)
         if svc is None or not svc.strategies or not self._internal_outputs or not done:
             return
         now = svc.announce(self._kgs[g].caches[TIME_STORE])
@@ -557,7 +540,7 @@ class EpochMixin(SavepointMixin):
             live_source = source and g not in self._halted
             if live_source:
                 saving = savepoint
-                if saving is not None and self._kg_done.get(g, 0) >= int(saving["checkpoint"]):
+                if saving is not None and self._marks.done(g) >= int(saving["checkpoint"]):
                     saving = None  # a previous owner took this savepoint already
                 if saving is not None:
                     manifests[g] = self._export(
@@ -576,13 +559,13 @@ class EpochMixin(SavepointMixin):
             record = {
                 "app": self.name,
                 "key_group": g,
-                "checkpoint": ckpt if live_source else self._kg_done.get(g, 0),
-                "aligned": True if source else self._kg_aligned.get(g, True),
+                "checkpoint": ckpt if live_source else self._marks.done(g),
+                "aligned": True if source else self._marks.aligned(g),
                 "instance": self.settings.instance_id,
                 "offsets": by_group.get(g, {}),
                 "align": align,
-                "origin": self._origin.get(g),
-                "seeding": self._seeding.get(g),
+                "origin": self._marks.origin(g),
+                "seeding": self._marks.seeding(g),
                 "halted": halted,
                 "ts": now_ms,
             }
@@ -761,10 +744,8 @@ class EpochMixin(SavepointMixin):
         self._released.clear()
         self._epoch_active = False
         for g in groups:
-            done, aligned, origin, halted = self._kg_committed.get(g, (0, True, None, None))
-            self._kg_done[g], self._kg_aligned[g], self._origin[g] = done, aligned, origin
-            if halted is None and g in self._halted:
-                del self._halted[g]
+            rewound = self._marks.rewind(g)
+            if rewound.halt_undone:
                 self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
             for topic in self._inputs:
                 key = (topic, g)
@@ -774,7 +755,7 @@ class EpochMixin(SavepointMixin):
                         del self._aligners[key]
                     else:
                         self._aligners[key] = self._new_aligner(snap, key)
-                if halted is None:
+                if rewound.committed_halt is None:
                     self._frozen.pop(key, None)
             if self._interleaver is not None:
                 self._interleaver.drop([g])  # fetched again from the committed offsets

@@ -266,26 +266,27 @@ class RebalanceMixin(EpochMixin):
             if not isinstance(record, dict):
                 record = {}
             done = int(record.get("checkpoint", 0) or 0)
-            self._kg_done[g] = done
-            self._kg_aligned[g] = bool(record.get("aligned", True))
             self._checkpoint = max(self._checkpoint, done)
-            self._origin[g] = origins[g] if g in origins else record.get("origin")
             if self._globals:
                 self._globals.catch_up(
                     record.get("globals"), self._txn_timeout_s + 30, lambda: self._stop
                 )
-            if record.get("seeding"):
-                self._seeding[g] = str(record["seeding"])  # a restore cut short: redo it
-            if record.get("halted"):
-                halted_at = str(record["halted"])
-                if halted_at in self._sp_cancelled:
-                    log.info(
-                        "savepoint was cancelled: key group not halted",
-                        extra={"key_group": g, "savepoint": halted_at},
-                    )
-                    self._epoch_active = True  # the next commit records it
-                else:
-                    self._halted[g] = halted_at
+            halted_at = str(record["halted"]) if record.get("halted") else None
+            if halted_at is not None and halted_at in self._sp_cancelled:
+                log.info(
+                    "savepoint was cancelled: key group not halted",
+                    extra={"key_group": g, "savepoint": halted_at},
+                )
+                self._epoch_active = True  # the next commit records it
+                halted_at = None
+            self._marks.load(
+                g,
+                done=done,
+                aligned=bool(record.get("aligned", True)),
+                origin=origins[g] if g in origins else record.get("origin"),
+                seeding=str(record["seeding"]) if record.get("seeding") else None,  # redo it
+                halted=halted_at,
+            )
             for t in self._inputs:
                 snap_data = (record.get("align") or {}).get(t)
                 writers = self._upstream_writers
@@ -307,7 +308,6 @@ class RebalanceMixin(EpochMixin):
                     snap = Snapshot(committed, committed, done, {}, False)
                 self._aligners[(t, g)] = self._new_aligner(snap, (t, g))
                 self._align_committed[(t, g)] = snap
-            self._kg_committed[g] = self._kg_state(g)
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})
@@ -355,15 +355,7 @@ class RebalanceMixin(EpochMixin):
                 self._align_committed.pop((topic, g), None)
                 self._frozen.pop((topic, g), None)
                 self._aligned_until.pop((topic, g), None)
-            for per_group in (
-                self._kg_done,
-                self._kg_aligned,
-                self._origin,
-                self._halted,
-                self._seeding,
-            ):
-                per_group.pop(g, None)
-            self._kg_committed.pop(g, None)
+            self._marks.forget(g)
         if self._state_cleaner is not None:  # closed above: removable after the delay
             self._state_cleaner.released(groups)
         if self._interleaver is not None:

@@ -42,6 +42,13 @@ from processors._checkpoint.control_topics import (
     read_registry_and_cancels,
     writers_of,
 )
+from processors._checkpoint.protocol import (
+    CONTROL_TYPE,
+    WRITER,
+    lockgate_headers,
+    timer_error_headers,
+    writer_header,
+)
 from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
 from processors._config.settings import GroupProtocol, LeaveGroup, OnError, Settings
 from processors._dsl.app import App
@@ -58,7 +65,6 @@ from processors._kafka.clients import (
 )
 from processors._kafka.errors import AbortEpoch, Stopping
 from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
-from processors._runtime.barriers import lockgate_headers as _lockgate_headers
 from processors._runtime.core import where
 from processors._runtime.group_probe import GroupProbe
 from processors._runtime.health import HealthServer
@@ -329,9 +335,7 @@ class Runner(BarrierMixin):
                 "are keyless and a downstream replay needs every record, so internal topics "
                 "must use cleanup.policy=delete"
             )
-        self._writer_headers = {
-            g: [("lockgate-writer", f"{self.name}/{g}".encode())] for g in range(p)
-        }
+        self._writer_headers = {g: writer_header(self.name, g) for g in range(p)}
         try:
             registry, cancelled = read_registry_and_cancels(
                 self._control_reader(), admin.end_offsets, timeout_s=self._txn_timeout_s + 30
@@ -1066,9 +1070,9 @@ class Runner(BarrierMixin):
                 headers = msg.headers()
                 writer = None  # records of non-lockgate producers have none
                 if headers is not None:
-                    lg = _lockgate_headers(headers)
-                    if "lockgate-type" in lg:
-                        if lg["lockgate-type"] == "barrier" and not multi:
+                    lg = lockgate_headers(headers)
+                    if CONTROL_TYPE in lg:
+                        if lg[CONTROL_TYPE] == "barrier" and not multi:
                             self._on_barrier(topic, part, last, lg)
                             aligner = aligners.get((topic, part))
                             if part in halted:  # a stop-with-savepoint completed here
@@ -1076,7 +1080,7 @@ class Runner(BarrierMixin):
                                 current = -1
                                 topic = ""
                         continue  # control records never reach user code
-                    writer = lg.get("lockgate-writer")
+                    writer = lg.get(WRITER)
                     if aligner is None and writer is not None and not multi:
                         aligner = self._start_alignment(topic, part)
                 if aligner is not None:
@@ -1413,14 +1417,7 @@ class Runner(BarrierMixin):
             "timer failed: dead-lettering",
             extra={"timer": name, "time": t, "error": f"{type(exc).__name__}: {exc}"},
         )
-        headers: list[tuple[str, bytes | str]] = [
-            ("lockgate-error-type", type(exc).__name__),
-            ("lockgate-error-message", str(exc)[:2000]),
-            ("lockgate-error-stage", "timer"),
-            ("lockgate-timer-time", str(t)),
-            ("lockgate-timer-name", name),
-        ]
-        self._produce(self._dlq, None, raw_key, headers=headers)
+        self._produce(self._dlq, None, raw_key, headers=timer_error_headers(exc, t, name))
         self._epoch_dlq += 1
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:

@@ -156,13 +156,10 @@ class SavepointMixin(RunnerCore):
         self._sp_cancelled.add(sp_id)
         if self._sp_request is not None and self._sp_request.get("savepoint") == sp_id:
             self._sp_request = None
-        lifted = [g for g, at in self._halted.items() if at == sp_id]
+        lifted = self._marks.lift(sp_id)  # an abort of the open epoch keeps them running
         if not lifted:
             return
         for g in lifted:
-            del self._halted[g]
-            done, aligned, origin, _ = self._kg_committed.get(g, (0, True, None, None))
-            self._kg_committed[g] = (done, aligned, origin, None)  # the rewind keeps it running
             for t in self._inputs:
                 self._frozen.pop((t, g), None)
             self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
@@ -275,7 +272,7 @@ class SavepointMixin(RunnerCore):
 
     def _halt(self, g: int, sp_id: str) -> None:
         """Stop processing key group ``g`` at savepoint ``sp_id`` (stop-with-savepoint)."""
-        self._halted[g] = sp_id
+        self._marks.halt(g, sp_id)
         parts = [TopicPartition(t, g) for t in self._inputs]
         try:
             self._consumer.pause(parts)
@@ -364,9 +361,9 @@ class SavepointMixin(RunnerCore):
                 app's stores (the message names the store), or a file is corrupt.
             AbortEpoch: a chunk's commit failed (the caller stops; a restart redoes it).
         """
-        sp_id = self._seeding.get(g) or self.settings.from_savepoint
-        if sp_id is None or self._origin.get(g) == sp_id:
-            self._seeding.pop(g, None)
+        sp_id = self._marks.seeding(g) or self.settings.from_savepoint
+        if sp_id is None or self._marks.origin(g) == sp_id:
+            self._marks.end_seeding(g)
             return False
         if sp_id != self.settings.from_savepoint:
             log.warning(
@@ -408,7 +405,7 @@ class SavepointMixin(RunnerCore):
                         "app, which a multi-input app cannot resume exactly; take a new "
                         "savepoint with --stop using the previous version"
                     ) from exc
-        self._seeding[g] = sp_id
+        self._marks.start_seeding(g, sp_id)
         kg = self._kgs[g]
         entries = 0
         pending = 0
@@ -443,11 +440,8 @@ class SavepointMixin(RunnerCore):
             else:
                 self._aligners.pop((topic, g), None)
                 self._align_committed.pop((topic, g), None)
-        self._kg_done[g] = int(manifest.get("checkpoint", 0))
-        self._checkpoint = max(self._checkpoint, self._kg_done[g])
-        self._origin[g] = sp_id
-        self._halted.pop(g, None)
-        self._seeding.pop(g, None)
+        self._marks.seeded(g, sp_id, int(manifest.get("checkpoint", 0)))
+        self._checkpoint = max(self._checkpoint, self._marks.done(g))
         self._uncommitted += 1  # the last part of the seeding commits with the caller's epoch
         log.info(
             "key group seeded from a savepoint",

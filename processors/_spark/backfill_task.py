@@ -59,13 +59,18 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from processors._checkpoint.protocol import (
+    ERROR_VALUE_DROPPED,
+    is_control_record,
+    record_error_headers,
+    timer_error_headers,
+)
 from processors._config.settings import OnError, Settings
 from processors._dsl.app import App
 from processors._dsl.context import Context, Headers
 from processors._dsl.record import Record
 from processors._kafka.clients import producer_config, restore_consumer_config
 from processors._kafka.errors import Kind, classify, describe
-from processors._runtime.core import CONTROL_HEADER, error_headers
 from processors._task.keygroups import KeyGroup
 from processors.exceptions import ConfigError, UserCodeError
 from state.codecs import CodecUnavailable
@@ -493,13 +498,6 @@ class ParquetSink(_Sink):
             self.tmp.unlink(missing_ok=True)
 
 
-def _is_control(msg: Any) -> bool:
-    headers = msg.headers()
-    if not headers:
-        return False
-    return any(name == CONTROL_HEADER for name, _ in headers)
-
-
 def kafka_steps(settings: Settings, spec: TaskSpec, inputs: tuple[str, ...]) -> Iterator[Any]:
     """Yield the key group's input records in live order (see the module docs).
 
@@ -557,7 +555,7 @@ def kafka_steps(settings: Settings, spec: TaskSpec, inputs: tuple[str, ...]) -> 
                 if offset >= end:
                     done.add(topic)
                     continue
-                if not _is_control(msg):
+                if not is_control_record(msg.headers()):
                     queues[topic].append(msg)
                 if offset == end - 1:
                     done.add(topic)
@@ -708,7 +706,7 @@ class BackfillTask:
                 err = exc.args[0]
                 if not (isinstance(err, KafkaError) and classify(err) is Kind.RECORD):
                     raise
-                note = ("lockgate-error-value-dropped", f"{describe(err)}"[:500])
+                note = (ERROR_VALUE_DROPPED, f"{describe(err)}"[:500])
                 self.sink.put(self.dlq, key, None, [*headers, note], None)
         except KafkaException as exc:
             raise SinkFailed(f"dead letter to {self.dlq}: {exc}") from exc
@@ -719,14 +717,7 @@ class BackfillTask:
         self.dead += 1
         if not self.emitting:
             return
-        headers: list[tuple[str, bytes | str]] = [
-            ("lockgate-error-type", type(exc).__name__),
-            ("lockgate-error-message", str(exc)[:2000]),
-            ("lockgate-error-stage", "timer"),
-            ("lockgate-timer-time", str(t)),
-            ("lockgate-timer-name", name),
-        ]
-        self._put_dead(raw_key, None, headers)
+        self._put_dead(raw_key, None, timer_error_headers(exc, t, name))
 
     def _dead_letter(self, msg: Any, exc: BaseException, stage: str) -> None:
         if self.settings.on_error is OnError.FAIL:
@@ -737,7 +728,7 @@ class BackfillTask:
             ) from exc
         self.dead += 1
         if self.emitting:
-            self._put_dead(msg.key(), msg.value(), error_headers(msg, exc, stage))
+            self._put_dead(msg.key(), msg.value(), record_error_headers(msg, exc, stage))
 
     # -- steps ------------------------------------------------------------------------------
 

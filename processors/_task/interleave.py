@@ -29,6 +29,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from processors._checkpoint.protocol import is_control_record
+
 PARTITION_EOF = KafkaError._PARTITION_EOF  # noqa: SLF001 - public code
 
 
@@ -135,7 +137,8 @@ class Interleaver:
                         continue
                     arrived, msg = q[0]
                     oldest = min(oldest, arrived)
-                    if msg.headers() is not None and _is_control(msg):
+                    headers = msg.headers()
+                    if headers is not None and is_control_record(headers):
                         best = i
                         break
                     ts = msg.timestamp()[1]
@@ -160,10 +163,7 @@ class Interleaver:
         return out
 
 
-def _is_control(msg: Any) -> bool:
-    return any(name == "lockgate-type" for name, _ in msg.headers())
-
-
 def _is_head_control(q: deque[tuple[float, Any]]) -> bool:
     msg = q[0][1]
-    return msg.headers() is not None and _is_control(msg)
+    headers = msg.headers()
+    return headers is not None and is_control_record(headers)

@@ -42,7 +42,6 @@ from state.exceptions import StateError
 from state.primitives import StateHandle, StoreSpec
 
 __all__ = [
-    "EVENT_TIME_HEADER",
     "NO_WATERMARK",
     "TIME_STORE",
     "TimeService",
@@ -55,8 +54,6 @@ log = logging.getLogger("lockgate.time")
 
 #: The store holding watermarks and timers.
 TIME_STORE = "lockgate.time"
-#: Carries a record's event time to the next app (records ``key_by`` writes).
-EVENT_TIME_HEADER = "lockgate-event-time"
 #: The watermark before any event time was seen.
 NO_WATERMARK = -(2**63)
 _NEVER = 2**63

@@ -1,8 +1,8 @@
 """`lockgate topics|send|dlq|reset` against the real broker (the CLI as a subprocess).
 
 Dead letters are written the way the runtime writes them: in a transaction, the input
-record's key and value with the headers of ``processors._runtime.core.error_headers`` built
-from the real input record read back from Kafka.
+record's key and value with the headers of ``processors._checkpoint.protocol.record_error_headers``
+built from the real input record read back from Kafka.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from processors._checkpoint.protocol import record_error_headers
 from processors._dsl.partitioner import key_group
-from processors._runtime.core import error_headers
 from tests.integration._util import app_env
 from tests.support.kafka import create_topic, produce_numbers, read_all
 from tests.support.procs import AppProcess, lockgate_cli
@@ -175,7 +175,7 @@ def _dead_letters(bootstrap: str, app: str, source: str, n: int) -> list[Any]:
     tx.abort_transaction(30)
     tx.begin_transaction()
     for m in inputs:
-        headers = error_headers(m, ValueError(f"bad {m.key().decode()}"), "process")
+        headers = record_error_headers(m, ValueError(f"bad {m.key().decode()}"), "process")
         tx.produce(f"{app}.dlq", m.value(), m.key(), partition=m.partition(), headers=list(headers))
     tx.commit_transaction(30)
     return inputs

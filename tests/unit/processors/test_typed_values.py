@@ -9,9 +9,9 @@ import pytest
 from pydantic import BaseModel
 
 from processors import App, Context, Model, OutputSpec, TopicConfig
+from processors._checkpoint.protocol import record_error_headers
 from processors._dsl.record import Record
 from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
-from processors._runtime.core import error_headers
 from processors.exceptions import ConfigError, TopicError
 from processors.testing import TestDriver
 from state.codecs import BYTES, STR, DecodeError
@@ -80,7 +80,7 @@ def test_a_validation_error_is_dead_lettered_naming_the_field(
     assert [e.value.qty for e in d.emitted] == [2, 3]  # the app went on
     # In production the same exception becomes the dead letter's headers.
     rec = Record("orders", 0, 7, b"c1", dl.value, 1000, None)
-    headers = dict(error_headers(rec, dl.error, dl.stage))
+    headers = dict(record_error_headers(rec, dl.error, dl.stage))
     assert headers["lockgate-error-type"] == "DecodeError"
     assert str(headers["lockgate-error-message"]).startswith("Order.qty: Input should be")
 
