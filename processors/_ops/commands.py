@@ -78,6 +78,7 @@ from processors._kafka.clients import (
 )
 from processors._kafka.errors import AbortEpoch, CallHung, Stopping
 from processors._kafka.faults import crash_point
+from processors._kafka.group_probe import GroupProbe
 from processors._ops.catalog import OpsError, ms_to_iso
 from processors._ops.cli_common import (
     app_settings,
@@ -467,28 +468,28 @@ def _echo_err(line: str) -> None:
     click.echo(line, err=True)
 
 
-def _members(client: AdminClient, group: str, timeout: float = 15.0) -> list[str]:
+def _members(settings: Settings, group: str, timeout: float = 15.0) -> list[str]:
     """Return a description of every member of ``group`` (empty: none is running).
+
+    Described from a child process (:class:`GroupProbe`): librdkafka can abort the
+    process whose DescribeConsumerGroups meets a dropped connection (#4605).
 
     Raises:
         OpsError: the group cannot be described (exit code 1).
     """
+    probe = GroupProbe(admin_config(settings))
     try:
-        fut = client.describe_consumer_groups([group], request_timeout=timeout)[group]
-        desc = fut.result(timeout)
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
-            return []
-        raise OpsError(f"cannot describe consumer group {group}: {exc}") from exc
-    return sorted(
-        f"{m.group_instance_id or m.member_id} (client {m.client_id}, host {m.host})"
-        for m in desc.members
-    )
+        answer = probe.describe(group, timeout, lambda: None)
+    finally:
+        probe.close()
+    if isinstance(answer, str):
+        raise OpsError(f"cannot describe consumer group {group}: {answer}")
+    _, members = answer
+    return sorted(f"{m} ({probe.clients.get(m, 'client ?')})" for m in members)
 
 
-def _refuse_if_running(client: AdminClient, name: str, what: str) -> None:
-    members = _members(client, name)
+def _refuse_if_running(settings: Settings, name: str, what: str) -> None:
+    members = _members(settings, name)
     if members:
         raise OpsError(
             f"app {name} is running: its consumer group {name} has {len(members)} member(s): "
@@ -1270,7 +1271,7 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
         client = AdminClient(admin_config(settings))
         inputs = list(app.input_topics)
         p = admin.input_partitions(inputs)
-        _refuse_if_running(client, name, "resetting it")
+        _refuse_if_running(settings, name, "resetting it")
         targets = _target_offsets(admin, inputs, p, position)
         logs = [changelog_topic(name, s) for s in app.stores]
         existing = admin.partitions_of(logs)
@@ -1298,7 +1299,7 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
                 )
             if not click.confirm("reset?", default=False):
                 raise OpsError("reset cancelled", exit_code=2)
-        _refuse_if_running(client, name, "resetting it")
+        _refuse_if_running(settings, name, "resetting it")
         offsets = [TopicPartition(t, g, off) for (t, g), off in sorted(targets.items())]
         futs = client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(name, offsets)])
         for fut in futs.values():

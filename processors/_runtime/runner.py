@@ -64,9 +64,9 @@ from processors._kafka.clients import (
     restore_consumer_config,
 )
 from processors._kafka.errors import AbortEpoch, Stopping
+from processors._kafka.group_probe import GroupProbe
 from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
 from processors._runtime.core import where
-from processors._runtime.group_probe import GroupProbe
 from processors._runtime.health import HealthServer
 from processors._runtime.kubernetes import scaled_down
 from processors._runtime.query import Answer, QueryService, StateQuery, valid_owner
@@ -409,7 +409,7 @@ class Runner(BarrierMixin):
         now = time.monotonic()
         # Never blocks the loop: the description is asked for, and read when it is done,
         # from a child process (librdkafka may abort a process whose DescribeConsumerGroups
-        # meets a dropped connection: processors/_runtime/group_probe.py).
+        # meets a dropped connection: processors/_kafka/group_probe.py).
         probe = self._group_probe
         if probe is None:
             probe = self._group_probe = GroupProbe(admin_config(self.settings))
@@ -515,7 +515,7 @@ class Runner(BarrierMixin):
         """Learn who owns which key group from the group's description (never blocks).
 
         Uses a :class:`GroupProbe` child (an in-process DescribeConsumerGroups can abort
-        the process: processors/_runtime/group_probe.py); asked every ``_OWNERS_FRESH_S / 2``
+        the process: processors/_kafka/group_probe.py); asked every ``_OWNERS_FRESH_S / 2``
         seconds while queryable state is on (so a query rarely waits for it), and at once
         when a query finds no owner.
         """
@@ -569,12 +569,16 @@ class Runner(BarrierMixin):
             self._check_stop()
             self.metrics.beat()
 
+        log.info("checking the group's subscriptions", extra={"group": self.name})
         while True:
             # In the probe's child process: a DescribeConsumerGroups that meets a dropped
             # connection can abort the process that sent it (librdkafka #4605).
             answer = probe.describe(self.name, 10.0, waiting)
-            if isinstance(answer, str):  # best effort: a new group has nothing
-                log.debug("describing the group failed: %s", answer)
+            if isinstance(answer, str):  # best effort: the join goes on
+                log.warning(
+                    "could not describe the group to check its subscriptions; joining anyway",
+                    extra={"reason": answer},
+                )
                 return
             members = {m: {t for t, _ in parts} for m, parts in answer[1].items()}
             others = {m: sorted(t - {mine}) for m, t in members.items() if t - {mine} and m != me}

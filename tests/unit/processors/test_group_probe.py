@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from processors._runtime.group_probe import GroupProbe
+from processors._kafka.group_probe import GroupProbe
 
 
 def _wait(probe: GroupProbe, seconds: float) -> object:

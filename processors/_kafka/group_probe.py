@@ -39,6 +39,7 @@ _ANSWER_WITHIN_S = 60.0
 
 def _serve(stdin: IO[str], stdout: IO[str]) -> None:  # pragma: no cover - runs in the child
     """The child: the client config on the first line, then one group per line."""
+    from confluent_kafka import KafkaError, KafkaException  # noqa: PLC0415 - only in the child
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - only in the child
 
     admin = AdminClient(json.loads(stdin.readline()))
@@ -54,9 +55,19 @@ def _serve(stdin: IO[str], stdout: IO[str]) -> None:  # pragma: no cover - runs 
                 ]
                 for m in desc.members
             }
-            answer: Any = ["ok", str(desc.state).rsplit(".", 1)[-1], members]
+            clients = {
+                (m.group_instance_id or m.member_id): f"client {m.client_id}, host {m.host}"
+                for m in desc.members
+            }
+            answer: Any = ["ok", str(desc.state).rsplit(".", 1)[-1], members, clients]
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                answer = ["ok", "DEAD", {}, {}]  # no such group: nobody is in it
+            else:
+                answer = ["error", f"KafkaException: {exc}", None, None]
         except Exception as exc:  # noqa: BLE001 - reported to the parent
-            answer = ["error", f"{type(exc).__name__}: {exc}", None]
+            answer = ["error", f"{type(exc).__name__}: {exc}", None, None]
         stdout.write(json.dumps(answer) + "\n")
         stdout.flush()
 
@@ -76,13 +87,15 @@ class GroupProbe:
         self._buf = ""
         self._sent_at = 0.0
         self.crashes = 0
+        #: Per member of the last description: ``client <client id>, host <host>``.
+        self.clients: dict[str, str] = {}
 
     def _start(self) -> bool:
         now = time.monotonic()
         if self._down_since is not None and now - self._down_since < _RESTART_AFTER_S:
             return False
         self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "processors._runtime.group_probe"],
+            [sys.executable, "-m", "processors._kafka.group_probe"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -158,9 +171,10 @@ class GroupProbe:
         line, self._buf = self._buf.split("\n", 1)
         self._pending = False
         try:
-            kind, first, members = json.loads(line)
+            kind, first, members, clients = json.loads(line)
             if kind != "ok":
                 return str(first)
+            self.clients = {str(m): str(c) for m, c in clients.items()}
             return first, {m: {(t, p) for t, p in parts} for m, parts in members.items()}
         except (ValueError, TypeError) as exc:  # not our answer: treat the child as broken
             self._died(f"unreadable answer: {exc}")
