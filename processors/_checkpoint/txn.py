@@ -256,35 +256,35 @@ class TransactionalProducer:
         what = "send_offsets_to_transaction"
         deadline = self._cap(time.monotonic() + self.timeout_s)
         assert self.pending is None, f"send_offsets while {self.pending} is pending"
-        result: dict[str, BaseException] = {}
+        result: dict[str, BaseException | bool] = {}
         producer = self.producer
 
         def attempt() -> None:
+            try:
+                result["ok"] = attempts()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller: never lost
+                result["error"] = exc
+
+        def attempts() -> bool:
             delay = 0.05
             while True:
                 left = deadline - time.monotonic()
                 try:
                     producer.send_offsets_to_transaction(offsets, group_metadata, max(left, 0.1))
-                    return
+                    return True
                 except KafkaException as exc:
                     err = _error_of(exc, what)
                     kind = classify(err)
                     if kind is not Kind.RETRY:
-                        result["error"] = _definite(err, what, exc)
-                        return
+                        raise _definite(err, what, exc) from None
                     if time.monotonic() + delay > deadline:
-                        result["error"] = AbortEpoch(
+                        raise AbortEpoch(
                             f"{what}: still failing after {self.timeout_s:.0f}s ({describe(err)})"
-                        )
-                        return
+                        ) from None
                     if self._should_stop():
-                        result["error"] = Stopping(what)
-                        return
+                        raise Stopping(what) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 1.0)
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller: never lost
-                    result["error"] = exc
-                    return
 
         bound = self.timeout_s + WATCHDOG_MARGIN_S
         if self.stop_by is not None:
@@ -299,8 +299,11 @@ class TransactionalProducer:
             self.is_open = False
             self.replace(f"{what} did not return within {bound:.0f}s")
             raise CallHung(f"{what} did not return within {bound:.0f}s")
-        if "error" in result:
-            raise result["error"]
+        error = result.get("error")
+        if isinstance(error, BaseException):
+            raise error
+        if result.get("ok") is not True:  # only an explicit success counts
+            raise AbortEpoch(f"{what}: the call ended without a result")
 
     def commit(self, final: bool = False) -> None:
         """Commit the open transaction, resuming the call until it has an outcome.

@@ -355,7 +355,10 @@ class Admin:
         delay = 0.1
         while True:
             try:
-                futs = self._admin.list_offsets(req, isolation_level=isolation, request_timeout=10)
+                left = max(0.5, min(10.0, deadline - time.monotonic()))
+                futs = self._admin.list_offsets(
+                    req, isolation_level=isolation, request_timeout=left
+                )
                 return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futs.items()}
             except KafkaException as exc:
                 err = exc.args[0]

@@ -165,8 +165,9 @@ def kafka_call(
     """Call a Kafka client API, retrying transient errors until ``timeout_s`` passes.
 
     Args:
-        fn: the client call; each attempt is given no more than the time left when its
-            last positional argument is a timeout (callers pass it themselves).
+        fn: the client call. When its last positional argument is a number (not a
+            bool), it is the call's timeout: each attempt gets no more than the time left
+            until ``timeout_s`` (at least 0.1 s).
         *args: positional arguments of ``fn``.
         what: the call's name for logs and errors.
         timeout_s: give up after this long (transient errors included).
@@ -185,8 +186,13 @@ def kafka_call(
     deadline = time.monotonic() + timeout_s
     delay = 0.05
     attempt = 0
+    last = args[-1] if args else None
+    timed = isinstance(last, (int, float)) and not isinstance(last, bool)
     while True:
         attempt += 1
+        if timed:
+            left = max(0.1, deadline - time.monotonic())
+            args = (*args[:-1], min(last, left))  # type: ignore[type-var]
         try:
             return fn(*args)
         except KafkaException as exc:

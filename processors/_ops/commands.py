@@ -982,7 +982,9 @@ class _Replayer:
     def __init__(self, settings: Settings, app: str) -> None:
         conf = producer_config(settings, _CLIENT, replay_group(app))
         conf["client.id"] = f"{_CLIENT}-dlq-replay"
-        self.txn = TransactionalProducer(conf, timeout_s=60.0)
+        # The transaction timeout the broker applies (transaction.timeout.ms of the config):
+        # a longer wait would take a coordinator timeout-abort for a fence by another replay.
+        self.txn = TransactionalProducer(conf, timeout_s=settings.transaction_timeout_ms / 1000)
         # Fences an earlier replay of this app (a retried command) and ends whatever it
         # left open, so the replay positions read next are final.
         try:

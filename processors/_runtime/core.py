@@ -172,6 +172,8 @@ class RunnerCore:
         self._restorer: Restorer | None = None
         self._admin: Admin | None = None
         self._stop_committing = False
+        #: A rebalance callback failed; nothing commits until the loop has raised it.
+        self._callback_failed = False
         self._consecutive_aborts = 0
         self._producer_error: KafkaError | None = None  # set by _emit, checked per record
         self._record_error: BaseException | None = None  # an emit of this record failed

@@ -84,9 +84,19 @@ class RebalanceMixin(EpochMixin):
         except AbortEpoch as exc:
             # The partitions would be fetched without key groups (confluent-kafka assigns
             # them when the callback did not): never carry on silently.
-            self._fatal = FatalKafkaError(f"taking over {partitions}: {exc}")
+            self._failed_in_callback(FatalKafkaError(f"taking over {partitions}: {exc}"))
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop after consume()
-            self._fatal = exc
+            self._failed_in_callback(exc)
+
+    def _failed_in_callback(self, exc: BaseException) -> None:
+        """A rebalance callback failed: the loop raises ``exc`` once ``consume()`` returns.
+
+        Until then nothing commits: a later callback of the same ``consume()`` call could
+        otherwise commit positions that the failure left behind (a settle that could not
+        read the committed offsets rewinds to the positions before the epoch).
+        """
+        self._fatal = self._fatal or exc
+        self._callback_failed = True
 
     def _co_partitions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The group assigns the first input: key group ``g`` is partition ``g`` of each.
@@ -318,7 +328,7 @@ class RebalanceMixin(EpochMixin):
             except AbortEpoch as exc:
                 self._abort_epoch(str(exc))
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
-            self._fatal = self._fatal or exc
+            self._failed_in_callback(exc)
         finally:
             self._release(groups)
             consumer.incremental_unassign(self._co_partitions(partitions))
@@ -333,7 +343,7 @@ class RebalanceMixin(EpochMixin):
             if self._uncommitted or self._epoch_out or self._epoch_dlq:
                 self._abort_epoch("partitions lost")
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
-            self._fatal = self._fatal or exc
+            self._failed_in_callback(exc)
         finally:
             consumer.incremental_unassign(self._co_partitions(partitions))
 

@@ -696,6 +696,8 @@ class Runner(BarrierMixin):
                         self._epoch_bytes += sum(map(len, msgs))  # C speed: value sizes
                     if self._fatal is not None:
                         fatal, self._fatal = self._fatal, None
+                        # Handled below: an abort rewinds first, anything else stops.
+                        self._callback_failed = False
                         raise fatal
                     if self._resubscribe:
                         self._subscribe_again()
