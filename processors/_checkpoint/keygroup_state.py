@@ -21,6 +21,7 @@ life (the per-record loop keeps a reference to it); only this module changes it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -56,6 +57,8 @@ class KeyGroupCheckpoints:
         self._origin: dict[int, str | None] = {}
         self._seeding: dict[int, str] = {}
         self._committed: dict[int, Committed] = {}
+        #: When (wall clock, ms) a key group was restored from a savepoint in this process.
+        self._seeded_at: dict[int, int] = {}
         #: Halted key group -> the savepoint it halted at. Read it freely; change it only
         #: through :meth:`halt`, :meth:`lift`, :meth:`rewind`, :meth:`seeded`, :meth:`forget`.
         self.halted: dict[int, str] = {}
@@ -77,6 +80,14 @@ class KeyGroupCheckpoints:
     def seeding(self, g: int) -> str | None:
         """The savepoint key group ``g`` is being restored from, if a restore is under way."""
         return self._seeding.get(g)
+
+    def restored_after(self, g: int, ms: int) -> bool:
+        """Whether key group ``g`` was restored from a savepoint in this process after ``ms``.
+
+        A savepoint request issued before that restore was aimed at the state the restore
+        replaced: it must not be taken from the restored state.
+        """
+        return self._seeded_at.get(g, -1) >= ms
 
     def is_halted(self, g: int) -> bool:
         """Whether key group ``g`` is halted at a savepoint."""
@@ -103,6 +114,7 @@ class KeyGroupCheckpoints:
         self._origin[g] = savepoint
         self.halted.pop(g, None)
         self._seeding.pop(g, None)
+        self._seeded_at[g] = int(time.time() * 1000)
 
     def halt(self, g: int, savepoint: str) -> None:
         """Key group ``g`` halts at ``savepoint`` (the caller pauses its inputs)."""
@@ -169,4 +181,5 @@ class KeyGroupCheckpoints:
         """Key group ``g`` is no longer owned."""
         for per_group in (self._done, self._aligned, self._origin, self.halted, self._seeding):
             per_group.pop(g, None)
+        self._seeded_at.pop(g, None)
         self._committed.pop(g, None)

@@ -181,7 +181,7 @@ class EpochMixin(SavepointMixin):
         Raises:
             CodecUnavailable: an emit of this epoch failed for want of a service.
         """
-        if self._stop_committing:
+        if self._stop_committing or self._callback_failed:
             return False
         if self._codec_error is not None:
             # An emit failed for want of a service (user code swallowed it): this epoch
@@ -200,6 +200,7 @@ class EpochMixin(SavepointMixin):
             and self._epoch_dlq == 0
             and (self._sp_request is None or not self._kgs)
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
+            and not self._writes_barriers()
         ):
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
             if self._txn is not None:
@@ -207,6 +208,17 @@ class EpochMixin(SavepointMixin):
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
             return False
         return True
+
+    def _writes_barriers(self) -> bool:
+        """Whether this instance ends epochs even when idle: it writes barriers downstream.
+
+        A source key group with internal outputs ends a (barrier-only) epoch every
+        interval, input or not. Downstream checkpoints complete at the minimum over every
+        writer's last barrier: a writer that stopped writing them would hold back every
+        completion, and with them the watermarks of the active writers and every aligned
+        savepoint (issue 25, hole 1).
+        """
+        return bool(self._internal_outputs) and any(self._live_source(g) for g in self._kgs)
 
     def _settle_or_abort(self, offsets: list[TopicPartition], exc: CommitOutcomeUnknown) -> None:
         """A commit got no definite answer: return if it committed, else abort the epoch.
@@ -218,7 +230,12 @@ class EpochMixin(SavepointMixin):
             AbortEpoch: it did not commit (the caller aborts and replays).
         """
         timed_out = exc.__cause__ is not None and self._timed_out_fence(exc.__cause__)
+        undelivered = self._delivery_error  # the settle's new producer forgets it
         if not self._settle_unknown_commit(offsets, str(exc)):
+            # A record that failed for a permanent reason (e.g. no write permission) made
+            # the commit fail: replaying would fail the same way.
+            self._delivery_error = undelivered
+            self._raise_if_undeliverable()
             # The coordinator had aborted it on its timeout: a slow record, if any, caused
             # it (dead-lettered on the replay).
             self._timed_out = timed_out
@@ -370,6 +387,10 @@ class EpochMixin(SavepointMixin):
                 "stopping: the committed epoch's changelog offsets cannot be read in time; "
                 "its state reaches the local databases at the next start (from the changelog)"
             )
+            # No later epoch may commit from this instance: its local write would name
+            # changelog offsets past this epoch's changes, which the next start would then
+            # never restore.
+            self._stop_committing = True
             return
         # Committed: now (and only now) the changes may reach the local databases.
         crash_point("after_commit")
@@ -415,6 +436,17 @@ class EpochMixin(SavepointMixin):
             log.warning("savepoint request expired", extra={"savepoint": request["savepoint"]})
             request = self._sp_request = None
         if request is None or not any(self._live_source(g) for g in self._kgs):
+            return ckpt, None
+        seeding = [g for g in self._kgs if self._marks.seeding(g)]
+        if seeding:
+            # Half-restored state with pre-restore offsets: the request waits until every
+            # restore of this instance is done (or it expires).
+            if not request.get("waiting"):
+                request["waiting"] = True
+                log.info(
+                    "savepoint request waits for a restore from a savepoint to finish",
+                    extra={"savepoint": request["savepoint"], "key_groups": seeding},
+                )
             return ckpt, None
         # A key group already past the savepoint (a previous owner took it) is skipped
         # by _write_barriers_and_checkpoints; the others end this epoch at its id.
@@ -542,6 +574,14 @@ class EpochMixin(SavepointMixin):
                 saving = savepoint
                 if saving is not None and self._marks.done(g) >= int(saving["checkpoint"]):
                     saving = None  # a previous owner took this savepoint already
+                elif saving is not None and self._marks.restored_after(
+                    g, int(saving.get("requested_ms", 0))
+                ):
+                    log.warning(
+                        "ignoring a savepoint request issued before this key group's restore",
+                        extra={"savepoint": saving["savepoint"], "key_group": g},
+                    )
+                    saving = None
                 if saving is not None:
                     manifests[g] = self._export(
                         g, saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})

@@ -54,6 +54,9 @@ log = logging.getLogger("lockgate.time")
 
 #: The store holding watermarks and timers.
 TIME_STORE = "lockgate.time"
+#: Barrier watermarks kept per upstream writer until their checkpoint completes; beyond
+#: it the oldest are dropped (they are stored with the key group's time state).
+MAX_PENDING_PER_WRITER = 32
 #: The watermark before any event time was seen.
 NO_WATERMARK = -(2**63)
 _NEVER = 2**63
@@ -611,7 +614,39 @@ class TimeService:
                 break
         else:
             clock.pending.append(entry)
+            self._bound_pending(clock, topic, writer)
         clock.save()
+
+    @staticmethod
+    def _bound_pending(clock: Any, topic: str, writer: str) -> None:
+        """Keep at most :data:`MAX_PENDING_PER_WRITER` pending entries of one writer.
+
+        Completions stopped coming (e.g. another writer sends no barriers). An entry is
+        dropped only when it changes nothing but the watermark (same idleness and key-group
+        count as the state before it): the watermark then advances at the next entry's
+        completion instead, later but never past what that writer announced. An entry that
+        makes the writer active again (or changes its count) is always kept.
+        """
+        mine = sorted(
+            (p for p in clock.pending if p[0] == topic and p[2] == writer), key=lambda p: p[1]
+        )
+        excess = len(mine) - MAX_PENDING_PER_WRITER
+        if excess <= 0:
+            return
+        applied = clock.writers.get(topic, {}).get(writer)
+        count_now = clock.expected.get(topic, {}).get(writer.rpartition("/")[0])
+        # (key-group count, idle) of the writer as the entries apply one after another.
+        before = None if applied is None else (count_now, bool(applied[1]))
+        drop = []
+        for entry in mine:
+            state = (entry[3] or count_now, bool(entry[5]))
+            if excess > 0 and state == before:
+                drop.append(entry)
+                excess -= 1
+            else:
+                before = state
+        if drop:
+            clock.pending[:] = [p for p in clock.pending if not any(p is d for d in drop)]
 
     def apply_pending(self, topic: str, upto: int) -> bool:
         """Apply the pending barrier watermarks of ``topic`` of checkpoints up to ``upto``.

@@ -12,6 +12,7 @@ env=["LOCKGATE_REPART_TOPIC", "LOCKGATE_REPART2_TOPIC"].)
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -173,3 +174,101 @@ def test_three_stages_forward_the_final_watermark(kafka_bootstrap: str, tmp_path
     assert len(got) == len(expected), f"{sorted(set(expected) - set(counts))}\n{logs}"
     assert counts == expected, logs
     assert codes == [0, 0, 0], logs
+
+
+@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+def test_an_idle_source_instance_does_not_freeze_three_stages(
+    kafka_bootstrap: str, tmp_path: Path, alignment: str
+) -> None:
+    """Two source instances, one of which owns only a key group that never gets input.
+
+    Its key group goes idle (``idle_ms``) and its instance processes nothing, yet it must
+    keep ending barrier-only epochs: otherwise the middle's checkpoints never complete
+    past its last barrier, the active writer's watermarks wait for that completion, and
+    the last stage's windows stop firing (issue 25, hole 1). Live input at wall-clock
+    times for about 12 s; every window up to the final watermark must fire with the
+    right count.
+    """
+    inp, rep, rep2, out = (unique(p) for p in ("eti-in", "eti-rep", "eti-rep2", "eti-out"))
+    create_topic(kafka_bootstrap, inp, 2)
+    create_topic(kafka_bootstrap, rep, 2)
+    create_topic(kafka_bootstrap, rep2, 2)
+    users = [u for u in (f"user{i}" for i in range(200)) if key_group(u.encode(), 2) == 0]
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_REPART_TOPIC": rep,
+        "LOCKGATE_REPART2_TOPIC": rep2,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_IDLE_MS": "1500",
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_ALIGNMENT": alignment,
+        "LOCKGATE_HTTP_PORT": "0",
+    }
+    names = {app: unique(app) for app in ("source", "middle", "last")}
+
+    def instance(app: str, iid: str) -> AppProcess:
+        return AppProcess(
+            f"tests.integration.apps.et_three:{app}",
+            {
+                **env,
+                "LOCKGATE_APP_NAME": names[app],
+                "LOCKGATE_INSTANCE_ID": iid,
+                "LOCKGATE_STATE_DIR": str(tmp_path / f"{app}-{iid}"),
+            },
+            tmp_path / f"{app}-{iid}.log",
+        ).start()
+
+    procs = [instance("source", "i1"), instance("source", "i2")]
+    procs += [instance("middle", "i1"), instance("last", "i1")]
+
+    def owned(p: AppProcess) -> set[int]:
+        found: set[int] = set()
+        for groups in re.findall(r"assigned  key_groups=\[([0-9, ]*)\]", p.log_text()):
+            found |= {int(g) for g in groups.split(",") if g.strip()}
+        return found
+
+    try:
+        deadline = time.monotonic() + 90
+        while not (owned(procs[0]) and owned(procs[1])):
+            assert time.monotonic() < deadline, "both source instances never held a key group"
+            time.sleep(0.5)
+        idle_one = 0 if 1 in owned(procs[0]) else 1
+        print(f"source i{idle_one + 1} owns the idle key group 1")
+        rng = random.Random(11)
+        records = []
+        p = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
+        for seq in range(240):  # 20 per second for 12 s, at wall-clock event times
+            value = {"ts": int(time.time() * 1000), "region": f"r{rng.randrange(3)}", "seq": seq}
+            records.append(value)
+            p.produce(inp, orjson.dumps(value), rng.choice(users).encode())
+            p.poll(0)
+            time.sleep(0.05)
+        last_ts = int(time.time() * 1000) + 3 * WINDOW_MS
+        p.produce(
+            inp, orjson.dumps({"ts": last_ts, "region": "flush", "seq": -1}), users[0].encode()
+        )
+        assert p.flush(30) == 0
+        final_wm = last_ts - 101  # the source's bound is 100 ms
+        expected = Counter(
+            (v["region"], v["ts"] // WINDOW_MS * WINDOW_MS)
+            for v in records
+            if v["ts"] // WINDOW_MS * WINDOW_MS + WINDOW_MS - 1 <= final_wm
+        )
+        got = read_all(kafka_bootstrap, out, expected=len(expected), timeout=60, idle=10)
+        late = read_all(kafka_bootstrap, f"{out}.late", timeout=3, idle=1)
+        codes = [p.terminate(60) for p in procs]
+    except BaseException:
+        for proc in procs:
+            print(proc.log_text()[-3000:])
+        raise
+    logs = "\n".join(proc.log_text()[-2000:] for proc in procs)
+    counts: Counter[tuple[str, int]] = Counter()
+    for m in got:
+        v = orjson.loads(m.value())
+        counts[(m.key().decode(), v["start"])] += v["count"]
+    assert late == [], logs
+    missing = sorted(set(expected) - set(counts))
+    assert len(got) == len(expected), f"{len(got)} of {len(expected)} windows; missing {missing}"
+    assert counts == expected, logs
+    assert codes == [0, 0, 0, 0], logs

@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer
+
 from tests.chaos._harness import InputFeeder
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs
@@ -190,3 +192,92 @@ def test_restore_cut_short_by_kill9_is_finished_without_the_flag(  # type: ignor
     stored = read_inputs(kafka_bootstrap, inp, total)
     assert len(msgs) == total
     assert check(model(stored), msgs) == [], resumed.log_text()[-3000:]
+
+
+def test_a_stop_request_read_at_a_restore_from_an_older_savepoint_is_not_taken(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """A request issued before a restore was aimed at the state the restore replaced.
+
+    sp1 is taken while running, then sp2 with ``--stop``; within the request lookback the
+    app restarts ``--from-savepoint sp1`` (restored 3 entries per chunk, so the restore
+    spans epochs). It reads sp2's request at start-up, before it is assigned the key group
+    (a plain consumer holds it until then); taking it after the restore would export
+    sp1's state under sp2's id and halt again. It must ignore it and run on: every key's
+    last output is the sum of all its inputs (sp1's state plus everything after sp1's
+    offsets).
+    """
+    app, inp, out = names("sp-old"), names("sp-old-in"), names("sp-old-out")
+    create_topic(kafka_bootstrap, inp, 1)
+    base = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_SAVEPOINT_DIR": str(tmp_path / "savepoints"),
+        "LOCKGATE_INSTANCE_ID": "i1",
+    }
+    rng = random.Random(10)
+    batch = [(f"key-{rng.randrange(40)}", rng.randrange(50), i) for i in range(1500)]
+
+    def start(state: str, **extra: str) -> AppProcess:
+        env = {**base, "LOCKGATE_STATE_DIR": str(tmp_path / state), **extra}
+        return AppProcess("examples.running_sum:app", env, tmp_path / f"{state}.log").start()
+
+    produce_numbers(kafka_bootstrap, inp, batch[:500])
+    first = start("a")
+    try:
+        read_all(kafka_bootstrap, out, expected=500, timeout=60, idle=0)
+        sp1 = lockgate_cli(base, "savepoint", "trigger", "--app", app, "--timeout", "60")
+        assert sp1.returncode == 0, sp1.stderr[-3000:] + first.log_text()[-3000:]
+        sp1_id = sp1.stdout.strip().splitlines()[-1]
+        produce_numbers(kafka_bootstrap, inp, batch[500:1000])
+        read_all(kafka_bootstrap, out, expected=1000, timeout=60, idle=0)
+        sp2 = lockgate_cli(base, "savepoint", "trigger", "--app", app, "--stop", "--timeout", "60")
+        assert sp2.returncode == 0, sp2.stderr[-3000:] + first.log_text()[-3000:]
+    finally:
+        assert first.terminate() == 0, first.log_text()[-3000:]
+    produce_numbers(kafka_bootstrap, inp, batch[1000:])
+    sp2_id = sp2.stdout.strip().splitlines()[-1]
+    # A plain member of the app's group holds the only partition, so the restored
+    # instance reads sp2's request (start-up lookback) before it is assigned anything.
+    holder = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": app,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "enable.auto.commit": False,
+        }
+    )
+    holder.subscribe([inp])
+    wait_until(lambda: holder.poll(0.2) is not None or bool(holder.assignment()), 60, what="held")
+    restored = start("b", LOCKGATE_FROM_SAVEPOINT=sp1_id, LOCKGATE_TEST_SEED_CHUNK="3")
+    try:
+        wait_until(
+            lambda: f"savepoint requested  savepoint={sp2_id}" in restored.log_text(),
+            60,
+            what="the restored instance reading sp2's request",
+        )
+        assert "assigned  key_groups=[0]" not in restored.log_text(), restored.log_text()
+    finally:
+        holder.close()  # leaves the group: key group 0 goes to the restored instance
+    expected: dict[str, int] = {}
+    for key, value, _ in batch:
+        expected[key] = expected.get(key, 0) + value
+
+    def last_sums() -> dict[str, int]:
+        sums: dict[str, int] = {}
+        for m in read_all(kafka_bootstrap, out, timeout=10, idle=2):
+            sums[m.key().decode()] = json.loads(m.value())["sum"]
+        return sums
+
+    try:
+        wait_until(lambda: last_sums() == expected, 90, interval=3, what="every key's full sum")
+    finally:
+        code = restored.terminate()
+    text = restored.log_text()
+    assert code == 0, text[-3000:]
+    assert "ignoring a savepoint request issued before this key group's restore" in text, text[
+        -3000:
+    ]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from processors import NO_WATERMARK, App, ConfigError, Tumbling, Watermarks
-from processors._task.time import _EVENT, timer_key
+from processors._task.time import _EVENT, MAX_PENDING_PER_WRITER, timer_key
 from processors.testing import TestDriver
 
 
@@ -152,3 +152,34 @@ def test_an_upstream_without_event_time_leaves_record_times_in_charge() -> None:
     assert svc.watermark() == 9  # record times now
     out = d.send("k", {}, timestamp=200, headers=[("lockgate-writer", b"up/0")])
     assert [e.value for e in out] == [[0, 1]]
+
+
+def test_pending_barrier_watermarks_are_bounded_per_writer_without_losing_a_wake_up() -> None:
+    """Completions that never come (a writer without barriers) must not grow the time state.
+
+    Entries that only raise the watermark are dropped past the bound; the entry that makes
+    an idle writer active again is kept, and the newest watermark still applies.
+    """
+    app = App("bound")
+    app.stream("rep", watermarks=Watermarks.monotonous()).window(Tumbling(100)).count().map(
+        lambda w: [w.start, w.value]
+    ).to("out")
+    svc = app.time_service
+    assert svc is not None
+    d = TestDriver(app, partitions=1)
+    d.send("k", {}, timestamp=10)
+    d._kgs[0].bind()  # noqa: SLF001 - drive the barrier path directly
+    svc.stash_barrier("rep", 1, "up/0", 1, 20, True)
+    svc.apply_pending("rep", 1)  # the writer is idle now
+    svc.stash_barrier("rep", 2, "up/0", 1, 30, True)  # idle again: droppable
+    svc.stash_barrier("rep", 3, "up/0", 1, 40, False)  # active again: kept
+    for ckpt in range(4, 4 + 3 * MAX_PENDING_PER_WRITER):
+        svc.stash_barrier("rep", ckpt, "up/0", 1, 40 + ckpt, False)
+    pending = [p for p in svc.clock().pending if p[2] == "up/0"]
+    assert len(pending) == MAX_PENDING_PER_WRITER
+    assert [3, 40] in [[p[1], p[4]] for p in pending]  # the wake-up survived
+    newest = 3 + 3 * MAX_PENDING_PER_WRITER
+    assert max(p[1] for p in pending) == newest
+    assert svc.apply_pending("rep", newest) is True
+    assert svc.watermark() == 40 + newest
+    assert svc.clock().pending == []
