@@ -115,6 +115,8 @@ class RunnerCore:
         self._frozen: dict[tuple[str, int], Snapshot] = {}
         #: A savepoint request this instance's source key groups take at the next epoch.
         self._sp_request: dict[str, Any] | None = None
+        #: Requests read while another one is in progress: taken one at a time, in order.
+        self._sp_queue: deque[dict[str, Any]] = deque()
         self._registered = False
         #: Writers (``<app>/<key group>``) registered for this app's inputs at start.
         self._upstream_writers: list[str] = []

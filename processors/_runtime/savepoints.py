@@ -29,6 +29,7 @@ import hashlib
 import logging
 import os
 import time
+from collections import deque
 from typing import Any
 
 import orjson
@@ -89,6 +90,7 @@ class SavepointMixin(RunnerCore):
     def _open_request_reader(self) -> None:
         """Follow partition 0 of this app's control topic for savepoint requests."""
         self._sp_seen = set()
+        self._sp_queue = deque()
         conf = restore_consumer_config(self.settings, self.name)
         conf["client.id"] = f"{self.name}-{self.settings.instance_id}-requests"
         conf["isolation.level"] = "read_uncommitted"  # requests are plain records
@@ -110,11 +112,15 @@ class SavepointMixin(RunnerCore):
         if self._sp_consumer is None or now < self._sp_next_poll:
             return
         self._sp_next_poll = now + _POLL_INTERVAL_S
+        resume: AbortEpoch | None = None
         for msg in self._sp_consumer.consume(100, 0):
             if msg.error() is not None or msg.key() is None:
                 continue
             if msg.key().startswith(CANCEL_PREFIX):
-                self._cancel(msg.key()[len(CANCEL_PREFIX) :].decode(errors="replace"))
+                try:
+                    self._cancel(msg.key()[len(CANCEL_PREFIX) :].decode(errors="replace"))
+                except AbortEpoch as exc:  # after the rest of the batch: none of it is lost
+                    resume = resume or exc
                 continue
             if not msg.key().startswith(REQUEST_PREFIX):
                 continue
@@ -135,8 +141,14 @@ class SavepointMixin(RunnerCore):
                 "savepoint requested",
                 extra={"savepoint": sp_id, "checkpoint": request["checkpoint"]},
             )
-            self._sp_request = request
+            self._sp_queue.append(request)
+        if self._sp_request is None and self._sp_queue:
+            # One savepoint at a time, in the order they were requested: a second trigger
+            # waits for the first to be taken (or to expire, or to be cancelled).
+            self._sp_request = self._sp_queue.popleft()
             self._commit_now = True
+        if resume is not None:
+            raise resume
 
     def _cancel(self, sp_id: str) -> None:
         """Savepoint ``sp_id`` was cancelled: never take it, lift its halts.
@@ -156,6 +168,9 @@ class SavepointMixin(RunnerCore):
         self._sp_cancelled.add(sp_id)
         if self._sp_request is not None and self._sp_request.get("savepoint") == sp_id:
             self._sp_request = None
+        queued = [r for r in self._sp_queue if r.get("savepoint") != sp_id]
+        self._sp_queue.clear()
+        self._sp_queue.extend(queued)
         lifted = self._marks.lift(sp_id)  # an abort of the open epoch keeps them running
         if not lifted:
             return
