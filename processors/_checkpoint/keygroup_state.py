@@ -57,8 +57,9 @@ class KeyGroupCheckpoints:
         self._origin: dict[int, str | None] = {}
         self._seeding: dict[int, str] = {}
         self._committed: dict[int, Committed] = {}
-        #: When (wall clock, ms) a key group was restored from a savepoint in this process.
-        self._seeded_at: dict[int, int] = {}
+        #: When (wall clock, ms) a restore of a key group from a savepoint began in this
+        #: process (the first one).
+        self._restore_began: dict[int, int] = {}
         #: Halted key group -> the savepoint it halted at. Read it freely; change it only
         #: through :meth:`halt`, :meth:`lift`, :meth:`rewind`, :meth:`seeded`, :meth:`forget`.
         self.halted: dict[int, str] = {}
@@ -81,13 +82,15 @@ class KeyGroupCheckpoints:
         """The savepoint key group ``g`` is being restored from, if a restore is under way."""
         return self._seeding.get(g)
 
-    def restored_after(self, g: int, ms: int) -> bool:
-        """Whether key group ``g`` was restored from a savepoint in this process after ``ms``.
+    def restored_since(self, g: int, ms: int) -> bool:
+        """Whether a restore of key group ``g`` from a savepoint began in this process after ``ms``.
 
-        A savepoint request issued before that restore was aimed at the state the restore
-        replaced: it must not be taken from the restored state.
+        A savepoint request issued before that restore began was aimed at the state the
+        restore replaced: it must not be taken from the restored state. (A request issued
+        during the restore waits for its end and is taken.)
         """
-        return self._seeded_at.get(g, -1) >= ms
+        began = self._restore_began.get(g)
+        return began is not None and ms > 0 and ms < began
 
     def is_halted(self, g: int) -> bool:
         """Whether key group ``g`` is halted at a savepoint."""
@@ -103,6 +106,7 @@ class KeyGroupCheckpoints:
     def start_seeding(self, g: int, savepoint: str) -> None:
         """Key group ``g`` starts (or redoes) its restore from ``savepoint``."""
         self._seeding[g] = savepoint
+        self._restore_began.setdefault(g, int(time.time() * 1000))
 
     def end_seeding(self, g: int) -> None:
         """Key group ``g`` has nothing (more) to restore."""
@@ -114,7 +118,6 @@ class KeyGroupCheckpoints:
         self._origin[g] = savepoint
         self.halted.pop(g, None)
         self._seeding.pop(g, None)
-        self._seeded_at[g] = int(time.time() * 1000)
 
     def halt(self, g: int, savepoint: str) -> None:
         """Key group ``g`` halts at ``savepoint`` (the caller pauses its inputs)."""
@@ -181,5 +184,5 @@ class KeyGroupCheckpoints:
         """Key group ``g`` is no longer owned."""
         for per_group in (self._done, self._aligned, self._origin, self.halted, self._seeding):
             per_group.pop(g, None)
-        self._seeded_at.pop(g, None)
+        self._restore_began.pop(g, None)
         self._committed.pop(g, None)

@@ -7,8 +7,10 @@ lockgate talks to itself through record headers on ordinary topics:
   ``lockgate-ckpt``, ``lockgate-writer`` (``<app>/<key group>``), ``lockgate-writers`` (the
   writer app's key-group count), ``lockgate-wm`` (its watermark, ``-1`` without event
   time), ``lockgate-et: 1`` (it has event time), ``lockgate-idle: 1`` (its watermark is
-  idle), ``lockgate-savepoint`` and ``lockgate-stop: 1`` (a savepoint, with stop). The
-  value repeats them as JSON for people reading the topic.
+  idle), ``lockgate-savepoint`` and ``lockgate-stop: 1`` (a savepoint, with stop), and
+  ``lockgate-savepoint-apps`` (the apps the savepoint was requested for, comma-separated:
+  an app not named ignores the savepoint). The value repeats them as JSON for people
+  reading the topic.
 * **the writer header** on every record of an internal output (``lockgate-writer``): the
   downstream aligner needs each record's writer;
 * **the event-time header** that ``key_by`` sends (``lockgate-event-time``);
@@ -76,6 +78,7 @@ _HAS_EVENT_TIME = "lockgate-et"
 _IDLE = "lockgate-idle"
 _SAVEPOINT = "lockgate-savepoint"
 _STOP = "lockgate-stop"
+_SAVEPOINT_APPS = "lockgate-savepoint-apps"
 
 ERROR_TYPE = "lockgate-error-type"
 ERROR_MESSAGE = "lockgate-error-message"
@@ -118,6 +121,8 @@ class Barrier:
         idle: the writer's watermark is idle (left out of the downstream minimum).
         savepoint: the savepoint this checkpoint also takes, if any.
         stop: the savepoint stops the pipeline (stop-with-savepoint).
+        apps: the apps the savepoint was requested for (empty: every app, as barriers
+            written before this field existed).
     """
 
     checkpoint: int
@@ -128,6 +133,13 @@ class Barrier:
     idle: bool = False
     savepoint: str | None = None
     stop: bool = False
+    apps: tuple[str, ...] = ()
+
+    def for_app(self, app: str) -> str | None:
+        """The savepoint app ``app`` takes at this barrier (``None``: none, or not for it)."""
+        if self.savepoint is None or (self.apps and app not in self.apps):
+            return None
+        return self.savepoint
 
     def encode(self) -> tuple[bytes, HeaderList]:
         """Return the record value (JSON, for people) and headers (for lockgate)."""
@@ -156,6 +168,9 @@ class Barrier:
             headers.append((_SAVEPOINT, self.savepoint.encode()))
             if self.stop:
                 headers.append((_STOP, b"1"))
+            if self.apps:
+                value["apps"] = list(self.apps)
+                headers.append((_SAVEPOINT_APPS, ",".join(self.apps).encode()))
         return orjson.dumps(value), headers
 
 
@@ -186,6 +201,7 @@ def read_barrier(headers: dict[str, str]) -> Barrier | None:
         idle=headers.get(_IDLE) == "1",
         savepoint=headers.get(_SAVEPOINT),
         stop=headers.get(_STOP) == "1",
+        apps=tuple(a for a in (headers.get(_SAVEPOINT_APPS) or "").split(",") if a),
     )
 
 

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -696,12 +696,20 @@ def _describe(err: ErrorDetails) -> str:
     return f"{var}: {msg} (got {text})"
 
 
-def load_settings(*, app_env: Iterable[str] = (), **overrides: Any) -> Settings:
+def load_settings(
+    *,
+    app_env: Iterable[str] = (),
+    on_unknown: Callable[[list[str]], None] | None = None,
+    **overrides: Any,
+) -> Settings:
     """Read settings from the environment (plus ``overrides``).
 
     Args:
         app_env: ``LOCKGATE_*`` variables the app reads itself (``App.env``); they are
             accepted in the environment instead of being reported as unknown.
+        on_unknown: when given, ``LOCKGATE_*`` variables that nothing reads are handed
+            to it (one line each, with a "did you mean") instead of being an error:
+            operator commands run in an app's environment see the app's own variables.
         **overrides: field values that take precedence over the environment.
 
     Returns:
@@ -715,6 +723,9 @@ def load_settings(*, app_env: Iterable[str] = (), **overrides: Any) -> Settings:
     environ = dict(os.environ)
     app_env = list(app_env)
     lines = _unknown_variables(environ, app_env)
+    if lines and on_unknown is not None:
+        on_unknown(lines)
+        lines = []
     settings: Settings | None = None
     try:
         settings = Settings(**overrides)

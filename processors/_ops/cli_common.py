@@ -74,8 +74,25 @@ def check_app(app: App) -> None:
 
 
 def ops_settings() -> Settings:
-    """Load the settings for an operator command (exit 2 with the reason if invalid)."""
-    settings = app_settings()
+    """Load the settings for an operator command (exit 2 with the reason if invalid).
+
+    ``LOCKGATE_*`` variables that no setting reads are a warning here, not an error:
+    inside an app's pod the environment holds the app's own variables (its topics), which
+    an operator command without ``--app`` cannot know.
+    """
+
+    def warn(lines: list[str]) -> None:
+        click.echo(
+            "lockgate: warning: ignoring variables no setting reads (the app's own, or "
+            "misspelt):\n  " + "\n  ".join(lines),
+            err=True,
+        )
+
+    try:
+        settings = load_settings(on_unknown=warn)
+    except LockgateError as exc:
+        click.echo(f"lockgate: {exc}", err=True)
+        sys.exit(2)
     configure(settings.log_level, settings.log_format.value)
     return settings
 

@@ -40,6 +40,8 @@ class BarrierMixin(RebalanceMixin):
     """Feeds barriers to the aligners and acts on completed checkpoints."""
 
     _sp_stop: dict[str, bool]
+    _sp_apps: dict[str, tuple[str, ...]]
+    _sp_not_ours: set[str]
 
     def _start_alignment(self, topic: str, g: int) -> Aligner:
         """Key group ``g`` met its first upstream lockgate record: it is downstream now.
@@ -89,12 +91,20 @@ class BarrierMixin(RebalanceMixin):
         before = aligner.snapshot(offset)
         if writers and not aligner.replaying:
             self._update_writers(aligner, topic, g, writer, writers, now, before)
-        savepoint = barrier.savepoint
+        savepoint = barrier.for_app(self.name)
+        if savepoint is None and barrier.savepoint is not None:
+            if barrier.savepoint not in self._sp_not_ours:
+                self._sp_not_ours.add(barrier.savepoint)
+                log.info(
+                    "a barrier carries a savepoint requested for other apps: not taken here",
+                    extra={"savepoint": barrier.savepoint, "apps": list(barrier.apps)},
+                )
         if savepoint is not None:
             if savepoint in self._sp_cancelled or self._marks.origin(g) == savepoint:
                 savepoint = None  # cancelled, or restored from it (taken already)
             else:
                 self._sp_stop[savepoint] = barrier.stop
+                self._sp_apps[savepoint] = barrier.apps
                 if self._mode is Mode.UNALIGNED:
                     # Savepoints are always aligned: hold records of writers past this
                     # barrier until the savepoint's checkpoint completes (nothing is held
@@ -177,6 +187,7 @@ class BarrierMixin(RebalanceMixin):
             self._release_watermarks(topic, g, ckpt)
             return
         stop = self._sp_stop.get(sp_id, False)
+        request = {"savepoint": sp_id, "stop": stop, "apps": self._sp_apps.get(sp_id, ())}
         error = None
         if not completion.aligned:
             error = (
@@ -195,7 +206,7 @@ class BarrierMixin(RebalanceMixin):
             ) from exc
         manifest = self._export(
             g,
-            {"savepoint": sp_id, "stop": stop},
+            request,
             ckpt,
             {topic: before.low},
             {topic: before.to_json()},
@@ -204,7 +215,7 @@ class BarrierMixin(RebalanceMixin):
         )
         ok = manifest["error"] is None
         # Downstream takes the savepoint (and stops) only where this key group did.
-        self._write_barriers(g, ckpt, {"savepoint": sp_id, "stop": stop} if ok else None)
+        self._write_barriers(g, ckpt, request if ok else None)
         self._commit_now = True
         if stop and ok:
             # Nothing after the cut is processed: the commit names the position and

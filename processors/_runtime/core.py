@@ -176,6 +176,8 @@ class RunnerCore:
         self._stop_committing = False
         #: A rebalance callback failed; nothing commits until the loop has raised it.
         self._callback_failed = False
+        #: The epoch being committed has nothing but barriers (an idle writer's epoch).
+        self._barrier_only = False
         self._consecutive_aborts = 0
         self._producer_error: KafkaError | None = None  # set by _emit, checked per record
         self._record_error: BaseException | None = None  # an emit of this record failed

@@ -200,13 +200,16 @@ class EpochMixin(SavepointMixin):
             and self._epoch_dlq == 0
             and (self._sp_request is None or not self._kgs)
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
-            and not self._writes_barriers()
         ):
+            if self._writes_barriers():
+                self._barrier_only = True
+                return True
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
             if self._txn is not None:
                 self._txn.idle()
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
             return False
+        self._barrier_only = False
         return True
 
     def _writes_barriers(self) -> bool:
@@ -216,9 +219,13 @@ class EpochMixin(SavepointMixin):
         interval, input or not. Downstream checkpoints complete at the minimum over every
         writer's last barrier: a writer that stopped writing them would hold back every
         completion, and with them the watermarks of the active writers and every aligned
-        savepoint (issue 25, hole 1).
+        savepoint. Not once a stop was requested (the stop budget is for real work).
         """
-        return bool(self._internal_outputs) and any(self._live_source(g) for g in self._kgs)
+        return (
+            not self._stop
+            and bool(self._internal_outputs)
+            and any(self._live_source(g) for g in self._kgs)
+        )
 
     def _settle_or_abort(self, offsets: list[TopicPartition], exc: CommitOutcomeUnknown) -> None:
         """A commit got no definite answer: return if it committed, else abort the epoch.
@@ -518,6 +525,7 @@ class EpochMixin(SavepointMixin):
             idle=idle,
             savepoint=None if savepoint is None else savepoint["savepoint"],
             stop=savepoint is not None and bool(savepoint.get("stop")),
+            apps=() if savepoint is None else tuple(savepoint.get("apps") or ()),
         )
 
     def _write_barriers(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> None:
@@ -574,14 +582,20 @@ class EpochMixin(SavepointMixin):
                 saving = savepoint
                 if saving is not None and self._marks.done(g) >= int(saving["checkpoint"]):
                     saving = None  # a previous owner took this savepoint already
-                elif saving is not None and self._marks.restored_after(
-                    g, int(saving.get("requested_ms", 0))
+                elif saving is not None and self._marks.restored_since(
+                    g, int(saving.get("requested_ms") or 0)
                 ):
+                    # Aimed at the state this restore replaced: a failed manifest makes
+                    # the trigger fail at once (and cancel its halts) instead of waiting.
                     log.warning(
                         "ignoring a savepoint request issued before this key group's restore",
                         extra={"savepoint": saving["savepoint"], "key_group": g},
                     )
-                    saving = None
+                    saving = {
+                        **saving,
+                        "error": f"key group {g} was restored from a savepoint after this "
+                        "savepoint was requested: trigger it again",
+                    }
                 if saving is not None:
                     manifests[g] = self._export(
                         g, saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})
@@ -743,7 +757,10 @@ class EpochMixin(SavepointMixin):
         """
         log.warning("aborting epoch", extra={"reason": reason})
         self._announced.clear()  # what the aborted barriers said never reached anyone
-        self._consecutive_aborts += 1
+        if not self._barrier_only:
+            # A barrier-only epoch that fails (an outage) replays nothing: not a replay loop.
+            self._consecutive_aborts += 1
+        self._barrier_only = False
         if self._consecutive_aborts > _MAX_CONSECUTIVE_ABORTS and not reason.startswith("user"):
             raise FatalKafkaError(
                 f"{self._consecutive_aborts} epochs aborted in a row without a commit "

@@ -73,6 +73,11 @@ class RebalanceMixin(EpochMixin):
             self._state_cleaner.sweep(self._kgs)
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self._callback_failed:
+            # An earlier callback of this consume() failed: the loop stops once it
+            # returns. Restoring or seeding now could not commit anything.
+            consumer.incremental_assign(self._co_partitions(partitions))
+            return
         if self._leaving:
             # A rebalance that was running when the leave's unsubscribe() came hands out
             # partitions anyway (librdkafka postpones the unsubscribe): take nothing over,

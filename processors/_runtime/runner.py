@@ -363,6 +363,8 @@ class Runner(BarrierMixin):
                 extra={"writers": len(self._upstream_writers), "alignment": self._mode.value},
             )
         self._sp_stop = {}
+        self._sp_apps = {}
+        self._sp_not_ours = set()
         self._open_request_reader()
         self._open_producer()
         self._restorer = Restorer(

@@ -57,6 +57,9 @@ TIME_STORE = "lockgate.time"
 #: Barrier watermarks kept per upstream writer until their checkpoint completes; beyond
 #: it the oldest are dropped (they are stored with the key group's time state).
 MAX_PENDING_PER_WRITER = 32
+#: ... and for all writers of a key group together (about 80 bytes each in its time
+#: state, rewritten to the changelog each epoch): with many writers each keeps fewer.
+MAX_PENDING_ENTRIES = 4096
 #: The watermark before any event time was seen.
 NO_WATERMARK = -(2**63)
 _NEVER = 2**63
@@ -621,16 +624,23 @@ class TimeService:
     def _bound_pending(clock: Any, topic: str, writer: str) -> None:
         """Keep at most :data:`MAX_PENDING_PER_WRITER` pending entries of one writer.
 
+        Fewer with many writers (:data:`MAX_PENDING_ENTRIES` in all, at least 4 each).
+
         Completions stopped coming (e.g. another writer sends no barriers). An entry is
         dropped only when it changes nothing but the watermark (same idleness and key-group
         count as the state before it): the watermark then advances at the next entry's
         completion instead, later but never past what that writer announced. An entry that
         makes the writer active again (or changes its count) is always kept.
         """
-        mine = sorted(
-            (p for p in clock.pending if p[0] == topic and p[2] == writer), key=lambda p: p[1]
-        )
-        excess = len(mine) - MAX_PENDING_PER_WRITER
+        mine = []
+        writers = set()
+        for p in clock.pending:
+            writers.add((p[0], p[2]))
+            if p[0] == topic and p[2] == writer:
+                mine.append(p)
+        mine.sort(key=lambda p: p[1])
+        bound = max(4, min(MAX_PENDING_PER_WRITER, MAX_PENDING_ENTRIES // len(writers)))
+        excess = len(mine) - bound
         if excess <= 0:
             return
         applied = clock.writers.get(topic, {}).get(writer)

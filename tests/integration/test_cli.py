@@ -125,3 +125,22 @@ def test_config_with_an_app_checks_the_app() -> None:
     assert lockgate("config", APP).returncode == 0
     res = lockgate("config", "examples.running_sum:typo")
     assert res.returncode == 2 and "has no attribute 'typo'" in res.stderr
+
+
+def test_operator_commands_run_in_an_apps_environment(tmp_path: Path) -> None:
+    """Inside an app's pod the environment holds the app's own LOCKGATE_* variables.
+
+    An operator command without --app cannot know them: it warns (naming each, with a
+    "did you mean") and runs, where ``lockgate run`` refuses them (test above).
+    """
+    res = lockgate(
+        "savepoint",
+        "list",
+        LOCKGATE_SAVEPOINT_DIR=str(tmp_path),
+        LOCKGATE_CLICKS_TOPIC="clicks",
+        LOCKGATE_CHECKPOINT_INTERVAL="500",
+    )
+    assert res.returncode == 0, res.stderr
+    assert "warning: ignoring variables no setting reads" in res.stderr
+    assert "LOCKGATE_CLICKS_TOPIC is not a lockgate setting" in res.stderr
+    assert "did you mean LOCKGATE_CHECKPOINT_INTERVAL_MS?" in res.stderr

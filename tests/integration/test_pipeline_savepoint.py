@@ -290,3 +290,60 @@ def test_cancelled_stop_with_savepoint_resumes_both_apps_exactly(
     problems = check_pipeline(Model.of(stored), counts, totals)
     assert problems == [], "\n".join(problems[:20]) + "\n" + logs
     assert set(codes.values()) == {0}, (codes, logs)
+
+
+def test_stop_with_savepoint_of_the_upstream_alone_leaves_the_downstream_running(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """``savepoint trigger --app UP --stop`` halts UP only (issue 25, hole 3).
+
+    The barriers of the savepoint name the apps it was requested for; the downstream app
+    is not one of them, so it takes no savepoint and never halts. Before, it halted
+    indefinitely (surviving restarts) although nobody asked it to. Cancelling the
+    savepoint resumes the upstream, and the whole run is exact.
+    """
+    topics = Topics.fresh("sp-upstream")
+    create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
+    create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
+    sp_dir = tmp_path / "savepoints"
+    common = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "300", "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 10**6, rate=600, users=40, regions=5)
+    click, region = _fleets(kafka_bootstrap, topics, tmp_path, **common)
+    cli_env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    codes: dict[str, int] = {}
+    try:
+        for fleet in (click, region):
+            fleet.start_all()
+        _wait_stable(click, region)
+        feeder.start()
+        read_topic(kafka_bootstrap, topics.totals, expected=1000, timeout=90, idle=0)
+        trig = lockgate_cli(cli_env, "savepoint", "trigger", "--app", topics.click_app, "--stop")
+        assert trig.returncode == 0, trig.stderr[-3000:]
+        sp_id = trig.stdout.strip().splitlines()[-1]
+        time.sleep(3)  # the downstream reads the savepoint's barriers by now
+        region_ready = [http_get(port, "/readyz")[0] for port in region.ports.values()]
+        click_ready = [http_get(port, "/readyz")[0] for port in click.ports.values()]
+        cancel = lockgate_cli(cli_env, "savepoint", "cancel", sp_id, "--app", topics.click_app)
+        assert cancel.returncode == 0, cancel.stderr
+        time.sleep(2)
+        feeder.stop()
+        feeder.join(60)
+        assert feeder.error is None
+        total = len(feeder.produced)
+        counts = read_topic(kafka_bootstrap, topics.counts, expected=total, timeout=120, idle=2)
+        totals = read_topic(kafka_bootstrap, topics.totals, expected=total, timeout=60, idle=2)
+    finally:
+        feeder.stop()
+        for fleet in (click, region):
+            codes.update(fleet.stop_all())
+    logs = "\n".join(f.logs() for f in (click, region))
+    click_text = "".join(p.log_text() for p in click.procs.values())
+    region_text = "".join(p.log_text() for p in region.procs.values())
+    assert "key group halted at a stop-with-savepoint" in click_text, click_text[-3000:]
+    assert "key group halted at a stop-with-savepoint" not in region_text, region_text[-3000:]
+    assert "requested for other apps: not taken here" in region_text, region_text[-3000:]
+    assert click_ready == [503, 503] and region_ready == [200, 200], (click_ready, region_ready)
+    stored = read_clicks(kafka_bootstrap, topics.clicks, total)
+    problems = check_pipeline(Model.of(stored), counts, totals)
+    assert problems == [], "\n".join(problems[:20]) + "\n" + logs
+    assert set(codes.values()) == {0}, (codes, logs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
 
 
@@ -57,3 +59,18 @@ def test_seeding_and_forgetting() -> None:
     assert (marks.done(5), marks.origin(5), marks.aligned(5)) == (0, None, True)
     assert marks.rewind(5) == (None, False)
     assert marks.done(5, default=-1) == 0  # the rewind re-created it from "never committed"
+
+
+def test_a_request_older_than_a_restore_is_recognised() -> None:
+    marks = KeyGroupCheckpoints()
+    assert not marks.restored_since(2, 1)  # never restored here
+    before = int(time.time() * 1000) - 1
+    marks.start_seeding(2, "sp-r")
+    marks.start_seeding(2, "sp-r")  # a redo keeps the first start
+    after = int(time.time() * 1000) + 1
+    marks.seeded(2, "sp-r", 9)
+    assert marks.restored_since(2, before)  # requested before the restore began
+    assert not marks.restored_since(2, after)  # requested during or after it
+    assert not marks.restored_since(2, 0)  # no request time: never refused
+    marks.forget(2)
+    assert not marks.restored_since(2, before)

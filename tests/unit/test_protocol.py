@@ -26,6 +26,7 @@ def test_barriers_round_trip_through_their_headers() -> None:
         Barrier(8, "clicks/0", 4, 1_700_000_000_000, event_time=True),
         Barrier(9, "clicks/1", 2, 5, event_time=True, idle=True, savepoint="sp-1", stop=True),
         Barrier(10, "clicks/1", 2, savepoint="sp-2"),
+        Barrier(11, "clicks/1", 2, savepoint="sp-3", stop=True, apps=("clicks", "totals")),
     ):
         value, headers = barrier.encode()
         assert read_barrier(_as_read(headers)) == barrier
@@ -57,3 +58,11 @@ def test_only_records_with_the_type_header_are_control_records() -> None:
     assert lockgate_headers(
         [("lockgate-writer", b"a/1"), ("lockgate-writer", b"b/2"), ("x", b"y")]
     ) == {"lockgate-writer": "a/1"}
+
+
+def test_a_savepoint_is_taken_only_by_the_apps_it_names() -> None:
+    named = Barrier(5, "up/0", 2, savepoint="sp-9", stop=True, apps=("up", "down"))
+    assert named.for_app("down") == "sp-9"
+    assert named.for_app("other") is None
+    assert Barrier(5, "up/0", 2, savepoint="sp-9").for_app("anyone") == "sp-9"  # older barriers
+    assert Barrier(5, "up/0", 2).for_app("down") is None
