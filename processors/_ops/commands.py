@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import time
@@ -543,34 +544,80 @@ def _print_topics(name: str, p: int | None, rows: Sequence[dict[str, Any]]) -> N
             click.echo(f"      note: {text}")
 
 
-@click.command("topics")
-@click.option("--app", "app_spec", required=True, metavar="MODULE:APP", help="The app.")
+@click.group("topics", invoke_without_command=True)
+@click.option("--app", "app_spec", metavar="MODULE:APP", help="The app whose topics to check.")
 @click.option("--create", is_flag=True, help="Create the missing topics `lockgate run` creates.")
+@click.option(
+    "--create-inputs",
+    is_flag=True,
+    help="Create the app's missing input topics too (for development; see --partitions).",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1),
+    metavar="N",
+    help="With --create-inputs: their partition count (default: the existing inputs').",
+)
 @click.option("--dry-run", is_flag=True, help="With --create: show what would be created.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-def topics(app_spec: str, create: bool, dry_run: bool, as_json: bool) -> None:
+@click.pass_context
+def topics(
+    ctx: click.Context,
+    app_spec: str | None,
+    create: bool,
+    create_inputs: bool,
+    partitions: int | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """Check the topics of MODULE:APP: inputs, outputs, changelogs, DLQ, control, registry.
 
     For each: whether it exists, its partition count, cleanup.policy, retention.ms and
     min.insync.replicas, and whether it is what the app needs (inputs co-partitioned;
     changelogs and the control topic compacted with the inputs' partition count;
     internal outputs with their partition count and cleanup.policy=delete). --create
-    creates the missing topics as `lockgate run` would (never inputs) and reports
-    again. Exit 0 when everything matches, 2 on a missing topic or a mismatch.
+    creates the missing topics as `lockgate run` would; --create-inputs creates missing
+    inputs as well (`lockgate run` never does). Exit 0 when everything matches, 2 on a
+    missing topic or a mismatch. `lockgate topics create` creates any topic.
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    if app_spec is None:
+        raise click.UsageError("give --app MODULE:APP (or a subcommand: lockgate topics create)")
+    if partitions is not None and not create_inputs:
+        raise click.UsageError("--partitions goes with --create-inputs")
     app, settings, name = _load(app_spec)
     try:
         admin = Admin(settings)
         p, rows = _topics_report(app, name, admin)
         created: list[str] = []
+        inputs = [r for r in rows if not r["exists"] and r["role"] == "input"]
+        if create_inputs and inputs:
+            count = p if p is not None else partitions
+            if count is None:
+                raise OpsError(
+                    "--create-inputs: no input exists yet to take the partition count from; "
+                    "give --partitions N",
+                    exit_code=2,
+                )
+            if partitions is not None and p is not None and partitions != p:
+                raise OpsError(
+                    f"--partitions {partitions}: the existing inputs have {p} partitions, and "
+                    "inputs must be co-partitioned",
+                    exit_code=2,
+                )
+            specs: dict[str, tuple[int, dict[str, str]]] = {r["topic"]: (count, {}) for r in inputs}
+            created += _create(admin, specs, dry_run)
+            p, rows = _topics_report(app, name, admin)
         missing = [
             r for r in rows if not r["exists"] and r["role"] not in ("input", "global-table")
         ]
-        if create and missing:
+        if (create or create_inputs) and missing:
             if p is None:
                 raise OpsError(
                     f"cannot create topics: input {app.subscribed_input} does not exist "
-                    "(its partition count decides the others'); create the inputs first",
+                    "(its partition count decides the others'); create the inputs first "
+                    "(--create-inputs --partitions N, or lockgate topics create)",
                     exit_code=2,
                 )
             needs = {n.topic: n for n in app_needs(app, name, p)}
@@ -578,15 +625,8 @@ def topics(app_spec: str, create: bool, dry_run: bool, as_json: bool) -> None:
                 r["topic"]: (needs[r["topic"]].partitions or p, dict(needs[r["topic"]].config))
                 for r in missing
             }
-            if dry_run:
-                for topic, (parts, conf) in specs.items():
-                    _echo_err(f"would create {topic} ({parts} partitions{_conf_text(conf)})")
-            else:
-                admin.ensure_topics(specs)
-                created = sorted(specs)
-                for topic, (parts, conf) in specs.items():
-                    _echo_err(f"created {topic} ({parts} partitions{_conf_text(conf)})")
-                p, rows = _topics_report(app, name, admin)
+            created += _create(admin, specs, dry_run)
+            p, rows = _topics_report(app, name, admin)
     except (LockgateError, KafkaException) as exc:
         _fail(exc)
     bad = any(r["problems"] for r in rows)
@@ -595,6 +635,94 @@ def topics(app_spec: str, create: bool, dry_run: bool, as_json: bool) -> None:
     else:
         _print_topics(name, p, rows)
     sys.exit(2 if bad else 0)
+
+
+def _create(admin: Admin, specs: dict[str, tuple[int, dict[str, str]]], dry_run: bool) -> list[str]:
+    """Create ``specs`` (or say what would be created); return the names created."""
+    if dry_run:
+        for topic, (parts, conf) in specs.items():
+            _echo_err(f"would create {topic} ({parts} partitions{_conf_text(conf)})")
+        return []
+    admin.ensure_topics(specs)
+    for topic, (parts, conf) in specs.items():
+        _echo_err(f"created {topic} ({parts} partitions{_conf_text(conf)})")
+    return sorted(specs)
+
+
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+@topics.command("create")
+@click.argument("names", nargs=-1, required=True, metavar="TOPIC...")
+@click.option("--partitions", type=click.IntRange(1), required=True, metavar="N")
+@click.option(
+    "--replication",
+    type=click.IntRange(1),
+    metavar="R",
+    help="Replication factor (default: the broker's default.replication.factor).",
+)
+@click.option("--compact", is_flag=True, help="cleanup.policy=compact (keyed, latest value kept).")
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A topic config, e.g. retention.ms=86400000 (repeatable).",
+)
+def create_topics(
+    names: tuple[str, ...],
+    partitions: int,
+    replication: int | None,
+    compact: bool,
+    configs: tuple[str, ...],
+) -> None:
+    """Create topics (any topic: inputs included), or check that they exist as asked.
+
+    A topic that exists with the same partition count is left as it is (exit 0); one with
+    another count is reported (exit 2: partitions are never changed here). Exit 0 when
+    every topic exists as asked at the end.
+    """
+    conf: dict[str, str] = {}
+    for item in configs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--config {item!r}: expected KEY=VALUE")
+        conf[key.strip()] = value.strip()
+    if compact:
+        if conf.get("cleanup.policy", "compact") != "compact":
+            raise click.UsageError(
+                f"--compact and --config cleanup.policy={conf['cleanup.policy']} disagree"
+            )
+        conf["cleanup.policy"] = "compact"
+    bad = [n for n in names if not _TOPIC_NAME.fullmatch(n) or n in (".", "..")]
+    if bad:
+        raise click.UsageError(
+            f"invalid topic name(s) {', '.join(map(repr, bad))}: up to 249 of A-Z a-z 0-9 . _ -"
+        )
+    settings = ops_settings()
+    mismatched = []
+    try:
+        admin = Admin(settings)
+        existing = admin.partitions_of(list(names))
+        for name in names:
+            if name in existing:
+                have = existing[name]
+                if have != partitions:
+                    mismatched.append(name)
+                    _echo_err(f"{name} exists with {have} partitions, not {partitions}: unchanged")
+                else:
+                    _echo_err(f"{name} exists ({have} partitions): unchanged")
+        specs = {n: (partitions, dict(conf)) for n in names if n not in existing}
+        if specs:
+            admin.ensure_topics(
+                specs,
+                replication=None if replication is None else dict.fromkeys(specs, replication),
+            )
+            for name in specs:
+                _echo_err(f"created {name} ({partitions} partitions{_conf_text(conf)})")
+    except (LockgateError, KafkaException) as exc:
+        _fail(exc)
+    sys.exit(2 if mismatched else 0)
 
 
 def _conf_text(conf: Mapping[str, str]) -> str:

@@ -56,6 +56,80 @@ def _config(bootstrap: str, topic: str) -> dict[str, str]:
 # ------------------------------------------------------------------ topics
 
 
+def _partitions(bootstrap: str, topic: str) -> int | None:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    tmd = md.topics.get(topic)
+    return None if tmd is None or tmd.error is not None else len(tmd.partitions)
+
+
+def test_topics_create_makes_any_topic_and_never_changes_one(
+    kafka_bootstrap: str, names: Any
+) -> None:
+    env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_LOG_LEVEL": "ERROR"}
+    a, b = names("tc-a"), names("tc-b")
+    made = lockgate_cli(
+        env,
+        "topics",
+        "create",
+        a,
+        b,
+        "--partitions",
+        "3",
+        "--compact",
+        "--config",
+        "retention.ms=86400000",
+    )
+    assert made.returncode == 0, made.stderr
+    assert (
+        f"created {a} (3 partitions, retention.ms=86400000, cleanup.policy=compact)" in made.stderr
+    )
+    for topic in (a, b):
+        assert _partitions(kafka_bootstrap, topic) == 3
+        conf = _config(kafka_bootstrap, topic)
+        assert conf["cleanup.policy"] == "compact" and conf["retention.ms"] == "86400000"
+    again = lockgate_cli(env, "topics", "create", a, "--partitions", "3")
+    assert again.returncode == 0 and f"{a} exists (3 partitions): unchanged" in again.stderr
+    other = lockgate_cli(env, "topics", "create", a, "--partitions", "5")
+    assert other.returncode == 2, other.stderr
+    assert f"{a} exists with 3 partitions, not 5: unchanged" in other.stderr
+    assert _partitions(kafka_bootstrap, a) == 3
+    bad = lockgate_cli(env, "topics", "create", "no spaces", "--partitions", "1")
+    assert bad.returncode == 2 and "invalid topic name" in bad.stderr, bad.stderr
+    clash = lockgate_cli(
+        env,
+        "topics",
+        "create",
+        b,
+        "--partitions",
+        "3",
+        "--compact",
+        "--config",
+        "cleanup.policy=delete",
+    )
+    assert clash.returncode == 2 and "disagree" in clash.stderr, clash.stderr
+
+
+def test_topics_create_inputs_for_a_first_run(
+    kafka_bootstrap: str, names: Any, tmp_path: Path
+) -> None:
+    env = _env(kafka_bootstrap, names, tmp_path, "first")
+    inp = env["LOCKGATE_INPUT_TOPIC"]
+    no_count = lockgate_cli(env, "topics", "--app", SPEC, "--create-inputs")
+    assert no_count.returncode == 2 and "give --partitions N" in no_count.stderr, no_count.stderr
+    made = lockgate_cli(env, "topics", "--app", SPEC, "--create-inputs", "--partitions", "2")
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert f"created {inp} (2 partitions)" in made.stderr, made.stderr
+    assert _partitions(kafka_bootstrap, inp) == 2
+    assert _partitions(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"]) == 2
+    produce_numbers(kafka_bootstrap, inp, [("k", 5, 0), ("k", 7, 1)])
+    proc = AppProcess(SPEC, env, tmp_path / "first.log").start()
+    try:
+        out = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=2, timeout=60)
+    finally:
+        assert proc.terminate() == 0, proc.log_text()[-2000:]
+    assert [orjson.loads(m.value())["sum"] for m in out] == [5, 12]
+
+
 def test_topics_reports_creates_and_finds_mismatches(
     kafka_bootstrap: str, names: Any, tmp_path: Path
 ) -> None:
