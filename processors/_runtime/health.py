@@ -452,7 +452,8 @@ class MetricsCollector(Collector):
         )
         yield gauge(
             "lockgate_consumer_lag_records",
-            "Records between the position and the end of owned partitions (sampled).",
+            "Records between the committed offset and the end of owned input partitions "
+            "(at each commit and every 5 s; also while nothing commits, e.g. halted).",
             m.consumer_lag,
         )
         yield gauge(

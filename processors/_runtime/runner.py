@@ -113,6 +113,8 @@ def defer_stop_signals() -> None:
 _INPUT_CHECK_S = 30.0
 #: How often an instance looks for partitions no member of its (stable) group owns.
 _STRAND_CHECK_S = 10.0
+#: How often the lag gauge is set from the committed offsets between commits.
+_LAG_SAMPLE_S = 5.0
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -176,6 +178,7 @@ class Runner(BarrierMixin):
         self._group_probe: GroupProbe | None = None
         self._resubscribe = False
         self._next_input_check = 0.0
+        self._next_lag_sample = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
         svc = app.time_service
@@ -789,6 +792,9 @@ class Runner(BarrierMixin):
             if self._released:
                 self._process([])
         self._poll_requests()
+        if time.monotonic() >= self._next_lag_sample:
+            self._next_lag_sample = time.monotonic() + _LAG_SAMPLE_S
+            self._sample_group_lag()
         if self._query is not None:
             if self._query.pending:
                 self._query.serve(self._answer_query)

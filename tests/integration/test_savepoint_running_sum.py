@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.chaos._harness import InputFeeder
 from tests.support.checker import check, model
@@ -36,14 +36,26 @@ def _readyz(port: int) -> tuple[int, dict[str, Any]]:
         return exc.code, json.loads(exc.read() or b"{}")
 
 
-def _halted_gauge(port: int) -> float:
+def _metric(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         lines = resp.read().decode().splitlines()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in lines
-        if line.startswith("lockgate_key_groups_halted")
-    )
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
+
+
+def _halted_gauge(port: int) -> float:
+    return _metric(port, "lockgate_key_groups_halted")
+
+
+def _group_lag(bootstrap: str, group: str, topic: str) -> int:
+    """High watermark minus the group's committed offset, summed over ``topic``'s partitions."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(P)], timeout=30)
+        return sum(
+            consumer.get_watermark_offsets(tp, timeout=30)[1] - max(tp.offset, 0) for tp in tps
+        )
+    finally:
+        consumer.close()
 
 
 def test_stop_with_savepoint_then_restore_into_three_instances(  # type: ignore[no-untyped-def]
@@ -104,6 +116,20 @@ def test_stop_with_savepoint_then_restore_into_three_instances(  # type: ignore[
             assert status == 503 and body["status"] == "halted", body
             assert body["savepoints"] == [sp_id], body
             assert sp_id in body["resume"], body
+        # The lag gauge follows the group's real lag although nothing commits: once the
+        # input is all written, it equals high watermark minus committed offset.
+        feeder.join(120)
+        assert feeder.error is None, feeder.error
+        real = _group_lag(kafka_bootstrap, app, inp)
+        assert real > 0, real
+        wait_until(
+            lambda: (
+                sum(_metric(port, "lockgate_consumer_lag_records") for port in http.values())
+                == real
+            ),
+            20,
+            what=f"the lag gauges summing to the group's lag {real}",
+        )
         codes = [p.terminate() for p in first]
         assert codes == [0, 0], [p.log_text()[-3000:] for p in first]
         # Nothing after the savepoint was committed by the stopped instances.
