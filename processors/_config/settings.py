@@ -308,6 +308,16 @@ class Settings(BaseSettings):
             "checkpoint completes (consistent cuts across apps); unaligned: processed on arrival."
         ),
     )
+    input_wait_ms: int = Field(
+        60_000,
+        ge=0,
+        le=3_600_000,
+        description=(
+            "How long an instance waits at start for input topics that do not exist yet "
+            "(an upstream app creates its internal outputs when it starts: a pipeline deployed "
+            "at once) before it fails; 0: fail at once."
+        ),
+    )
     alignment_timeout_ms: int = Field(
         10_000,
         ge=0,

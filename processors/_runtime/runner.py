@@ -314,7 +314,7 @@ class Runner(BarrierMixin):
     def _setup(self) -> None:
         s = self.settings  # cross-field rules were checked by the Settings model
         self._admin = admin = Admin(s)
-        self._partitions = p = admin.input_partitions(self._inputs)
+        self._partitions = p = self._wait_for_inputs(admin)
         topics, replication = output_topic_specs(self.app.outputs.values(), p)
         changelogs = [changelog_topic(self.name, n) for n in self._handles]
         topics.update({t: (p, dict(CHANGELOG_CONFIG)) for t in changelogs})
@@ -398,6 +398,37 @@ class Runner(BarrierMixin):
                 "checkpoint_interval_ms": s.checkpoint_interval_ms,
             },
         )
+
+    def _wait_for_inputs(self, admin: Admin) -> int:
+        """Wait (``LOCKGATE_INPUT_WAIT_MS``) for missing inputs; return their partition count.
+
+        In a pipeline deployed at once the downstream may start before the upstream
+        created its internal output. Logged once; the stop request and liveness are
+        served while waiting.
+
+        Raises:
+            TopicError: inputs still missing at the deadline, or not co-partitioned.
+            Stopping: a stop was requested while waiting.
+        """
+        deadline = time.monotonic() + self.settings.input_wait_ms / 1000
+        logged = False
+        while True:
+            found = admin.partitions_of(self._inputs)
+            missing = [t for t in self._inputs if t not in found]
+            if not missing or time.monotonic() >= deadline:
+                return admin.input_partitions(self._inputs)
+            if not logged:
+                logged = True
+                log.warning(
+                    "waiting for input topics to be created (an upstream app creates its "
+                    "internal outputs when it starts; `lockgate topics create` makes others)",
+                    extra={"missing": missing, "wait_ms": self.settings.input_wait_ms},
+                )
+            until = min(deadline, time.monotonic() + 1.0)
+            while time.monotonic() < until:
+                self._check_stop()
+                self.metrics.beat()
+                time.sleep(0.1)
 
     def _heal_stranded_partitions(self) -> None:
         """Force a rebalance when a stable group leaves partitions to no member.

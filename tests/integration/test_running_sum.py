@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import signal
+import time
 from pathlib import Path
 
 import orjson
@@ -98,11 +99,34 @@ def test_restart_resumes_from_local_state_and_from_changelog_only(  # type: igno
 
 
 def test_missing_input_topic_is_a_clear_error(kafka_bootstrap: str, names, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    env = _env(kafka_bootstrap, names, tmp_path)
+    env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_INPUT_WAIT_MS="2000")
+    started = time.monotonic()
     app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
     code = app.wait(60)
     assert code == 2
-    assert f"input topic(s) {env['LOCKGATE_INPUT_TOPIC']} do not exist" in app.log_text()
+    assert time.monotonic() - started >= 2.0  # it waited LOCKGATE_INPUT_WAIT_MS first
+    text = app.log_text()
+    assert "waiting for input topics to be created" in text, text
+    assert f"input topic(s) {env['LOCKGATE_INPUT_TOPIC']} do not exist" in text, text
+
+
+def test_an_input_created_while_waiting_is_used(
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A pipeline deployed at once: the input appears a few seconds after the start."""
+    env = _env(kafka_bootstrap, names, tmp_path, LOCKGATE_INPUT_WAIT_MS="60000")
+    app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
+    try:
+        wait_until(
+            lambda: "waiting for input topics to be created" in app.log_text(), 60, what="waiting"
+        )
+        create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 2)
+        produce_numbers(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], [("k", 4, 0), ("k", 6, 1)])
+        out = read_all(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], expected=2, timeout=60)
+    finally:
+        code = app.terminate()
+    assert code == 0, app.log_text()[-3000:]
+    assert [orjson.loads(m.value())["sum"] for m in out] == [4, 10]
 
 
 def test_bad_configuration_exits_2(kafka_bootstrap: str, names, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
