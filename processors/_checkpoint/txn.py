@@ -276,7 +276,7 @@ class TransactionalProducer:
                     err = _error_of(exc, what)
                     kind = classify(err)
                     if kind is not Kind.RETRY:
-                        raise _definite(err, what, exc) from None
+                        raise _definite(err, what, exc) from exc  # its cause: the error code
                     if time.monotonic() + delay > deadline:
                         raise AbortEpoch(
                             f"{what}: still failing after {self.timeout_s:.0f}s ({describe(err)})"

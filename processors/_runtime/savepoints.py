@@ -457,7 +457,9 @@ class SavepointMixin(RunnerCore):
                 self._align_committed.pop((topic, g), None)
         self._marks.seeded(g, sp_id, int(manifest.get("checkpoint", 0)))
         self._checkpoint = max(self._checkpoint, self._marks.done(g))
-        self._uncommitted += 1  # the last part of the seeding commits with the caller's epoch
+        # The last part of the seeding commits with the caller's epoch (not an input
+        # record: lockgate_records_in counts input records only).
+        self._epoch_active = True
         log.info(
             "key group seeded from a savepoint",
             extra={"key_group": g, "savepoint": sp_id, "entries": entries},
@@ -466,7 +468,7 @@ class SavepointMixin(RunnerCore):
 
     def _commit_seed_chunk(self) -> None:
         """Commit the seeding written so far (the offsets stay where they were)."""
-        self._uncommitted += 1
+        self._epoch_active = True
         self._end_epoch()
         self.metrics.beat()
         crash_point("mid_seed")

@@ -278,7 +278,14 @@ def test_a_stop_request_read_at_a_restore_from_an_older_savepoint_is_not_taken( 
     )
     holder.subscribe([inp])
     wait_until(lambda: holder.poll(0.2) is not None or bool(holder.assignment()), 60, what="held")
-    restored = start("b", LOCKGATE_FROM_SAVEPOINT=sp1_id, LOCKGATE_TEST_SEED_CHUNK="3")
+    port = free_port()
+    restored = start(
+        "b",
+        LOCKGATE_FROM_SAVEPOINT=sp1_id,
+        LOCKGATE_TEST_SEED_CHUNK="3",
+        LOCKGATE_HTTP_PORT=str(port),
+        LOCKGATE_HTTP_HOST="127.0.0.1",
+    )
     try:
         wait_until(
             lambda: f"savepoint requested  savepoint={sp2_id}" in restored.log_text(),
@@ -300,10 +307,14 @@ def test_a_stop_request_read_at_a_restore_from_an_older_savepoint_is_not_taken( 
 
     try:
         wait_until(lambda: last_sums() == expected, 90, interval=3, what="every key's full sum")
+        # Input records only: the restore's chunk commits are not records (sp1 was taken
+        # at offset 500, so the restored instance processed the 1,000 records after it).
+        records_in = _metric(port, "lockgate_records_in_total")
+        attempts = _metric(port, "lockgate_records_in_attempts_total")
     finally:
         code = restored.terminate()
     text = restored.log_text()
     assert code == 0, text[-3000:]
-    assert "ignoring a savepoint request issued before this key group's restore" in text, text[
-        -3000:
-    ]
+    ignored = "ignoring a savepoint request issued before this key group's restore"
+    assert ignored in text, text[-3000:]
+    assert records_in == 1000 and attempts >= records_in, (records_in, attempts)

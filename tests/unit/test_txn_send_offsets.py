@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processors._checkpoint import txn as txn_module
 from processors._checkpoint.txn import TransactionalProducer
+from processors._kafka.errors import cause_code
 
 
 class _Producer:
@@ -41,10 +42,17 @@ def test_success_is_returned_once() -> None:
     assert producer.calls == 1
 
 
-def test_a_definite_kafka_error_is_raised() -> None:
-    err = KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, "fenced", fatal=True)
-    with pytest.raises(Exception, match="send_offsets_to_transaction"):
-        _component(_Producer(KafkaException(err))).send_offsets([], object())
+def test_a_definite_kafka_error_is_raised_with_its_cause() -> None:
+    """The caller tells a fence on the transaction timeout from one by another instance by
+    the error code of the exception's cause (a slow record is dead-lettered on the first,
+    the instance stops on the second)."""
+    err = KafkaError(KafkaError._FENCED, "fenced", fatal=True)  # noqa: SLF001
+    txn = _component(_Producer(KafkaException(err)))
+    txn.began_at -= 10  # older than the transaction timeout: the coordinator's abort
+    with pytest.raises(Exception, match="send_offsets_to_transaction") as raised:
+        txn.send_offsets([], object())
+    assert cause_code(raised.value) == KafkaError._FENCED  # noqa: SLF001
+    assert txn.timed_out_fence(raised.value) and not txn.fenced_by_other(raised.value)
 
 
 def test_a_failure_while_handling_a_kafka_error_is_not_success(
