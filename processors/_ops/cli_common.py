@@ -1,8 +1,13 @@
 """What every ``lockgate`` command shares: loading an app and the settings, exiting.
 
-Used by ``processors/cli.py`` (the click wiring) and the operations commands
-(``processors/_ops/commands.py``), so the commands behave alike without importing the
-CLI module that registers them.
+Used by ``processors/cli.py`` (the click wiring) and the operator commands (one module
+per command: ``processors/_ops/topics.py``, ``send.py``, ``dlq.py``, ``reset.py``), so
+the commands behave alike without importing the CLI module that registers them.
+
+Conventions (as the rest of the CLI): exit 0 on success, 1 on a runtime failure (Kafka),
+2 on bad usage, configuration, topic mismatches or a refusal; errors on stderr as
+``lockgate: ...`` (:func:`ops_fail`, :func:`fail`); no message names the value of a
+secret.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from processors._config.log_setup import configure
 from processors._config.settings import Settings, load_settings
 from processors._dsl.app import App
 from processors._ops.catalog import OpsError
-from processors.exceptions import ConfigError, LockgateError
+from processors.exceptions import ConfigError, LockgateError, TopicError
 from state.savepoint import SavepointError
+
+#: The client name (client.id prefix) of the operator commands' Kafka clients.
+CLI_CLIENT = "lockgate-cli"
 
 
 def load_app(spec: str) -> App:
@@ -115,3 +123,25 @@ def ops_fail(exc: Exception) -> NoReturn:
 
 def json_out(data: Any) -> None:
     click.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())
+
+
+def fail(exc: Exception) -> NoReturn:
+    """Exit through the CLI's error path; a topic problem is a usage problem (exit 2)."""
+    if isinstance(exc, TopicError):
+        exc = OpsError(str(exc), exit_code=2)
+    ops_fail(exc)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def load_for_command(app_spec: str) -> tuple[App, Settings, str]:
+    """Load MODULE:APP and its settings (exit 2 when either is invalid); return the name."""
+    app: App = load_app(app_spec)
+    settings: Settings = app_settings(app)
+    configure(settings.log_level, settings.log_format.value)
+    check_app(app)
+    return app, settings, settings.app_name or app.name
+
+
+def echo_err(line: str) -> None:
+    """Print ``line`` on stderr."""
+    click.echo(line, err=True)

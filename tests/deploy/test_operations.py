@@ -564,7 +564,7 @@ def _runtime_names(app: str, instance: str) -> dict[str, Any]:
     from processors._checkpoint.control_topics import REGISTRY_TOPIC, control_topic
     from processors._config.settings import Settings
     from processors._kafka.clients import consumer_config, restore_consumer_config
-    from processors._ops.commands import dlq_topic
+    from processors._ops.dlq import dlq_topic
     from state.cache import changelog_topic
 
     settings = Settings(instance_id=instance, app_name=app)

@@ -1,4 +1,4 @@
-"""Pure parts of `lockgate topics|send|dlq|reset` (processors/_ops/commands.py), no Kafka."""
+"""Pure parts of `lockgate topics|send|dlq|reset` (processors/_ops/), no Kafka."""
 
 from __future__ import annotations
 
@@ -8,17 +8,10 @@ from click.testing import CliRunner
 
 from processors import App
 from processors._ops.catalog import OpsError
-from processors._ops.commands import (
-    REPLAYED_FROM,
-    TopicFacts,
-    app_needs,
-    check_topics,
-    parse_offsets,
-    parse_reset_position,
-    parse_send_lines,
-    preview,
-    replay_headers,
-)
+from processors._ops.dlq import REPLAYED_FROM, parse_offsets, preview, replay_headers
+from processors._ops.reset import parse_reset_position
+from processors._ops.send import parse_send_lines
+from processors._ops.topics import TopicFacts, app_needs, check_topics
 from processors.cli import main
 from state.codecs import JSON, STR
 
