@@ -552,7 +552,10 @@ def dlq_replay(name: str, offsets: str | None, all_: bool, dry_run: bool) -> Non
     """
     if (offsets is None) == (not all_):
         fail(OpsError("give either --offsets P:O,... or --all", exit_code=2))
-    selection = parse_offsets(offsets) if offsets is not None else None
+    try:
+        selection = parse_offsets(offsets) if offsets is not None else None
+    except OpsError as exc:
+        fail(exc)
     settings = ops_settings()
     topic = dlq_topic(name)
     replayer: _Replayer | None = None

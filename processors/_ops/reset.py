@@ -208,7 +208,10 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
     recomputes from POS. Refused (exit 2) while the group has members. Prints the plan
     first; without --yes it asks, and refuses in a non-interactive shell.
     """
-    position = parse_reset_position(to_text)
+    try:
+        position = parse_reset_position(to_text)
+    except OpsError as exc:
+        fail(exc)
     app, settings, name = load_for_command(app_spec)
     try:
         admin = Admin(settings)

@@ -144,3 +144,16 @@ def test_operator_commands_run_in_an_apps_environment(tmp_path: Path) -> None:
     assert "warning: ignoring variables no setting reads" in res.stderr
     assert "LOCKGATE_CLICKS_TOPIC is not a lockgate setting" in res.stderr
     assert "did you mean LOCKGATE_CHECKPOINT_INTERVAL_MS?" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("dlq", "replay", "--app", "x", "--offsets", "0:x"), "lockgate: --offsets: '0:x'"),
+        (("reset", "--app", APP, "--to", "bogus"), "lockgate: --to: 'bogus'"),
+    ],
+)
+def test_bad_positions_are_usage_errors(args: tuple[str, ...], message: str) -> None:
+    res = lockgate(*args)
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr, res.stderr
