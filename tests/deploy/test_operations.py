@@ -466,6 +466,7 @@ def test_prometheus_rule_uses_the_series_the_runtime_exports() -> None:
         "LockgateRestoreStuck",
         "LockgateEpochsAborting",
         "LockgateDeadLetters",
+        "LockgateKeyGroupsHalted",
     }
     exported = _exported_series()
     for name, rule_ in alerts.items():
@@ -481,6 +482,27 @@ def test_prometheus_rule_uses_the_series_the_runtime_exports() -> None:
     assert alerts["LockgateDeadLetters"]["expr"].endswith("> 10")
     assert alerts["LockgateConsumerLag"]["for"] == "15m"
     assert "{{ $labels.pod }}" in alerts["LockgateRestoreStuck"]["annotations"]["description"]
+    halted = alerts["LockgateKeyGroupsHalted"]
+    assert halted["expr"] == 'max by (app, pod) (lockgate_key_groups_halted{app="sums"}) > 0'
+    assert halted["for"] == "10m"
+
+
+def test_a_liveness_restart_has_its_own_short_grace_period() -> None:
+    """A hung process never handles SIGTERM: the probe's restart must not wait the pod's
+    whole grace period (the platform trial saw 91 s from a stall to a restart)."""
+    pod = one_manifest(render(values_files=[MINIMAL]), "StatefulSet")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["livenessProbe"]["terminationGracePeriodSeconds"] == 15
+    assert pod["terminationGracePeriodSeconds"] > 15
+    unset = one_manifest(
+        render(
+            values_files=[MINIMAL],
+            set_values={"probes.liveness.terminationGracePeriodSeconds": None},
+        ),
+        "StatefulSet",
+    )
+    [container] = unset["spec"]["template"]["spec"]["containers"]
+    assert "terminationGracePeriodSeconds" not in container["livenessProbe"]
 
 
 def test_prometheus_rule_is_off_by_default() -> None:
