@@ -266,6 +266,7 @@ class EpochMixin(SavepointMixin):
         self._align_committed.update(snaps)
         self._registered = True
         self._epoch_active = False
+        self._barrier_only = False
         for g in self._kgs:
             if self._live_source(g):
                 self._marks.completed(g, ckpt)
