@@ -377,6 +377,15 @@ class Settings(BaseSettings):
             "is dropped). `lockgate run --allow-non-restored-state` sets it."
         ),
     )
+    allow_non_stop_restore: bool = Field(
+        False,
+        description=(
+            "With from_savepoint: restore key groups that read internal topics from a savepoint "
+            "taken without --stop. Refused by default: when the upstream is restored from it too, "
+            "the records it wrote after the savepoint reach this app twice (the old run's and "
+            "the restored run's). Set it only when the upstream keeps running."
+        ),
+    )
     on_error: OnError = Field(
         OnError.DLQ,
         description="dlq: bad records go to <app>.dlq with error headers; fail: stop the app.",

@@ -353,6 +353,9 @@ class SavepointMixin(RunnerCore):
                 f"--from-savepoint {sp_id}: key group {g} failed that savepoint: "
                 f"{manifest['error']}"
             )
+        # Whether it was a stop-with-savepoint is the savepoint's (the committed manifests
+        # in the descriptor do not repeat it).
+        manifest["stop"] = bool(manifest.get("stop") or descriptor.get("stop"))
         return manifest
 
     def _end_epoch(self) -> None:  # pragma: no cover - defined by EpochMixin
@@ -386,6 +389,17 @@ class SavepointMixin(RunnerCore):
                 extra={"key_group": g, "savepoint": sp_id},
             )
         manifest = self._savepoint_manifest(sp_id, g)
+        downstream = any(manifest.get("align", {}).values())
+        if downstream and not manifest.get("stop") and not self.settings.allow_non_stop_restore:
+            raise ConfigError(
+                f"--from-savepoint {sp_id}: key group {g} reads internal topics and the "
+                "savepoint was taken without --stop. Restoring a pipeline from it counts "
+                "the upstream's records written after the savepoint twice in this app (the "
+                "old run's, still in the internal topic, and the restored upstream's). Take "
+                "a stop-with-savepoint for a pipeline restore (lockgate savepoint trigger "
+                "--pipeline ... --stop); to restore only this app while its upstream keeps "
+                "running, set LOCKGATE_ALLOW_NON_STOP_RESTORE=true"
+            )
         saved = {
             name: {"kind": str(s.get("kind")), "codec": str(s.get("codec"))}
             for name, s in manifest.get("stores", {}).items()

@@ -208,8 +208,8 @@ def read_topic(
 ) -> list[Any]:
     """Every committed record of ``topic`` (read_committed), control records included.
 
-    Stops once ``expected`` records *without* a ``lockgate-type`` header arrived and nothing
-    came for ``idle`` seconds, or at ``timeout``. Returned in (partition, offset) order.
+    Stops once ``expected`` records *without* a ``lockgate-type`` header arrived and no such
+    record came for ``idle`` seconds, or at ``timeout``. Returned in (partition, offset) order.
     """
     c = Consumer(
         {
@@ -238,8 +238,11 @@ def read_topic(
                 err = m.error()
                 if err is None:
                     out.append(m)
-                    data += not is_control(m)
-                    last = time.monotonic()
+                    if not is_control(m):
+                        # Idle writers send barriers every interval: only data counts
+                        # as activity.
+                        data += 1
+                        last = time.monotonic()
                 elif err.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(err)
             if data >= expected and time.monotonic() - last > idle:

@@ -347,3 +347,55 @@ def test_stop_with_savepoint_of_the_upstream_alone_leaves_the_downstream_running
     problems = check_pipeline(Model.of(stored), counts, totals)
     assert problems == [], "\n".join(problems[:20]) + "\n" + logs
     assert set(codes.values()) == {0}, (codes, logs)
+
+
+def test_a_non_stop_savepoint_does_not_restore_a_downstream_app_unless_allowed(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Restoring a pipeline from a savepoint taken without --stop double-counts downstream.
+
+    The internal topic still holds what the old upstream wrote after the savepoint, and a
+    restored upstream writes it again (issue 25, hole 6). A downstream key group refuses
+    such a restore with the reason (exit 2); LOCKGATE_ALLOW_NON_STOP_RESTORE=true lets it
+    restore when only it is restored (its upstream keeps running).
+    """
+    topics = Topics.fresh("sp-nonstop")
+    create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
+    create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
+    sp_dir = tmp_path / "savepoints"
+    common = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "300", "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 3000, rate=600, users=40, regions=5)
+    click, region = _fleets(kafka_bootstrap, topics, tmp_path, **common)
+    cli_env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    try:
+        for fleet in (click, region):
+            fleet.start_all()
+        _wait_stable(click, region)
+        feeder.start()
+        read_topic(kafka_bootstrap, topics.totals, expected=500, timeout=90, idle=0)
+        trig = lockgate_cli(cli_env, "savepoint", "trigger", "--pipeline", topics.click_app)
+        assert trig.returncode == 0, trig.stderr[-3000:]
+        sp_id = trig.stdout.strip().splitlines()[-1]
+    finally:
+        feeder.stop()
+        codes = {**click.stop_all(), **region.stop_all()}
+    assert set(codes.values()) == {0}, codes
+    env = pipeline_env(kafka_bootstrap, topics, topics.region_app, **common)
+    env["LOCKGATE_FROM_SAVEPOINT"] = sp_id
+    (tmp_path / "refused").mkdir()
+    (tmp_path / "allowed").mkdir()
+    # Instance id r1 again: it replaces the stopped static member at once (a new id would
+    # wait for the old members' sessions to expire before it gets key groups).
+    refused = PipelineFleet(REGION_SPEC, env, tmp_path / "refused", ["r1"])
+    proc = refused.start("r1")
+    assert proc.wait(90) == 2, proc.log_text()[-3000:]
+    assert "taken without --stop" in proc.log_text(), proc.log_text()[-3000:]
+    env["LOCKGATE_ALLOW_NON_STOP_RESTORE"] = "true"
+    allowed = PipelineFleet(REGION_SPEC, env, tmp_path / "allowed", ["r1"])
+    proc = allowed.start("r1")
+    try:
+        wait_until(
+            lambda: "seeded from a savepoint" in proc.log_text(), 90, what="the allowed restore"
+        )
+    finally:
+        assert proc.terminate() == 0, proc.log_text()[-3000:]

@@ -66,8 +66,9 @@ def read_all(
 ) -> list[Any]:
     """Read every record of ``topic`` from the start (read_committed by default).
 
-    Stops when ``expected`` records arrived and nothing more came for ``idle`` seconds,
-    or at ``timeout``. Returns confluent_kafka Messages.
+    Stops when ``expected`` records arrived and no data record (one without a
+    ``lockgate-type`` header: idle lockgate writers send barriers every interval) came for
+    ``idle`` seconds, or at ``timeout``. Returns confluent_kafka Messages.
     """
     c = Consumer(
         {
@@ -95,7 +96,8 @@ def read_all(
             for m in c.consume(1000, 0.5):
                 if m.error() is None:
                     out.append(m)
-                    last = time.monotonic()
+                    if not any(k == "lockgate-type" for k, _ in m.headers() or ()):
+                        last = time.monotonic()
                 elif m.error().code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(m.error())
             done = expected is None or len(out) >= expected
