@@ -832,13 +832,15 @@ class EpochMixin(SavepointMixin):
         (key groups halted at a stop-with-savepoint, a stuck instance), this keeps it
         honest: high watermark minus committed offset per owned input partition. Halted
         partitions are not fetched, so their high watermark is asked for (1 s at most
-        each); the others' comes from the fetches.
+        each, 2 s in all per sample; past that the last one fetched counts); the others'
+        comes from the fetches.
         """
         lag = 0
+        asked_until = time.monotonic() + 2.0  # the loop waits at most this long for it
         for (topic, g), committed in list(self._committed.items()):
             tp = TopicPartition(topic, g)
             try:
-                if g in self._halted:
+                if g in self._halted and time.monotonic() < asked_until:
                     _, high = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
                 else:
                     _, high = self._consumer.get_watermark_offsets(tp, cached=True)
