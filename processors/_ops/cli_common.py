@@ -1,7 +1,8 @@
 """What every ``lockgate`` command shares: loading an app and the settings, exiting.
 
 Used by ``processors/cli.py`` (the click wiring) and the operator commands (one module
-per command: ``processors/_ops/topics.py``, ``send.py``, ``dlq.py``, ``reset.py``), so
+per command: ``processors/_ops/topics.py``, ``send.py``, ``read.py``, ``dlq.py``,
+``reset.py``), so
 the commands behave alike without importing the CLI module that registers them.
 
 Conventions (as the rest of the CLI): exit 0 on success, 1 on a runtime failure (Kafka),
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,6 +28,7 @@ from processors._config.settings import Settings, load_settings
 from processors._dsl.app import App
 from processors._ops.catalog import OpsError
 from processors.exceptions import ConfigError, LockgateError, TopicError
+from state.codecs import Codec
 from state.savepoint import SavepointError
 
 #: The client name (client.id prefix) of the operator commands' Kafka clients.
@@ -145,3 +148,53 @@ def load_for_command(app_spec: str) -> tuple[App, Settings, str]:
 def echo_err(line: str) -> None:
     """Print ``line`` on stderr."""
     click.echo(line, err=True)
+
+
+def codecs_for(app: App, topic: str) -> tuple[Codec, Codec]:
+    """Return the key and value codecs of ``topic`` in ``app``.
+
+    ``topic`` is one of the app's inputs, outputs or global tables (looked up in that
+    order).
+
+    Raises:
+        OpsError: (exit code 2) the topic is none of them; the message lists the app's
+            topics.
+    """
+    if topic in app.input_topics:
+        return app.input_codecs(topic)
+    outputs = app.outputs
+    if topic in outputs:
+        return outputs[topic].key, outputs[topic].value
+    tables = app.global_tables
+    if topic in tables:
+        return tables[topic].key_codec, tables[topic].value_codec
+    known = [*app.input_topics, *tables, *outputs]
+    raise OpsError(
+        f"{topic} is not an input, output or global table of the app (its topics: "
+        f"{', '.join(known)})",
+        exit_code=2,
+    )
+
+
+def parse_time_ms(text: str, option: str) -> int:
+    """Return the time ``text`` names in milliseconds since the epoch.
+
+    ``text`` is an integer (ms since the epoch) or an ISO 8601 time
+    (``2026-01-31T12:00:00Z``; without an offset it is UTC).
+
+    Raises:
+        OpsError: (exit code 2) neither; the message names ``option``.
+    """
+    value = text.strip()
+    if value.isdigit():
+        return int(value)
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise OpsError(
+            f"{option}: {text!r} is not a time in ms or ISO 8601 (e.g. 2026-01-31T12:00:00Z)",
+            exit_code=2,
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)

@@ -15,7 +15,6 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -32,7 +31,7 @@ from processors._config.settings import Settings, StateBackendKind
 from processors._kafka.clients import Admin, admin_config
 from processors._kafka.group_probe import GroupProbe
 from processors._ops.catalog import OpsError
-from processors._ops.cli_common import fail, load_for_command
+from processors._ops.cli_common import fail, load_for_command, parse_time_ms
 from processors.exceptions import LockgateError
 from state.cache import changelog_topic
 
@@ -56,19 +55,14 @@ def parse_reset_position(text: str) -> str | int:
     value = text.strip().lower()
     if value in ("earliest", "latest"):
         return value
-    if value.isdigit():
-        return int(value)
     try:
-        dt = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+        return parse_time_ms(text, "--to")
+    except OpsError:
         raise OpsError(
             f"--to: {text!r} is not earliest, latest, a time in ms or ISO 8601 "
             "(e.g. 2026-01-31T12:00:00Z)",
             exit_code=2,
         ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
 
 
 # ------------------------------------------------------------------ lockgate reset

@@ -18,10 +18,9 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from processors._config.settings import Settings
-from processors._dsl.app import App
 from processors._kafka.clients import Admin, producer_config
 from processors._ops.catalog import OpsError
-from processors._ops.cli_common import CLI_CLIENT, fail, load_for_command
+from processors._ops.cli_common import CLI_CLIENT, codecs_for, fail, load_for_command
 from processors.exceptions import LockgateError
 from state.codecs import Codec
 
@@ -157,23 +156,6 @@ def parse_send_lines(
 # ------------------------------------------------------------------ lockgate send
 
 
-def _codecs_for(app: App, topic: str) -> tuple[Codec, Codec]:
-    if topic in app.input_topics:
-        return app.input_codecs(topic)
-    outputs = app.outputs
-    if topic in outputs:
-        return outputs[topic].key, outputs[topic].value
-    tables = app.global_tables
-    if topic in tables:
-        return tables[topic].key_codec, tables[topic].value_codec
-    known = [*app.input_topics, *tables, *outputs]
-    raise OpsError(
-        f"{topic} is not an input, output or global table of the app (its topics: "
-        f"{', '.join(known)})",
-        exit_code=2,
-    )
-
-
 def produce_records(settings: Settings, topic: str, records: Sequence[SendRecord]) -> None:
     """Produce ``records`` to ``topic`` (murmur2 partitioner, idempotent, acks=all).
 
@@ -231,7 +213,7 @@ def send(topic: str, app_spec: str, file: IO[str], key_field: str | None, dry_ru
     """
     app, settings, _name = load_for_command(app_spec)
     try:
-        key_codec, value_codec = _codecs_for(app, topic)
+        key_codec, value_codec = codecs_for(app, topic)
         records = parse_send_lines(file, key_codec, value_codec, key_field)
         if dry_run:
             click.echo(f"dry run: {len(records)} valid record(s) for {topic}, nothing produced")
