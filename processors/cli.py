@@ -25,6 +25,7 @@ from processors._ops.catalog import (
     list_savepoints,
     open_store,
     resolve_apps,
+    savepoint_text,
     trigger_savepoint,
 )
 from processors._ops.cli_common import (
@@ -428,26 +429,8 @@ def savepoint_describe(savepoint_id: str, as_json: bool) -> None:
     if as_json:
         json_out(d)
         return
-    click.echo(
-        f"savepoint {d.get('savepoint')}: checkpoint {d.get('checkpoint')}, created "
-        f"{d.get('created')}{', stop' if d.get('stop') else ''}"
-    )
-    for app, info in (d.get("apps") or {}).items():
-        click.echo(
-            f"app {app}: {info.get('key_groups')} key groups, inputs "
-            f"{','.join(info.get('inputs') or []) or '-'}, outputs "
-            f"{','.join(info.get('outputs') or []) or '-'}"
-        )
-        for m in info.get("manifests") or []:
-            click.echo(
-                f"  key group {m.get('key_group')}: checkpoint {m.get('checkpoint')} "
-                f"offsets {_offsets_text(m.get('offsets') or {})}"
-            )
-            for name, s in sorted((m.get("stores") or {}).items()):
-                click.echo(
-                    f"    store {name}: {s.get('entries')} entries, {s.get('bytes')} bytes, "
-                    f"sha256 {s.get('sha256')}"
-                )
+    for line in savepoint_text(d):
+        click.echo(line)
 
 
 from processors._spark.cli_options import rescale  # noqa: E402

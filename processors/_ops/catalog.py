@@ -67,6 +67,7 @@ __all__ = [
     "manifest_problems",
     "missing_key_groups",
     "ms_to_iso",
+    "savepoint_text",
     "open_store",
     "pipeline_closure",
     "progress_text",
@@ -976,3 +977,48 @@ def describe_savepoint(store: SavepointStore, savepoint_id: str) -> dict[str, An
         return store.read_descriptor(savepoint_id)
     except SavepointError as exc:
         raise OpsError(str(exc)) from exc
+
+
+def savepoint_text(d: dict[str, Any]) -> list[str]:
+    """Return the lines of ``lockgate savepoint describe`` (without ``--json``).
+
+    ``d`` is a descriptor (:func:`describe_savepoint`): a header line, then per app its
+    key groups, topics, and per key group the checkpoint, offsets and stores; a backfill's
+    savepoint (``lockgate backfill``) ends with its ``backfill`` section.
+    """
+
+    def offsets_text(offsets: dict[str, Any]) -> str:
+        return " ".join(f"{t}={o}" for t, o in sorted(offsets.items())) or "-"
+
+    lines = [
+        f"savepoint {d.get('savepoint')}: checkpoint {d.get('checkpoint')}, created "
+        f"{d.get('created')}{', stop' if d.get('stop') else ''}"
+    ]
+    for app, info in (d.get("apps") or {}).items():
+        lines.append(
+            f"app {app}: {info.get('key_groups')} key groups, inputs "
+            f"{','.join(info.get('inputs') or []) or '-'}, outputs "
+            f"{','.join(info.get('outputs') or []) or '-'}"
+        )
+        for m in info.get("manifests") or []:
+            lines.append(
+                f"  key group {m.get('key_group')}: checkpoint {m.get('checkpoint')} "
+                f"offsets {offsets_text(m.get('offsets') or {})}"
+            )
+            for name, st in sorted((m.get("stores") or {}).items()):
+                lines.append(
+                    f"    store {name}: {st.get('entries')} entries, {st.get('bytes')} bytes, "
+                    f"sha256 {st.get('sha256')}"
+                )
+    backfill = d.get("backfill")
+    if isinstance(backfill, dict):
+        lines.append(
+            f"backfill of {backfill.get('app_spec')}: {backfill.get('records')} records, "
+            f"{backfill.get('outputs')} outputs, {backfill.get('dead_letters')} dead letters, "
+            f"{backfill.get('seconds')} s"
+        )
+        if backfill.get("archive"):
+            lines.append(f"  input from the archive {backfill['archive']}")
+        if backfill.get("output_parquet"):
+            lines.append(f"  outputs as Parquet in {backfill['output_parquet']}")
+    return lines

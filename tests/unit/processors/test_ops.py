@@ -18,6 +18,7 @@ from processors._ops.catalog import (
     progress_text,
     resolve_apps,
     savepoint_request,
+    savepoint_text,
     source_apps,
     topo_order,
     unnamed_upstreams,
@@ -234,3 +235,46 @@ def test_checkpoint_summary_incomplete() -> None:
     out = checkpoint_summary({"a": {0: [_ck(100)]}}, {"a": 2}, limit=20)
     assert out["checkpoints"] == [] and out["newest"] is None
     assert out["apps"]["a"]["latest"][1] == {"key_group": 1, "checkpoint": None}
+
+
+def test_savepoint_text_shows_a_backfill_section() -> None:
+    descriptor = {
+        "savepoint": "sp-1",
+        "checkpoint": 0,
+        "created": "2026-11-27T10:00:00.000Z",
+        "apps": {
+            "sums": {
+                "key_groups": 1,
+                "inputs": ["numbers"],
+                "outputs": ["out"],
+                "manifests": [
+                    {
+                        "key_group": 0,
+                        "checkpoint": 0,
+                        "offsets": {"numbers": 12},
+                        "stores": {"totals": {"entries": 3, "bytes": 40, "sha256": "ab"}},
+                    }
+                ],
+            }
+        },
+        "backfill": {
+            "app_spec": "examples.running_sum:app",
+            "records": 12,
+            "outputs": 11,
+            "dead_letters": 1,
+            "seconds": 2.5,
+            "archive": "/data/numbers.parquet",
+            "output_parquet": None,
+        },
+    }
+    lines = savepoint_text(descriptor)
+    assert lines[0] == "savepoint sp-1: checkpoint 0, created 2026-11-27T10:00:00.000Z"
+    assert "  key group 0: checkpoint 0 offsets numbers=12" in lines
+    assert (
+        "backfill of examples.running_sum:app: 12 records, 11 outputs, 1 dead letters, 2.5 s"
+        in lines
+    )
+    assert "  input from the archive /data/numbers.parquet" in lines
+    assert not any("Parquet" in line for line in lines)
+    del descriptor["backfill"]
+    assert not any(line.startswith("backfill") for line in savepoint_text(descriptor))
