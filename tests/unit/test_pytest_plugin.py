@@ -129,3 +129,28 @@ def test_readme_example_is_the_tested_one() -> None:
     tested = (ROOT / "tests" / "containers" / "test_pytest_plugin.py").read_text()
     body = tested.split("verbatim (checked below).\n", 1)[1].split("\n\n", 1)[0]
     assert body.strip() == snippet.strip()
+
+
+def test_free_port_skips_bound_and_handed_out_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.setattr(pp, "_handed_out", set())
+    for _ in range(50):  # a bound port whose two successors are free
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        if all(pp._port_free(held.getsockname()[1] + i) for i in (1, 2)):
+            break
+        held.close()
+    try:
+        taken = held.getsockname()[1]
+        # a range of three ports, the first bound by another process: the other two, each once
+        spec = f"{taken}-{taken + 2}"
+        first = pp.free_port(ports=spec)
+        second = pp.free_port(ports=spec)
+        assert {first, second} == {taken + 1, taken + 2}
+        # used up: a port handed out before comes back (it is still free), never the bound one
+        assert pp.free_port(ports=spec) in {taken + 1, taken + 2}
+        with pytest.raises(pp.BrokerUnavailableError):
+            pp.free_port(ports=f"{taken}-{taken}")
+    finally:
+        held.close()
