@@ -1286,8 +1286,10 @@ class Runner(BarrierMixin):
             if offset is not None and part in self._kgs:
                 self._seek(topic, part, offset)
         if len(kept) < len(msgs):
-            log.info(
-                "dropped records fetched before a rewind or re-assignment",
+            # Routine at every start and rebalance: the records are read again, none is lost.
+            log.debug(
+                "discarded a batch's records of partitions rewound meanwhile; they are "
+                "fetched again from the restored position (no record is skipped)",
                 extra={"records": len(msgs) - len(kept), "partitions": sorted(rewound)},
             )
         self._rewound = set()

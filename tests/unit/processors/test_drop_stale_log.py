@@ -1,0 +1,48 @@
+"""Records discarded after a rewind are routine: logged at DEBUG, never at INFO (issue 27).
+
+At every start the rebalance callback seeks the assigned partitions while ``consume()``
+is collecting a batch; the batch's records of those partitions are discarded and read
+again. An INFO line ``dropped records ... records=1000`` on every normal start read as
+data loss.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from processors._runtime.runner import Runner
+
+
+class _Msg:
+    def __init__(self, partition: int) -> None:
+        self._p = partition
+
+    def topic(self) -> str:
+        return "in"
+
+    def partition(self) -> int:
+        return self._p
+
+
+def test_drop_stale_discards_rewound_partitions_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    sought: list[tuple[str, int, int]] = []
+    fake: Any = SimpleNamespace(
+        _rewound={("in", 0)},
+        _next={("in", 0): 7},
+        _kgs={0: object(), 1: object()},
+        _seek=lambda topic, part, offset: sought.append((topic, part, offset)),
+    )
+    msgs = [_Msg(0), _Msg(1), _Msg(0)]
+    with caplog.at_level(logging.DEBUG, logger="lockgate.runtime"):
+        kept = Runner._drop_stale(fake, msgs)
+    assert [m.partition() for m in kept] == [1]
+    assert sought == [("in", 0, 7)]  # read again from the tracked position
+    assert fake._rewound == set()
+    records = [r for r in caplog.records if "rewound" in r.getMessage()]
+    assert len(records) == 1 and records[0].levelno == logging.DEBUG
+    assert "dropped" not in records[0].getMessage()
+    assert "no record is skipped" in records[0].getMessage()
