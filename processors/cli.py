@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import orjson
@@ -97,18 +97,26 @@ def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: boo
     try:
         code = run_app(app, settings)
     except FatalKafkaError as exc:
-        log.error("%s", exc)
-        click.echo(f"lockgate: {exc}", err=True)
-        sys.exit(1)
+        _run_failed(str(exc), 1)
     except LockgateError as exc:
-        log.error("%s", exc)
-        click.echo(f"lockgate: {exc}", err=True)
-        sys.exit(2)
+        _run_failed(str(exc), 2)
     except KafkaException as exc:
         hint = _unreachable_hint(exc, settings.bootstrap_servers)
-        log.error("Kafka client error: %s%s", exc, hint)
-        click.echo(f"lockgate: Kafka client error: {exc}{hint}", err=True)
-        sys.exit(1)
+        _run_failed(f"Kafka client error: {exc}{hint}", 1)
+    sys.exit(code)
+
+
+def _run_failed(message: str, code: int) -> NoReturn:
+    """Say once why ``lockgate run`` stops, then exit with ``code``.
+
+    As an ERROR log line (stderr, in the configured format, so log collectors get it as
+    they get every other line); as ``lockgate: message`` on stderr only if no log handler
+    would show it. Never both (it was printed twice).
+    """
+    if log.isEnabledFor(logging.ERROR) and log.hasHandlers():
+        log.error("%s", message)
+    else:
+        click.echo(f"lockgate: {message}", err=True)
     sys.exit(code)
 
 

@@ -30,6 +30,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
@@ -145,6 +146,21 @@ class _TimerRewind(BaseException):  # noqa: N818 - internal control flow (past u
 
 #: How long a group description answers /state routing before it is asked again.
 _OWNERS_FRESH_S = 10.0
+
+
+def stopped_fields(checkpoint: int) -> dict[str, Any]:
+    """Return the fields of the ``stopped`` log line for the last checkpoint id.
+
+    A checkpoint id is a time in ms since the epoch (its interval's start, or later), so
+    ``last_checkpoint`` shows it as an ISO 8601 UTC time (``none`` before the first
+    checkpoint) and ``checkpoint_id`` keeps the number (as ``lockgate checkpoints list``
+    shows it).
+    """
+    if checkpoint <= 0:
+        return {"last_checkpoint": "none", "checkpoint_id": checkpoint}
+    when = datetime.fromtimestamp(checkpoint / 1000, tz=UTC)
+    iso = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {"last_checkpoint": iso, "checkpoint_id": checkpoint}
 
 
 class Runner(BarrierMixin):
@@ -793,7 +809,7 @@ class Runner(BarrierMixin):
         if self._fatal is not None:  # raised by the final revoke (e.g. fenced)
             log.error("stopped after a fatal error during shutdown: %s", self._fatal)
             return 1
-        log.info("stopped", extra={"last_checkpoint": self._checkpoint})
+        log.info("stopped", extra=stopped_fields(self._checkpoint))
         return 0
 
     def _subscribe_again(self) -> None:
@@ -923,7 +939,7 @@ class Runner(BarrierMixin):
             extra={"waiting_for": str(exc)},
         )
         self._close(graceful=False)
-        log.info("stopped", extra={"last_checkpoint": self._checkpoint})
+        log.info("stopped", extra=stopped_fields(self._checkpoint))
         return 0
 
     def _fail(self, exc: BaseException) -> int:

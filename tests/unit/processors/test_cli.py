@@ -89,3 +89,24 @@ def test_other_kafka_errors_get_no_unreachable_hint() -> None:
     denied = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert _unreachable_hint(denied, "k:9092") == ""
     assert _unreachable_hint(KafkaException("no KafkaError"), "k:9092") == ""
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_an_unreachable_broker_is_reported_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fmt: str
+) -> None:
+    import processors.cli as cli
+
+    def unreachable(*_args: object) -> int:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata"))
+
+    monkeypatch.setattr(cli, "run_app", unreachable)
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+        "LOCKGATE_STATE_DIR": str(tmp_path),
+        "LOCKGATE_LOG_FORMAT": fmt,
+    }
+    res = CliRunner().invoke(main, ["run", "examples.running_sum:app"], env=env)
+    assert res.exit_code == 1
+    assert res.stderr.count("no broker answered at 127.0.0.1:1") == 1, res.stderr
+    assert "Failed to get metadata" in res.stderr

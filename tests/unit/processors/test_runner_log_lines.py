@@ -1,9 +1,9 @@
-"""Records discarded after a rewind are routine: logged at DEBUG, never at INFO (issue 27).
+"""Runner log lines a first-day user reads (issue 27): routine events at DEBUG, times as times.
 
 At every start the rebalance callback seeks the assigned partitions while ``consume()``
 is collecting a batch; the batch's records of those partitions are discarded and read
 again. An INFO line ``dropped records ... records=1000`` on every normal start read as
-data loss.
+data loss. The ``stopped`` line printed ``last_checkpoint=1795775868000``.
 """
 
 from __future__ import annotations
@@ -46,3 +46,13 @@ def test_drop_stale_discards_rewound_partitions_quietly(caplog: pytest.LogCaptur
     assert len(records) == 1 and records[0].levelno == logging.DEBUG
     assert "dropped" not in records[0].getMessage()
     assert "no record is skipped" in records[0].getMessage()
+
+
+def test_the_stopped_line_shows_the_last_checkpoint_as_a_time() -> None:
+    from processors._runtime.runner import stopped_fields
+
+    assert stopped_fields(1795775868000) == {
+        "last_checkpoint": "2026-11-27T10:37:48.000Z",
+        "checkpoint_id": 1795775868000,
+    }
+    assert stopped_fields(0) == {"last_checkpoint": "none", "checkpoint_id": 0}
