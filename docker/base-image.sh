@@ -13,19 +13,64 @@
 #   docker/base-image.sh --force    # rebuild
 #
 # Environment: LOCKGATE_BASE_IMAGE (default lockgate/base:bookworm),
-#              LOCKGATE_DEBIAN_MIRROR (default http://deb.debian.org/debian).
+#              LOCKGATE_DEBIAN_MIRROR, LOCKGATE_DEBIAN_SECURITY_MIRROR (the archive and
+#              its security archive; no host is named here). Unset, they come from the
+#              host's apt sources (/etc/apt/sources.list, sources.list.d/*.list and
+#              *.sources): the first enabled `deb` source of a Debian suite, and of a
+#              -security suite. With no Debian source on the host, debootstrap uses its
+#              own default mirror and the image gets no security source (a warning says
+#              so; set LOCKGATE_DEBIAN_SECURITY_MIRROR).
 # Needs root and a running engine (docker/ensure-engine.sh). Progress goes to stderr.
 set -euo pipefail
 
 IMAGE="${LOCKGATE_BASE_IMAGE:-lockgate/base:bookworm}"
-MIRROR="${LOCKGATE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-SECURITY_MIRROR="${LOCKGATE_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
 SUITE=bookworm
 PACKAGES=python3,python3-venv,ca-certificates
 # Bump when the recipe below changes in a way that should produce a new image.
 RECIPE_VERSION=1
+# Debian suites a host's source may name (the archive serves every release).
+DEBIAN_SUITES='(oldoldstable|oldstable|stable|testing|unstable|sid|buster|bullseye|bookworm|trixie|forky|duke)'
 
 say() { printf '[base-image] %s\n' "$*" >&2; }
+
+# host_apt_uri SUITE_REGEX: print the URI of the host's first enabled `deb` source with a
+# suite matching SUITE_REGEX (an extended regex for the whole suite), or nothing.
+# Reads the one-line format (sources.list, *.list) and deb822 (*.sources), as apt does.
+host_apt_uri() {
+    local want="^($1)\$" f uri=""
+    local -a lists=() deb822=()
+    [[ -f /etc/apt/sources.list ]] && lists+=(/etc/apt/sources.list)
+    for f in /etc/apt/sources.list.d/*.list; do [[ -f $f ]] && lists+=("$f"); done
+    for f in /etc/apt/sources.list.d/*.sources; do [[ -f $f ]] && deb822+=("$f"); done
+    if ((${#lists[@]})); then
+        # deb [options] URI SUITE COMPONENT...
+        uri="$(sed -e 's/#.*//' -e 's/\[[^]]*\]//' "${lists[@]}" |
+            awk -v want="$want" '$1 == "deb" && $3 ~ want { print $2; exit }')"
+    fi
+    if [[ -z $uri ]] && ((${#deb822[@]})); then
+        # Paragraphs of "Field: value"; Types must hold deb, Enabled must not be no.
+        uri="$(for f in "${deb822[@]}"; do sed -e '/^[[:space:]]*#/d' "$f"; printf '\n'; done |
+            awk -v want="$want" '
+                function done_par() {
+                    if (types ~ /(^| )deb( |$)/ && enabled != "no" && uri != "") {
+                        n = split(suites, s, " ")
+                        for (i = 1; i <= n; i++) if (s[i] ~ want) { print uri; uri = ""; exit }
+                    }
+                    types = ""; suites = ""; uri = ""; enabled = ""
+                }
+                /^[ \t]*$/ { done_par(); next }
+                tolower($1) == "types:" { $1 = ""; types = $0 " " }
+                tolower($1) == "suites:" { $1 = ""; suites = $0 }
+                tolower($1) == "uris:" { uri = $2 }
+                tolower($1) == "enabled:" { enabled = tolower($2) }
+                END { done_par() }')"
+    fi
+    [[ -n $uri ]] && printf '%s\n' "$uri"
+    return 0
+}
+
+MIRROR="${LOCKGATE_DEBIAN_MIRROR:-$(host_apt_uri "$SUITE|$DEBIAN_SUITES(-updates)?")}"
+SECURITY_MIRROR="${LOCKGATE_DEBIAN_SECURITY_MIRROR:-$(host_apt_uri "$DEBIAN_SUITES-security")}"
 
 force=0
 case "${1:-}" in
@@ -63,10 +108,16 @@ cleanup() {
 trap cleanup EXIT
 
 start=$SECONDS
-say "debootstrap --variant=minbase $SUITE into $rootfs (packages: $PACKAGES)"
-debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR" >&2
+say "debootstrap --variant=minbase $SUITE into $rootfs (packages: $PACKAGES, mirror: ${MIRROR:-the debootstrap default})"
+# Without a mirror argument debootstrap uses its own default.
+debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" ${MIRROR:+"$MIRROR"} >&2
+if [[ -z $MIRROR ]]; then
+    # The mirror debootstrap chose, from the sources.list it wrote into the rootfs.
+    MIRROR="$(awk '$1 == "deb" { print $2; exit }' "$rootfs/etc/apt/sources.list" 2>/dev/null || true)"
+    [[ -n $MIRROR ]] || { say "cannot tell which mirror debootstrap used: set LOCKGATE_DEBIAN_MIRROR"; exit 1; }
+fi
 
-# apt sources: the release, its updates and security.
+# apt sources: the release, its updates and (when one is known) security.
 rm -f "$rootfs/etc/apt/sources.list"
 cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
@@ -74,6 +125,9 @@ URIs: $MIRROR
 Suites: $SUITE $SUITE-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+if [[ -n $SECURITY_MIRROR ]]; then
+    cat >>"$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
 
 Types: deb
 URIs: $SECURITY_MIRROR
@@ -81,6 +135,9 @@ Suites: $SUITE-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
+else
+    say "warning: no Debian security source on the host and LOCKGATE_DEBIAN_SECURITY_MIRROR unset: the image has no $SUITE-security source"
+fi
 
 # apt/dpkg settings in the spirit of the official Debian images.
 cat >"$rootfs/etc/apt/apt.conf.d/docker-clean" <<'EOF'

@@ -15,7 +15,8 @@
 #
 # stdout: the names of the images asked for, one per line. Progress and timings: stderr.
 # Environment: LOCKGATE_PROCESSOR_IMAGE (lockgate/processor:dev), LOCKGATE_KAFKA_IMAGE
-# (lockgate/kafka:dev), LOCKGATE_BASE_IMAGE (lockgate/base:bookworm), PIP_INDEX_URL (forwarded),
+# (lockgate/kafka:dev), LOCKGATE_BASE_IMAGE (lockgate/base:bookworm), PIP_INDEX_URL (forwarded;
+# default: the host pip's `global.index-url`, else pip's own default in the build),
 # LOCKGATE_PIP_CA (CA bundle for pip inside the build; default: pip's `global.cert`, $PIP_CERT,
 # then /etc/ssl/certs/ca-certificates.crt).
 set -euo pipefail
@@ -173,8 +174,14 @@ if ((want_processor)); then
     else
         say "no CA bundle at '$ca': pip in the build uses the image's own CAs"
     fi
+    # The index: $PIP_INDEX_URL, else the host pip's configured global.index-url, else
+    # none (pip's own default inside the build). No index is named here.
+    index="${PIP_INDEX_URL:-}"
+    if [[ -z $index ]] && command -v pip >/dev/null 2>&1; then
+        index="$(pip config get global.index-url 2>/dev/null || true)"
+    fi
     args=()
-    [[ -n ${PIP_INDEX_URL:-} ]] && args+=(--build-arg "PIP_INDEX_URL=$PIP_INDEX_URL")
+    [[ -n $index ]] && args+=(--build-arg "PIP_INDEX_URL=$index")
     build_image processor "$PROCESSOR_IMAGE" "$ctx" "${args[@]}"
 fi
 
