@@ -4,8 +4,8 @@ A topic gets a committed transaction, an aborted one and a committed one holding
 lockgate control record and a record that is not UTF-8. ``lockgate read`` must show
 exactly the committed records (never the aborted ones), skip the control record unless
 ``--all``, honour ``--max``, ``--partition`` and ``--from``, decode with the app's codecs
-with ``--app``, follow new commits until SIGINT or SIGTERM, and refuse a missing topic
-with exit 2.
+with ``--app`` (a pickled input; Avro through the real Schema Registry), follow new
+commits until SIGINT or SIGTERM, and refuse a missing topic with exit 2.
 
 Every record carries a recent timestamp. A first version of this test wrote timestamps
 of 1970 (``1000 + i``); the broker rolls a new segment when a batch's timestamp is
@@ -38,6 +38,7 @@ from tests.support.kafka import create_topic
 from tests.support.procs import LOCKGATE, ROOT, lockgate_cli
 
 PICKLED = "tests.integration.apps.pickled:app"
+AVRO = "tests.integration.apps.avro_sum:app"
 
 
 def _lines(result: Any) -> list[dict[str, Any]]:
@@ -267,3 +268,36 @@ def test_read_follow_ends_at_max(kafka_bootstrap: str, names: Any, tmp_path: Pat
     finally:
         if follower.proc.poll() is None:
             follower.proc.kill()
+
+
+def test_read_decodes_avro_with_the_schema_registry(
+    kafka_bootstrap: str, names: Any, tmp_path: Path, schema_registry: Any
+) -> None:
+    """``--app`` with Schema Registry codecs: the writer schema is fetched by id."""
+    from state.schema_registry import Avro, SchemaRegistry
+
+    env = _env(kafka_bootstrap, names, tmp_path, "readavro")
+    env["LOCKGATE_TEST_SCHEMA_REGISTRY_URL"] = schema_registry.url
+    topic = env["LOCKGATE_INPUT_TOPIC"]
+    create_topic(kafka_bootstrap, topic, 1)
+    registry = SchemaRegistry(schema_registry.url)
+    key = Avro(registry, '"string"').bind(topic, "key")
+    schema = orjson.dumps(
+        {
+            "type": "record",
+            "name": "Amount",
+            "namespace": "lockgate.test",
+            "fields": [{"name": "amount", "type": "long"}],
+        }
+    ).decode()
+    value = Avro(registry, schema).bind(topic, "value")
+    producer = _transactional(kafka_bootstrap)
+    producer.begin_transaction()
+    producer.produce(topic, value.encode({"amount": 5}), key.encode("acct-1"), partition=0)
+    producer.commit_transaction(30)
+
+    decoded = _lines(lockgate_cli(env, "read", topic, "--app", AVRO))
+    assert [(r["key"], r["value"]) for r in decoded] == [("acct-1", {"amount": 5})]
+    assert "value_error" not in decoded[0] and "key_error" not in decoded[0]
+    plain = _lines(lockgate_cli(env, "read", topic))
+    assert plain[0]["value"] != {"amount": 5}  # the wire format, not the record
