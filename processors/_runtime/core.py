@@ -118,8 +118,8 @@ class RunnerCore:
         #: Requests read while another one is in progress: taken one at a time, in order.
         self._sp_queue: deque[dict[str, Any]] = deque()
         self._registered = False
-        #: Writers (``<app>/<key group>``) registered for this app's inputs at start.
-        self._upstream_writers: list[str] = []
+        #: Per input topic, the writers (``<app>/<key group>``) registered for it at start.
+        self._upstream_writers: dict[str, list[str]] = {}
         #: Records an alignment released, processed before the next fetched record (and
         #: upstream watermark updates, applied in their place among them).
         self._released: deque[Any] = deque()
@@ -416,12 +416,14 @@ class RunnerCore:
             self._consumer.incremental_unassign([TopicPartition(topic, partition)])
             self._consumer.incremental_assign([tp])
 
-    def _new_aligner(self, snapshot: Snapshot, key: tuple[str, int] | None = None) -> Aligner:
-        """An aligner resuming from ``snapshot``, expecting the registered writers.
+    def _new_aligner(self, snapshot: Snapshot, key: tuple[str, int]) -> Aligner:
+        """An aligner of input partition ``key`` resuming from ``snapshot``.
 
-        In unaligned mode, a snapshot taken while a savepoint was aligning (a savepoint
-        barrier seen, its checkpoint not complete) resumes aligned until it completes:
-        the writers past the savepoint barrier must keep being held.
+        It expects the writers registered for that input. In unaligned mode, a snapshot
+        taken while a savepoint was aligning (a savepoint barrier seen, its checkpoint not
+        complete) resumes aligned until it completes: the writers past the savepoint
+        barrier must keep being held. A multi-input app's aligners are grouped: the key
+        group completes them together (:meth:`_complete_group`).
         """
         pending = [
             c
@@ -429,48 +431,22 @@ class RunnerCore:
             if c > snapshot.done and sp not in self._sp_cancelled
         ]
         mode = self._mode
-        if key is not None:
-            self._aligned_until.pop(key, None)
-            if pending and mode is Mode.UNALIGNED:
-                mode = Mode.ALIGNED
-                self._aligned_until[key] = max(pending)
+        self._aligned_until.pop(key, None)
+        if pending and mode is Mode.UNALIGNED:
+            mode = Mode.ALIGNED
+            self._aligned_until[key] = max(pending)
         aligner = Aligner(
             mode,
             self.settings.alignment_timeout_ms / 1000,
             self.settings.alignment_max_held,
             snapshot=snapshot,
+            grouped=self._interleaver is not None,
         )
         if not aligner.replaying:
             # While replaying, membership comes from the snapshot and the barriers replayed
             # (a writer dropped before the commit must stay dropped until then).
-            aligner.expect(self._upstream_writers)
+            aligner.expect(self._upstream_writers.get(key[0], ()))
         return aligner
-
-    def _check_no_alignment(
-        self, g: int, topic: str, snap_data: Any, committed: int | None = None
-    ) -> None:
-        """A multi-input app resumes an alignment snapshot only if it includes nothing.
-
-        Records past the snapshot's ``low`` that it counts as processed would be
-        processed again without it (the app was a single-input downstream before). A
-        snapshot whose ``low`` is not ``committed`` (offsets reset by hand) is ignored.
-
-        Raises:
-            ConfigError: the snapshot includes records past the committed offset.
-        """
-        if not snap_data:
-            return
-        snap = Snapshot.from_json(snap_data)
-        if committed is not None and snap.low != committed:
-            return  # offsets changed by hand: the offsets win, as for single-input apps
-        if snap.high > snap.low:
-            raise ConfigError(
-                f"key group {g} of {topic!r} was committed in the middle of a barrier "
-                "alignment by a single-input version of this app; a multi-input app does not "
-                "align, so it cannot resume there exactly. Run the previous version until "
-                "its checkpoints complete (or stop it with a savepoint taken aligned), then "
-                "start this version"
-            )
 
     def _control_reader(self) -> Any:
         """A group-less ``read_committed`` consumer for control-topic reads."""
