@@ -43,19 +43,24 @@ ORDER_TOTALS = os.environ.get("LOCKGATE_ORDER_TOTALS_TOPIC", "order-totals")
 PAYMENT_TOTALS = os.environ.get("LOCKGATE_PAYMENT_TOTALS_TOPIC", "payment-totals")
 OUTPUT = os.environ.get("LOCKGATE_OUTPUT_TOPIC", "balances")
 
-#: Every app accepts every topic variable, so one environment serves all three processes.
-ENV = [
-    "LOCKGATE_ORDERS_TOPIC",
-    "LOCKGATE_PAYMENTS_TOPIC",
-    "LOCKGATE_ORDER_TOTALS_TOPIC",
-    "LOCKGATE_PAYMENT_TOTALS_TOPIC",
-    "LOCKGATE_OUTPUT_TOPIC",
-]
+
+def _app(name: str) -> App:
+    """An app of the DAG: each accepts every topic variable, so one environment serves all."""
+    return App(
+        name,
+        env=[
+            "LOCKGATE_ORDERS_TOPIC",
+            "LOCKGATE_PAYMENTS_TOPIC",
+            "LOCKGATE_ORDER_TOTALS_TOPIC",
+            "LOCKGATE_PAYMENT_TOTALS_TOPIC",
+            "LOCKGATE_OUTPUT_TOPIC",
+        ],
+    )
 
 
 def _totals_app(name: str, source: str, internal: str) -> App:
     """An app that emits each customer's running total and count of ``source`` amounts."""
-    app = App(name, env=ENV)
+    app = _app(name)
     totals: ValueState[list[int]] = app.value_state("totals")
 
     @app.process(source, outputs=[OutputSpec(internal, internal=True)])
@@ -72,7 +77,7 @@ def _totals_app(name: str, source: str, internal: str) -> App:
 orders_app = _totals_app("order-totals", ORDERS, ORDER_TOTALS)
 payments_app = _totals_app("payment-totals", PAYMENTS, PAYMENT_TOTALS)
 
-balance_app = App("balances", env=ENV)
+balance_app = _app("balances")
 #: Per customer: [orders seen, order total seen, payments seen, payment total seen].
 seen: ValueState[list[int]] = balance_app.value_state("seen")
 

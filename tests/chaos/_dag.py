@@ -13,7 +13,10 @@ that order: per customer, the ``(orders, payments)`` counts of its records, in o
 at one of ``(1, 0)``/``(0, 1)``, each record adds exactly one to one of them (a duplicate
 repeats or goes back, a loss jumps), they end at the customer's ``(orders, payments)``, and
 every balance is ``order_total[orders] - payment_total[payments]`` from the model's prefix
-sums. Records with a ``lockgate-type`` header (barriers) are skipped.
+sums. Records with a ``lockgate-type`` header (barriers) are skipped. The apps declare their
+topic variables themselves (``App(..., env=["LOCKGATE_ORDERS_TOPIC", "LOCKGATE_PAYMENTS_TOPIC",
+"LOCKGATE_ORDER_TOTALS_TOPIC", "LOCKGATE_PAYMENT_TOTALS_TOPIC"])``); the tests build their
+environment here only.
 """
 
 from __future__ import annotations
