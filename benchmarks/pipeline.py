@@ -1,4 +1,4 @@
-"""Two-app pipelines (aligned vs unaligned checkpoints) and savepoints.
+"""Two-app pipelines (LOCKGATE_ALIGNMENT aligned vs none, labelled unaligned) and savepoints.
 
 Step ``pipeline`` of ``make bench``, or on its own: ``python -m benchmarks.pipeline``
 (then it writes ``benchmarks/out/<timestamp>/results.json`` and replaces only the
@@ -429,7 +429,7 @@ class PipelineBench:
             "LOCKGATE_CLICKS_TOPIC": clicks,
             "LOCKGATE_USER_COUNTS_TOPIC": counts,
             "LOCKGATE_OUTPUT_TOPIC": totals,
-            "LOCKGATE_ALIGNMENT": mode,
+            "LOCKGATE_ALIGNMENT": "none" if mode == "unaligned" else mode,
             "LOCKGATE_CHECKPOINT_INTERVAL_MS": str(ms),
         }
         port = free_port()

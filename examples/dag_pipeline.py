@@ -19,7 +19,7 @@ seen - payment total seen>}``.
 ``balance_app`` aligns on the barriers of both upstream apps (every writer of both inputs),
 so a checkpoint of the whole DAG is one consistent cut: ``lockgate savepoint trigger
 --pipeline order-totals`` covers all three apps. ``LOCKGATE_ALIGNMENT`` (``aligned`` or
-``unaligned``) picks how ``balance_app`` checkpoints, as in ``examples/click_pipeline.py``.
+``none``) picks how ``balance_app`` checkpoints, as in ``examples/click_pipeline.py``.
 Each app runs in its own process(es); ``LOCKGATE_APP_NAME`` renames any of them::
 
     export LOCKGATE_BOOTSTRAP_SERVERS=127.0.0.1:9092

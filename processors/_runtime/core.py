@@ -139,7 +139,7 @@ class RunnerCore:
         self._globals: GlobalTables = GlobalTables({}, settings, self.name, self.metrics)
         #: Input partitions paused because the interleaver buffers too many of their records.
         self._bp_paused: set[tuple[str, int]] = set()
-        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
+        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
         self._dlq = f"{self.name}.dlq"
         self._stop = False
         self._stop_at: float | None = None  # when the stop was requested (monotonic)

@@ -53,7 +53,7 @@ def _env(bootstrap: str, topics: DagTopics, app_name: str, alignment: str) -> di
     return dag_env(bootstrap, topics, app_name, **env, LOCKGATE_ALIGNMENT=alignment)
 
 
-@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+@pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_dag_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, alignment: str) -> None:
     seed = _seed()
     rng = random.Random(seed)

@@ -86,7 +86,7 @@ class EventFeeder(threading.Thread):
             self.error = exc
 
 
-@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+@pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_three_stage_event_time_with_an_idle_source_instance_kill9(
     kafka_bootstrap: str, tmp_path: Path, alignment: str
 ) -> None:

@@ -56,7 +56,7 @@ def _fleets(bootstrap: str, topics: DagTopics, root: Path, **common: str) -> lis
     ]
 
 
-@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+@pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_dag_stop_with_savepoint_and_restore_is_exact(
     kafka_bootstrap: str, tmp_path: Path, alignment: str
 ) -> None:
