@@ -71,9 +71,14 @@ offsets, its snapshot), created with ``grouped=True``: it never completes on its
 all its machines together with :meth:`Aligner.complete` at the minimum of their ``ready``.
 Every machine of the group then has the same ``done``, so a record is held exactly when
 its tag is past the key group's completed checkpoint, and the cut is consistent across
-the inputs. The invariant above becomes ``min(last) >= done``; the four arguments hold per
-partition unchanged (the skip rule uses the snapshot's ``done`` only, and a completion
-during a replay can only come later than in the first run, never include less).
+the inputs. The invariant above becomes ``min(last) >= done``. Arguments 1-3 hold per
+partition unchanged; argument 4 does not: a partition's ``ready`` may exceed its ``done``
+in the first run, so another input's replay can complete a checkpoint *earlier* relative
+to this partition's offsets, and a snapshot taken then would skip records of the rest of
+its replay that were never processed. So the caller completes a group only while none of
+its machines is :attr:`Aligner.replaying` (and completes it as soon as the last replay
+ends); then every completion happens at or after ``high`` on every input, as argument 4
+needs.
 
 Only timing differs: a restored machine restarts its alignment timer at the first
 :meth:`Aligner.tick` or barrier. To keep the arguments true, membership changes of writers

@@ -56,6 +56,7 @@ class BarrierMixin(RebalanceMixin):
         done = self._marks.done(g)
         aligner = self._new_aligner(Snapshot(start, start, done, {}, False), (topic, g))
         self._aligners[(topic, g)] = aligner
+        self._share_savepoint_alignment(g)
         log.info(
             "input partition has upstream lockgate writers: checkpoints now come from "
             "their barriers",
@@ -146,11 +147,22 @@ class BarrierMixin(RebalanceMixin):
         records to process after the completion's own (released by a writer drop).
         Inputs without upstream writers (no aligner) do not hold a completion back: their
         position at the completion is part of the cut.
+
+        Nothing completes while an input replays (reads below its restored snapshot's
+        ``high``): its records there are skipped by the snapshot's ``done``, and a
+        completion the other inputs make earlier than in the first run would let a commit
+        in the middle of the replay record a ``done`` that skips records of the rest of
+        the replay never processed. The completion waits until no input replays
+        (:meth:`_complete_deferred`, between batches); the inputs' held records wait too.
         """
         group = [(t, a) for t in self._inputs for a in [self._aligners.get((t, g))] if a]
         readies = [r for _, a in group for r in [a.ready] if r is not None]
         target = min(readies, default=-1)
         if target <= min(a.done for _, a in group):
+            self._released.extend(later)
+            return
+        if any(a.replaying for _, a in group):
+            self._deferred_groups.add(g)
             self._released.extend(later)
             return
         befores = {
@@ -167,6 +179,20 @@ class BarrierMixin(RebalanceMixin):
             tuple(p for c in completions for p in c.released),
         )
         self._complete(g, completion, befores, later)
+
+    def _complete_deferred(self) -> None:
+        """Complete the key groups whose completion waited for an input's replay to end."""
+        for g in sorted(self._deferred_groups):
+            group = [(t, a) for t in self._inputs for a in [self._aligners.get((t, g))] if a]
+            if g not in self._kgs or g in self._halted or not group:
+                self._deferred_groups.discard(g)
+                continue
+            if any(a.replaying for _, a in group):
+                continue
+            self._deferred_groups.discard(g)
+            topic, aligner = group[0]
+            before = aligner.snapshot(self._next.get((topic, g), 0))
+            self._complete_group(g, topic, before, time.monotonic(), ())
 
     def _update_writers(
         self,
@@ -226,6 +252,10 @@ class BarrierMixin(RebalanceMixin):
         sp_id = completion.savepoint
         if sp_id is not None and (self._marks.origin(g) == sp_id or sp_id in self._sp_cancelled):
             sp_id = None  # restored from it (the replay completes it again), or cancelled
+        if sp_id is not None and self._sp_taken.setdefault((g, sp_id), ckpt) != ckpt:
+            # Announced again at a later id (upstream apps that took the savepoint at
+            # different ids): taken at the first. A replay completes the same id again.
+            sp_id = None
         released = completion.released + later
         for t in befores:
             until = self._aligned_until.get((t, g))
@@ -298,7 +328,12 @@ class BarrierMixin(RebalanceMixin):
             self._released.append(WatermarkUpdate(topic, g, ckpt))
 
     def _tick_alignments(self) -> None:
-        """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``."""
+        """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``.
+
+        First completes the key groups whose completion waited for a replay to end.
+        """
+        if self._deferred_groups:
+            self._complete_deferred()
         now = time.monotonic()
         for (topic, g), aligner in self._aligners.items():
             if aligner.mode is not Mode.ALIGNED or g in self._halted:

@@ -106,6 +106,12 @@ class RunnerCore:
         self._aligners: dict[tuple[str, int], Aligner] = {}
         #: The alignment snapshot committed last, per aligned input partition.
         self._align_committed: dict[tuple[str, int], Snapshot] = {}
+        #: Key groups whose grouped aligners could complete but one of them was replaying
+        #: (completed once no input replays, see ``BarrierMixin._complete_deferred``).
+        self._deferred_groups: set[int] = set()
+        #: (key group, savepoint id) -> the checkpoint it was taken at in this process:
+        #: the same savepoint announced at another id later is not taken twice.
+        self._sp_taken: dict[tuple[int, str], int] = {}
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
         #: its state descends from, a halt, a restore under way; and their committed state.
         self._marks = KeyGroupCheckpoints()
@@ -447,6 +453,26 @@ class RunnerCore:
             # (a writer dropped before the commit must stay dropped until then).
             aligner.expect(self._upstream_writers.get(key[0], ()))
         return aligner
+
+    def _share_savepoint_alignment(self, g: int) -> None:
+        """Align every input of ``g`` while one of them aligns for a savepoint.
+
+        With ``LOCKGATE_ALIGNMENT=none`` a savepoint barrier aligns its partition until
+        the savepoint completes; a multi-input key group's aligners complete together, so
+        all of them must hold (an aligner created later, or restored from a snapshot that
+        saw no savepoint barrier yet, would otherwise make the completion unaligned).
+        """
+        if self._mode is not Mode.UNALIGNED or self._interleaver is None:
+            return
+        keys = [(t, g) for t in self._inputs if (t, g) in self._aligners]
+        until = max((self._aligned_until.get(k, 0) for k in keys), default=0)
+        if not until:
+            return
+        for key in keys:
+            aligner = self._aligners[key]
+            if aligner.mode is Mode.UNALIGNED:
+                self._released.extend(aligner.set_mode(Mode.ALIGNED))  # releases nothing
+            self._aligned_until[key] = max(self._aligned_until.get(key, 0), until)
 
     def _control_reader(self) -> Any:
         """A group-less ``read_committed`` consumer for control-topic reads."""

@@ -320,6 +320,7 @@ class RebalanceMixin(EpochMixin):
                     snap = Snapshot(committed, committed, done, {}, False)
                 self._aligners[(t, g)] = self._new_aligner(snap, (t, g))
                 self._align_committed[(t, g)] = snap
+            self._share_savepoint_alignment(g)
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})

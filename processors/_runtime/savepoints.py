@@ -457,6 +457,7 @@ class SavepointMixin(RunnerCore):
             else:
                 self._aligners.pop((topic, g), None)
                 self._align_committed.pop((topic, g), None)
+        self._share_savepoint_alignment(g)
         self._marks.seeded(g, sp_id, int(manifest.get("checkpoint", 0)))
         self._checkpoint = max(self._checkpoint, self._marks.done(g))
         # The last part of the seeding commits with the caller's epoch (not an input
