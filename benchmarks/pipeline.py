@@ -1,4 +1,4 @@
-"""Two-app pipelines (aligned vs unaligned checkpoints) and savepoints.
+"""Two-app pipelines (LOCKGATE_ALIGNMENT aligned vs none, labelled unaligned) and savepoints.
 
 Step ``pipeline`` of ``make bench``, or on its own: ``python -m benchmarks.pipeline``
 (then it writes ``benchmarks/out/<timestamp>/results.json`` and replaces only the
@@ -25,6 +25,13 @@ The apps of examples/click_pipeline.py declare the topic variables they read
 4. restore: SIGTERM, one marker record for key 0, a fresh instance (empty state dir) with
    ``LOCKGATE_FROM_SAVEPOINT``; time from its spawn until the marker's output (sum 2:
    the saved state was used) is visible with read_committed.
+
+A slow upstream partition: ``BENCH_PIPELINE_SLOW=STOP_MS/PERIOD_MS`` (e.g. ``300/1000``)
+runs the throughput part with a second ``click_app`` instance that the harness stops
+(SIGSTOP) for STOP_MS of every PERIOD_MS, so the key groups it owns write their records
+and barriers late, as a GC pause or a noisy neighbour would. Aligned mode then holds the
+other writers' records at every checkpoint until the slow one's barrier arrives; ``none``
+does not. Such a run writes its results.json only (RESULTS.md keeps the regular run's).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -96,10 +104,22 @@ class PipelineConfig:
         default_factory=lambda: _list("BENCH_PIPELINE_PARTS", "throughput,savepoint")
     )
     timeout: int = field(default_factory=lambda: _int("BENCH_PIPELINE_TIMEOUT", 300))
+    #: ``STOP_MS/PERIOD_MS`` of a second, periodically stopped click_app instance, or "".
+    slow: str = field(default_factory=lambda: os.environ.get("BENCH_PIPELINE_SLOW", ""))
+
+    def slow_ms(self) -> tuple[int, int] | None:
+        """(stop, period) in ms of the slow upstream instance, or None."""
+        if not self.slow:
+            return None
+        stop, _, period = self.slow.partition("/")
+        if not (stop.isdigit() and period.isdigit() and 0 < int(stop) < int(period)):
+            raise SystemExit(f"BENCH_PIPELINE_SLOW={self.slow!r}: expected STOP_MS/PERIOD_MS")
+        return int(stop), int(period)
 
     def env_line(self) -> str:
         return (
-            f"BENCH_PIPELINE_RECORDS={self.records} BENCH_PIPELINE_USERS={self.users} "
+            (f"BENCH_PIPELINE_SLOW={self.slow} " if self.slow else "")
+            + f"BENCH_PIPELINE_RECORDS={self.records} BENCH_PIPELINE_USERS={self.users} "
             f"BENCH_PIPELINE_REGIONS={self.regions} "
             f"BENCH_PIPELINE_PARTITIONS={self.partitions} "
             f"BENCH_PIPELINE_REPEAT={self.repeat} "
@@ -109,6 +129,29 @@ class PipelineConfig:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+class _Pauser(threading.Thread):
+    """Stops process ``pid`` (SIGSTOP) for ``stop_ms`` of every ``period_ms`` until stopped."""
+
+    def __init__(self, pid: int, stop_ms: int, period_ms: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.stop_s, self.period_s = pid, stop_ms / 1000, period_ms / 1000
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+    def run(self) -> None:
+        try:
+            while not self._halt.wait(self.period_s - self.stop_s):
+                os.kill(self.pid, signal.SIGSTOP)
+                self._halt.wait(self.stop_s)
+                os.kill(self.pid, signal.SIGCONT)
+            os.kill(self.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # it exited (its run reports that)
 
 
 def free_port() -> int:
@@ -429,7 +472,7 @@ class PipelineBench:
             "LOCKGATE_CLICKS_TOPIC": clicks,
             "LOCKGATE_USER_COUNTS_TOPIC": counts,
             "LOCKGATE_OUTPUT_TOPIC": totals,
-            "LOCKGATE_ALIGNMENT": mode,
+            "LOCKGATE_ALIGNMENT": "none" if mode == "unaligned" else mode,
             "LOCKGATE_CHECKPOINT_INTERVAL_MS": str(ms),
         }
         port = free_port()
@@ -449,6 +492,19 @@ class PipelineBench:
                 self.logs / f"{tag}-region.log",
             ),
         ]
+        pauser: _Pauser | None = None
+        slow = pc.slow_ms()
+        if slow is not None:
+            slow_env = {**self.base_env(f"{tag}-click", "c2", state / "click2"), **topics}
+            ps.append(
+                procs.Proc(
+                    [str(LOCKGATE_BIN), "run", CLICK_SPEC],
+                    slow_env,
+                    self.logs / f"{tag}-click2.log",
+                )
+            )
+            pauser = _Pauser(ps[-1].pid, *slow)
+            pauser.start()
         metrics_text = ""
         try:
             deadline = time.monotonic() + pc.timeout
@@ -468,6 +524,8 @@ class PipelineBench:
             time.sleep(max(1.0, 2 * ms / 1000))
             metrics_text = scrape(port)
         finally:
+            if pauser is not None:
+                pauser.stop()
             reader.stop()
             for p in ps:
                 p.stop()
@@ -486,6 +544,7 @@ class PipelineBench:
             "mode": mode,
             "interval_ms": ms,
             "rep": rep,
+            "slow": pc.slow,
             "ok": ok,
             "status": "ok" if ok else f"{reader.records} totals read (expected {pc.records})",
             "records": pc.records,
@@ -955,6 +1014,12 @@ def main() -> int:
         lambda admin, out_dir, run_id: PipelineBench(cfg, pcfg, admin, out_dir, run_id),
     )
     res = run.results
+    if pcfg.slow:
+        print("\n".join(render(res, run.meta)))
+        say(
+            f"slow-upstream run: results.json only (RESULTS.md unchanged), {elapsed() / 60:.1f} min"
+        )
+        return run.code or (1 if res.get("errors") else 0)
     merge(render(res, run.meta), BENCH_DIR / "RESULTS.md")
     say(f"wrote benchmarks/RESULTS.md (pipeline section), {elapsed() / 60:.1f} min")
     return run.code or (1 if res.get("errors") else 0)

@@ -12,7 +12,7 @@ exactly one record to ``LOCKGATE_OUTPUT_TOPIC`` (default ``region-totals``), key
 value ``{"total": <clicks of that region so far>}``.
 
 Each app runs in its own process(es); ``LOCKGATE_APP_NAME`` renames either one, and
-``LOCKGATE_ALIGNMENT`` (``aligned`` or ``unaligned``) picks how ``region_app`` checkpoints
+``LOCKGATE_ALIGNMENT`` (``aligned`` or ``none``) picks how ``region_app`` checkpoints
 across the two apps. Both apps read the three topic variables at import time and both
 accept all three, so one environment can serve both processes::
 

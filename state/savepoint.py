@@ -10,7 +10,7 @@ Layout under the root (a local path, a ``file://`` URL, or any fsspec URL)::
 
     <root>/<savepoint id>/_savepoint.json                     savepoint descriptor
     <root>/<savepoint id>/<app>/<key group>/manifest.json     key group manifest
-    <root>/<savepoint id>/<app>/<key group>/<store>.lgs       one file per store
+    <root>/<savepoint id>/<app>/<key group>/<store>.<token>.lgs   one file per store
 
 A ``.lgs`` store file (format version 1, integers big-endian)::
 
@@ -20,8 +20,13 @@ A ``.lgs`` store file (format version 1, integers big-endian)::
 
 Every file is written under a temporary name in its final directory and renamed into
 place (on local disk after an fsync, followed by an fsync of the directory), so a
-reader never sees a partial file under a final name and re-exporting a key group
-(an aborted epoch is replayed) replaces the earlier files whole.
+reader never sees a partial file under a final name. A store file's name carries a
+random token of its own export (``<store>.<token>.lgs``; the manifest names the file), so
+two exports of one key group never write the same file: a fenced instance still
+exporting a savepoint that the key group's new owner exported too cannot replace the file
+the committed manifest names (its own manifest is aborted with its transaction). Files of
+exports that never committed stay behind until the savepoint is disposed of. Manifests
+written before tokens existed name ``<store>.lgs``, which is still read.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ __all__ = [
 DESCRIPTOR_FILE = "_savepoint.json"
 #: The key group manifest, in ``<root>/<savepoint id>/<app>/<key group>/``.
 MANIFEST_FILE = "manifest.json"
-#: Suffix of a store file (``<store>.lgs``).
+#: Suffix of a store file (``<store>.<token>.lgs``, or ``<store>.lgs`` before tokens).
 STORE_FILE_SUFFIX = ".lgs"
 #: The ``.lgs`` format version written (and the only one read) by this build.
 STORE_FORMAT_VERSION = 1
@@ -84,6 +89,7 @@ _ID_TIME = "%Y%m%dT%H%M%SZ"
 #: App and store names (the same rule as processors.App), safe as path components.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_TOKEN = re.compile(r"[0-9a-f]{8}")  # of a store file name, secrets.token_hex(4)
 _INSTALL_HINT = "install fsspec and the filesystem's package, e.g. s3fs"
 
 
@@ -155,7 +161,7 @@ class StoreFile:
     """What the writer of a store file recorded about it (kept in the manifest).
 
     Attributes:
-        name: the file name, ``<store>.lgs``.
+        name: the file name, ``<store>.<token>.lgs`` (``<store>.lgs`` before tokens).
         sha256: hex SHA-256 of the whole file (header, entries and footer).
         entries: the number of key/value entries.
         bytes: the file size in bytes.
@@ -571,10 +577,32 @@ class SavepointStore:
         _check_key_group(key_group)
         return f"{savepoint_id}/{app}/{key_group}"
 
-    def _store_rel(self, savepoint_id: str, app: str, key_group: int, store: str) -> str:
+    def _store_rel(
+        self, savepoint_id: str, app: str, key_group: int, store: str, token: str
+    ) -> str:
         kg_dir = self._kg_dir(savepoint_id, app, key_group)
         _check_name("store", store)
-        return f"{kg_dir}/{store}{STORE_FILE_SUFFIX}"
+        return f"{kg_dir}/{store}.{token}{STORE_FILE_SUFFIX}"
+
+    def _recorded_rel(
+        self, savepoint_id: str, app: str, key_group: int, store: str, expected: StoreFile
+    ) -> str:
+        """The path of the file a manifest entry names, checked to be ``store``'s.
+
+        Raises:
+            SavepointError: the entry names a file of another store (or another place).
+        """
+        legacy = f"{self._kg_dir(savepoint_id, app, key_group)}/{store}{STORE_FILE_SUFFIX}"
+        _check_name("store", store)
+        name = expected.name
+        token = name[len(store) + 1 : -len(STORE_FILE_SUFFIX)]
+        if name == f"{store}{STORE_FILE_SUFFIX}" or (
+            name.startswith(f"{store}.")
+            and name.endswith(STORE_FILE_SUFFIX)
+            and _TOKEN.fullmatch(token) is not None
+        ):
+            return legacy.rsplit("/", 1)[0] + "/" + name
+        raise SavepointError(f"{self._fs.display(legacy)}: the manifest entry is for {name!r}")
 
     def _write(self, rel: str, chunks: Iterable[bytes]) -> None:
         try:
@@ -613,12 +641,12 @@ class SavepointStore:
         store: str,
         items: Iterable[tuple[bytes, bytes]],
     ) -> StoreFile:
-        """Write the entries of ``store`` to ``<store>.lgs`` and describe the file.
+        """Write the entries of ``store`` to a new ``<store>.<token>.lgs`` and describe it.
 
         Streams: ``items`` is consumed lazily and at most about 1 MiB of it is held
-        at a time; the SHA-256 is computed while writing. The file replaces an
-        earlier one atomically; on any error no file is left under the final name
-        (an earlier one stays as it was).
+        at a time; the SHA-256 is computed while writing. The file appears whole under
+        its final name, a name no other export uses (see the module docs); on any error
+        no file is left under it, and files of earlier exports stay as they were.
 
         Args:
             savepoint_id: the savepoint.
@@ -638,7 +666,7 @@ class SavepointStore:
             ValueError: ``items`` is not strictly increasing by key, or a key or
                 value is longer than 2**32 - 2 bytes.
         """
-        rel = self._store_rel(savepoint_id, app, key_group, store)
+        rel = self._store_rel(savepoint_id, app, key_group, store, secrets.token_hex(4))
         tally = _Tally()
         self._write(rel, _encode_store(items, tally))
         return StoreFile(
@@ -661,7 +689,7 @@ class SavepointStore:
                 another size, checksum or entry count than ``expected``, or a format
                 version this build cannot read; the message names the file.
         """
-        rel = self._store_rel(savepoint_id, app, key_group, store)
+        rel = self._recorded_rel(savepoint_id, app, key_group, store, expected)
         with self._open_store(rel, savepoint_id, app, key_group, store) as f:
             self._verify(f, rel, expected)
 
@@ -680,7 +708,7 @@ class SavepointStore:
         Raises:
             SavepointError: as :meth:`verify_store`.
         """
-        rel = self._store_rel(savepoint_id, app, key_group, store)
+        rel = self._recorded_rel(savepoint_id, app, key_group, store, expected)
         return self._iter_store(rel, savepoint_id, app, key_group, store, expected)
 
     def _iter_store(

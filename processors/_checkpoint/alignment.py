@@ -60,6 +60,26 @@ the partition again from ``low`` skips a record at an offset ``< high`` iff its 
    ``high`` the replayed state (``done``, ``last``, held records) equals the state at the
    commit (the held count is below ``max_held`` as it was), and the two runs go on alike.
 
+Several inputs: grouped machines
+--------------------------------
+A key group that reads several co-partitioned inputs written by upstream writers (a DAG:
+two pipelines joined in one app) takes one checkpoint over all of them, as Flink's
+multi-input alignment does: checkpoint ``c`` completes for the key group when every writer
+of *every* input partition has passed ``c``. Each partition keeps its own machine (its
+offsets, its snapshot), created with ``grouped=True``: it never completes on its own, its
+:attr:`Aligner.ready` (``min(last)``) says how far it could, and the key group completes
+all its machines together with :meth:`Aligner.complete` at the minimum of their ``ready``.
+Every machine of the group then has the same ``done``, so a record is held exactly when
+its tag is past the key group's completed checkpoint, and the cut is consistent across
+the inputs. The invariant above becomes ``min(last) >= done``. Arguments 1-3 hold per
+partition unchanged; argument 4 does not: a partition's ``ready`` may exceed its ``done``
+in the first run, so another input's replay can complete a checkpoint *earlier* relative
+to this partition's offsets, and a snapshot taken then would skip records of the rest of
+its replay that were never processed. So the caller completes a group only while none of
+its machines is :attr:`Aligner.replaying` (and completes it as soon as the last replay
+ends); then every completion happens at or after ``high`` on every input, as argument 4
+needs.
+
 Only timing differs: a restored machine restarts its alignment timer at the first
 :meth:`Aligner.tick` or barrier. To keep the arguments true, membership changes of writers
 the snapshot knows are refused while replaying (see :meth:`Aligner.expect` and
@@ -245,6 +265,8 @@ class Aligner:
         max_held: Holding this many records forces the alignment (at least 1).
         snapshot: Restore from it; reading resumes at ``snapshot.low``.
         start_offset: First offset to read when there is no snapshot.
+        grouped: One of several machines of a key group (see the module docs): it never
+            completes by itself; the caller completes the group with :meth:`complete`.
 
     Raises:
         ValueError: If ``max_held < 1`` or ``timeout_s < 0``.
@@ -257,6 +279,7 @@ class Aligner:
         max_held: int,
         snapshot: Snapshot | None = None,
         start_offset: int = 0,
+        grouped: bool = False,
     ) -> None:
         if max_held < 1 or timeout_s < 0:
             raise ValueError(f"max_held must be >= 1 and timeout_s >= 0 ({max_held}, {timeout_s})")
@@ -280,6 +303,7 @@ class Aligner:
         self._since: deque[tuple[int, str, int]] = deque()
         self._max_last = max(self._last.values(), default=self._done)
         self._aligning_since: float | None = None
+        self._grouped = grouped
 
     # -- read-only state ----------------------------------------------------------------
 
@@ -292,6 +316,19 @@ class Aligner:
     def done(self) -> int:
         """The last completed checkpoint of this partition."""
         return self._done
+
+    @property
+    def ready(self) -> int | None:
+        """``min(last)``: the checkpoint this partition could complete; None without writers.
+
+        Equals :attr:`done` unless the machine is grouped and waits for the others.
+        """
+        return min(self._last.values()) if self._last else None
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the key group completes this machine (:meth:`complete`)."""
+        return self._grouped
 
     @property
     def held(self) -> int:
@@ -515,6 +552,28 @@ class Aligner:
             self._aligning_since = None
         return released, completion
 
+    def complete(self, checkpoint: int, now_s: float) -> Completion | None:
+        """Complete exactly ``checkpoint`` on a grouped machine (its key group's minimum).
+
+        Args:
+            checkpoint: At most :attr:`ready` (when there are writers).
+            now_s: The current time (restarts the alignment timer if still aligning).
+
+        Returns:
+            The completion, or None if ``checkpoint <= done``.
+
+        Raises:
+            ValueError: If the machine is not grouped, or a writer is not past ``checkpoint``.
+        """
+        if not self._grouped:
+            raise ValueError("complete() is for grouped machines; others complete themselves")
+        ready = self.ready
+        if ready is not None and checkpoint > ready:
+            raise ValueError(f"checkpoint {checkpoint} is past this partition's ready {ready}")
+        if checkpoint <= self._done:
+            return None
+        return self._complete(now_s, checkpoint)
+
     def snapshot(self, high: int) -> Snapshot:
         """Return the state to persist with a commit of ``low`` (see the module docs).
 
@@ -555,11 +614,17 @@ class Aligner:
         self._last[writer] = self._base[writer] = self._done
         return self._done
 
-    def _complete(self, now_s: float) -> Completion | None:
-        """Complete ``min(last)`` if it exceeds ``done``; release what it covers."""
-        if not self._last:
+    def _complete(self, now_s: float, upto: int | None = None) -> Completion | None:
+        """Complete ``min(last)`` (grouped: only ``upto``) if it exceeds ``done``.
+
+        Releases the held records the completion covers.
+        """
+        if upto is not None:
+            low = upto
+        elif self._grouped or not self._last:
             return None
-        low = min(self._last.values())
+        else:
+            low = min(self._last.values())
         if low <= self._done:
             return None
         self._done = low

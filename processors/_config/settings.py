@@ -83,10 +83,15 @@ class LeaveGroup(StrEnum):
 
 
 class Alignment(StrEnum):
-    """How a downstream app takes checkpoints from barriers (docs/architecture.md)."""
+    """How a downstream app takes checkpoints from barriers (docs/architecture.md).
+
+    ``NONE`` was called ``unaligned``, which is still accepted (with a warning): it is not
+    Flink's unaligned checkpoint (in-flight records are not part of the checkpoint), so
+    its checkpoints are not consistent cuts across apps.
+    """
 
     ALIGNED = "aligned"
-    UNALIGNED = "unaligned"
+    NONE = "none"
 
 
 class StateBackendKind(StrEnum):
@@ -305,7 +310,9 @@ class Settings(BaseSettings):
         Alignment.ALIGNED,
         description=(
             "aligned: records of an upstream writer that passed a barrier wait until the "
-            "checkpoint completes (consistent cuts across apps); unaligned: processed on arrival."
+            "checkpoint completes (consistent cuts across apps); none: processed on arrival, "
+            "exactly-once per app but checkpoints are not consistent cuts across apps "
+            "(savepoints still align). 'unaligned' is the old name of none."
         ),
     )
     input_wait_ms: int = Field(
@@ -473,6 +480,18 @@ class Settings(BaseSettings):
             "dots written as _, e.g. LOCKGATE_KAFKA__SECURITY_PROTOCOL=SASL_SSL."
         ),
     )
+
+    @field_validator("alignment", mode="before")
+    @classmethod
+    def _old_alignment_name(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() == "unaligned":
+            log.warning(
+                "LOCKGATE_ALIGNMENT=unaligned is now called none (it is not Flink's unaligned "
+                "checkpoint: in-flight records are not part of a checkpoint, so checkpoints "
+                "are not consistent cuts across apps); set LOCKGATE_ALIGNMENT=none"
+            )
+            return Alignment.NONE
+        return value
 
     @field_validator("log_level")
     @classmethod

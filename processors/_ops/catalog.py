@@ -82,7 +82,8 @@ __all__ = [
 
 #: The savepoint's checkpoint id is this far past now (or the latest checkpoint).
 SAVEPOINT_MARGIN_MS = 60_000
-#: A savepoint request expires this long after it was written.
+#: A savepoint request expires this long after it was written, at least (the trigger's
+#: ``--timeout`` when longer: an instance restoring for longer than this still takes it).
 REQUEST_TTL_MS = 50_000
 #: Version of the descriptor layout written by :func:`build_descriptor`.
 DESCRIPTOR_FORMAT = 1
@@ -325,16 +326,26 @@ def choose_checkpoint(
 
 
 def savepoint_request(
-    savepoint_id: str, checkpoint: int, stop: bool, apps: Sequence[str], now_ms: int
+    savepoint_id: str,
+    checkpoint: int,
+    stop: bool,
+    apps: Sequence[str],
+    now_ms: int,
+    wait_ms: int = 0,
 ) -> dict[str, Any]:
-    """Return the value of a ``savepoint-request/<id>`` record."""
+    """Return the value of a ``savepoint-request/<id>`` record.
+
+    It expires when the trigger stops waiting for it (``wait_ms``), or after
+    :data:`REQUEST_TTL_MS` if that is longer: an instance that restores for a long time
+    (a request waits for the restore) still takes it while someone waits for it.
+    """
     return {
         "savepoint": savepoint_id,
         "checkpoint": checkpoint,
         "stop": stop,
         "apps": list(apps),
         "requested_ms": now_ms,
-        "expires_ms": now_ms + REQUEST_TTL_MS,
+        "expires_ms": now_ms + max(REQUEST_TTL_MS, wait_ms),
     }
 
 
@@ -863,7 +874,9 @@ def trigger_savepoint(
     checkpoint = choose_checkpoint(now, latest)
     savepoint_id = new_savepoint_id(now)
     sources = source_apps(registry, involved)
-    request = savepoint_request(savepoint_id, checkpoint, stop, involved, now)
+    request = savepoint_request(
+        savepoint_id, checkpoint, stop, involved, now, wait_ms=int(timeout_s * 1000)
+    )
     start = ops.end_offsets(totals)
     progress(
         f"savepoint {savepoint_id}: requesting checkpoint {checkpoint} of "

@@ -5,7 +5,10 @@ A key group whose input partition carries records of upstream lockgate writers
 but those its writers' barriers complete (:mod:`processors._checkpoint.alignment`). On each
 completion the key group forwards the barrier to its own internal outputs (so a third
 stage aligns on the same ids), and when the checkpoint is a savepoint it exports its
-state at exactly that point. Its instance commits on its own timer as before: a commit
+state at exactly that point. A key group with several such inputs (a DAG: pipelines
+joined in one app) completes a checkpoint once every writer of every input passed it
+(grouped aligners, :meth:`BarrierMixin._complete_group`), so its savepoint is one
+consistent cut over all its inputs. Its instance commits on its own timer as before: a commit
 in the middle of an alignment is exact too, because the alignment snapshot committed
 with the offsets says which records after the committed offset are already included.
 """
@@ -51,8 +54,9 @@ class BarrierMixin(RebalanceMixin):
         """
         start = self._committed.get((topic, g), self._next[(topic, g)])
         done = self._marks.done(g)
-        aligner = self._new_aligner(Snapshot(start, start, done, {}, False))
+        aligner = self._new_aligner(Snapshot(start, start, done, {}, False), (topic, g))
         self._aligners[(topic, g)] = aligner
+        self._share_savepoint_alignment(g)
         log.info(
             "input partition has upstream lockgate writers: checkpoints now come from "
             "their barriers",
@@ -89,8 +93,11 @@ class BarrierMixin(RebalanceMixin):
         # The position and alignment before this barrier: a savepoint completed by it is
         # restored from here (the replay re-reads the barrier and completes it again).
         before = aligner.snapshot(offset)
+        later: tuple[Any, ...] = ()
         if writers and not aligner.replaying:
-            self._update_writers(aligner, topic, g, writer, writers, now, before)
+            later = self._update_writers(aligner, topic, g, writer, writers, now, before)
+            if not aligner.grouped:
+                self._released.extend(later)
         savepoint = barrier.for_app(self.name)
         if savepoint is None and barrier.savepoint is not None:
             if barrier.savepoint not in self._sp_not_ours:
@@ -108,17 +115,84 @@ class BarrierMixin(RebalanceMixin):
                 if self._mode is Mode.UNALIGNED:
                     # Savepoints are always aligned: hold records of writers past this
                     # barrier until the savepoint's checkpoint completes (nothing is held
-                    # in unaligned mode, so nothing is released here).
-                    if aligner.mode is Mode.UNALIGNED:
-                        self._released.extend(aligner.set_mode(Mode.ALIGNED))
-                    key = (topic, g)
-                    self._aligned_until[key] = max(self._aligned_until.get(key, 0), ckpt)
+                    # in unaligned mode, so nothing is released here), on every input
+                    # of the key group.
+                    for t, a in self._group(g, topic, aligner):
+                        if a.mode is Mode.UNALIGNED:
+                            self._released.extend(a.set_mode(Mode.ALIGNED))
+                        key = (t, g)
+                        self._aligned_until[key] = max(self._aligned_until.get(key, 0), ckpt)
         since = aligner.aligning_since
         completion = aligner.on_barrier(offset, writer, ckpt, savepoint, now)
-        if completion is not None:
+        if aligner.grouped:
+            self._complete_group(g, topic, before, now, later)
+        elif completion is not None:
             if since is not None:
                 self.metrics.observe_alignment(now - since)
-            self._complete(topic, g, aligner, completion, before)
+            self._complete(g, completion, {topic: before})
+
+    def _group(self, g: int, topic: str, aligner: Aligner) -> list[tuple[str, Aligner]]:
+        """The aligners of key group ``g``'s inputs (just ``topic``'s unless grouped)."""
+        if not aligner.grouped:
+            return [(topic, aligner)]
+        aligners = self._aligners
+        return [(t, a) for t in self._inputs for a in [aligners.get((t, g))] if a is not None]
+
+    def _complete_group(
+        self, g: int, topic: str, before: Snapshot, now: float, later: tuple[Any, ...]
+    ) -> None:
+        """Complete key group ``g``'s grouped aligners at the minimum they are all ready for.
+
+        ``topic``'s barrier (its alignment ``before`` it) was just fed; ``later`` are
+        records to process after the completion's own (released by a writer drop).
+        Inputs without upstream writers (no aligner) do not hold a completion back: their
+        position at the completion is part of the cut.
+
+        Nothing completes while an input replays (reads below its restored snapshot's
+        ``high``): its records there are skipped by the snapshot's ``done``, and a
+        completion the other inputs make earlier than in the first run would let a commit
+        in the middle of the replay record a ``done`` that skips records of the rest of
+        the replay never processed. The completion waits until no input replays
+        (:meth:`_complete_deferred`, between batches); the inputs' held records wait too.
+        """
+        group = [(t, a) for t in self._inputs for a in [self._aligners.get((t, g))] if a]
+        readies = [r for _, a in group for r in [a.ready] if r is not None]
+        target = min(readies, default=-1)
+        if target <= min(a.done for _, a in group):
+            self._released.extend(later)
+            return
+        if any(a.replaying for _, a in group):
+            self._deferred_groups.add(g)
+            self._released.extend(later)
+            return
+        befores = {
+            t: before if t == topic else a.snapshot(self._next.get((t, g), 0)) for t, a in group
+        }
+        sinces = [s for _, a in group for s in [a.aligning_since] if s is not None]
+        completions = [c for _, a in group for c in [a.complete(target, now)] if c is not None]
+        if sinces:
+            self.metrics.observe_alignment(now - min(sinces))
+        completion = Completion(
+            target,
+            all(c.aligned for c in completions),
+            next((c.savepoint for c in completions if c.savepoint is not None), None),
+            tuple(p for c in completions for p in c.released),
+        )
+        self._complete(g, completion, befores, later)
+
+    def _complete_deferred(self) -> None:
+        """Complete the key groups whose completion waited for an input's replay to end."""
+        for g in sorted(self._deferred_groups):
+            group = [(t, a) for t in self._inputs for a in [self._aligners.get((t, g))] if a]
+            if g not in self._kgs or g in self._halted or not group:
+                self._deferred_groups.discard(g)
+                continue
+            if any(a.replaying for _, a in group):
+                continue
+            self._deferred_groups.discard(g)
+            topic, aligner = group[0]
+            before = aligner.snapshot(self._next.get((topic, g), 0))
+            self._complete_group(g, topic, before, time.monotonic(), ())
 
     def _update_writers(
         self,
@@ -129,11 +203,15 @@ class BarrierMixin(RebalanceMixin):
         count: int,
         now: float,
         before: Snapshot,
-    ) -> None:
+    ) -> tuple[Any, ...]:
         """A barrier names how many key groups its app has: expect exactly those.
 
         An upstream redeployed with another key-group count changes its writer set;
         writers beyond the new count are dropped (their held records are released).
+
+        Returns:
+            Released records to process after any completion still to come (a grouped
+            aligner completes with its key group; others complete here).
         """
         app = writer.rpartition("/")[0]
         expected = {f"{app}/{k}" for k in range(count)}
@@ -149,23 +227,23 @@ class BarrierMixin(RebalanceMixin):
             released, completion = aligner.drop_writers(sorted(gone), now)
             if completion is not None:
                 # The dropped writers' records come after the completion's cut.
-                self._complete(topic, g, aligner, completion, before, later=released)
-            else:
-                self._released.extend(released)
+                self._complete(g, completion, {topic: before}, later=released)
+                return ()
+            return released
+        return ()
 
     def _complete(
         self,
-        topic: str,
         g: int,
-        aligner: Aligner,
         completion: Completion,
-        before: Snapshot,
+        befores: dict[str, Snapshot],
         later: tuple[Any, ...] = (),
     ) -> None:
-        """Checkpoint ``completion.checkpoint`` completed on ``topic[g]``.
+        """Checkpoint ``completion.checkpoint`` completed on key group ``g``.
 
-        ``before`` is the alignment before the event that completed it (the savepoint's
-        restore point); ``later`` are records to process after the completion's own.
+        ``befores`` holds, per aligned input, its alignment before the event that
+        completed it (the savepoint's restore point); ``later`` are records to process
+        after the completion's own.
         """
         ckpt = completion.checkpoint
         self._marks.completed(g, ckpt, aligned=completion.aligned)
@@ -174,17 +252,23 @@ class BarrierMixin(RebalanceMixin):
         sp_id = completion.savepoint
         if sp_id is not None and (self._marks.origin(g) == sp_id or sp_id in self._sp_cancelled):
             sp_id = None  # restored from it (the replay completes it again), or cancelled
+        if sp_id is not None and self._sp_taken.setdefault((g, sp_id), ckpt) != ckpt:
+            # Announced again at a later id (upstream apps that took the savepoint at
+            # different ids): taken at the first. A replay completes the same id again.
+            sp_id = None
         released = completion.released + later
-        until = self._aligned_until.get((topic, g))
-        if until is not None and ckpt >= until:
-            # The savepoint's alignment is over: back to unaligned. The records still held
-            # (tags past the savepoint) come after the completion's own, writer by writer.
-            del self._aligned_until[(topic, g)]
-            released += aligner.set_mode(Mode.UNALIGNED)
+        for t in befores:
+            until = self._aligned_until.get((t, g))
+            if until is not None and ckpt >= until:
+                # The savepoint's alignment is over: back to unaligned. The records still
+                # held (tags past the savepoint) come after the completion's own.
+                del self._aligned_until[(t, g)]
+                released += self._aligners[(t, g)].set_mode(Mode.UNALIGNED)
         if sp_id is None:
             self._write_barriers(g, ckpt, None)
             self._released.extend(released)
-            self._release_watermarks(topic, g, ckpt)
+            for t in befores:
+                self._release_watermarks(t, g, ckpt)
             return
         stop = self._sp_stop.get(sp_id, False)
         request = {"savepoint": sp_id, "stop": stop, "apps": self._sp_apps.get(sp_id, ())}
@@ -204,12 +288,16 @@ class BarrierMixin(RebalanceMixin):
                 f"key group {g}: a state value cannot be encoded for the savepoint "
                 f"({type(exc).__name__}: {exc}); replaying to find the record"
             ) from exc
+        # Inputs without upstream writers (a source input of a mixed key group): their
+        # position now is part of the cut.
+        offsets = {t: self._next.get((t, g), 0) for t in self._inputs if t not in befores}
+        offsets.update({t: b.low for t, b in befores.items()})
         manifest = self._export(
             g,
             request,
             ckpt,
-            {topic: before.low},
-            {topic: before.to_json()},
+            offsets,
+            {t: b.to_json() for t, b in befores.items()},
             overlay,
             error,
         )
@@ -221,11 +309,13 @@ class BarrierMixin(RebalanceMixin):
             # Nothing after the cut is processed: the commit names the position and
             # alignment from before the completing barrier, so the records the completion
             # released are read again from Kafka by a cancel's rewind or a restore.
-            self._frozen[(topic, g)] = before
+            for t, b in befores.items():
+                self._frozen[(t, g)] = b
             self._halt(g, sp_id)
             return
         self._released.extend(released)
-        self._release_watermarks(topic, g, ckpt)
+        for t in befores:
+            self._release_watermarks(t, g, ckpt)
 
     def _release_watermarks(self, topic: str, g: int, ckpt: int) -> None:
         """Queue the writers' barrier watermarks of checkpoints up to ``ckpt``.
@@ -238,7 +328,12 @@ class BarrierMixin(RebalanceMixin):
             self._released.append(WatermarkUpdate(topic, g, ckpt))
 
     def _tick_alignments(self) -> None:
-        """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``."""
+        """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``.
+
+        First completes the key groups whose completion waited for a replay to end.
+        """
+        if self._deferred_groups:
+            self._complete_deferred()
         now = time.monotonic()
         for (topic, g), aligner in self._aligners.items():
             if aligner.mode is not Mode.ALIGNED or g in self._halted:

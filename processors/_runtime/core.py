@@ -106,6 +106,12 @@ class RunnerCore:
         self._aligners: dict[tuple[str, int], Aligner] = {}
         #: The alignment snapshot committed last, per aligned input partition.
         self._align_committed: dict[tuple[str, int], Snapshot] = {}
+        #: Key groups whose grouped aligners could complete but one of them was replaying
+        #: (completed once no input replays, see ``BarrierMixin._complete_deferred``).
+        self._deferred_groups: set[int] = set()
+        #: (key group, savepoint id) -> the checkpoint it was taken at in this process:
+        #: the same savepoint announced at another id later is not taken twice.
+        self._sp_taken: dict[tuple[int, str], int] = {}
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
         #: its state descends from, a halt, a restore under way; and their committed state.
         self._marks = KeyGroupCheckpoints()
@@ -118,8 +124,8 @@ class RunnerCore:
         #: Requests read while another one is in progress: taken one at a time, in order.
         self._sp_queue: deque[dict[str, Any]] = deque()
         self._registered = False
-        #: Writers (``<app>/<key group>``) registered for this app's inputs at start.
-        self._upstream_writers: list[str] = []
+        #: Per input topic, the writers (``<app>/<key group>``) registered for it at start.
+        self._upstream_writers: dict[str, list[str]] = {}
         #: Records an alignment released, processed before the next fetched record (and
         #: upstream watermark updates, applied in their place among them).
         self._released: deque[Any] = deque()
@@ -139,7 +145,7 @@ class RunnerCore:
         self._globals: GlobalTables = GlobalTables({}, settings, self.name, self.metrics)
         #: Input partitions paused because the interleaver buffers too many of their records.
         self._bp_paused: set[tuple[str, int]] = set()
-        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.UNALIGNED else Mode.ALIGNED
+        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
         self._dlq = f"{self.name}.dlq"
         self._stop = False
         self._stop_at: float | None = None  # when the stop was requested (monotonic)
@@ -416,12 +422,14 @@ class RunnerCore:
             self._consumer.incremental_unassign([TopicPartition(topic, partition)])
             self._consumer.incremental_assign([tp])
 
-    def _new_aligner(self, snapshot: Snapshot, key: tuple[str, int] | None = None) -> Aligner:
-        """An aligner resuming from ``snapshot``, expecting the registered writers.
+    def _new_aligner(self, snapshot: Snapshot, key: tuple[str, int]) -> Aligner:
+        """An aligner of input partition ``key`` resuming from ``snapshot``.
 
-        In unaligned mode, a snapshot taken while a savepoint was aligning (a savepoint
-        barrier seen, its checkpoint not complete) resumes aligned until it completes:
-        the writers past the savepoint barrier must keep being held.
+        It expects the writers registered for that input. In unaligned mode, a snapshot
+        taken while a savepoint was aligning (a savepoint barrier seen, its checkpoint not
+        complete) resumes aligned until it completes: the writers past the savepoint
+        barrier must keep being held. A multi-input app's aligners are grouped: the key
+        group completes them together (:meth:`_complete_group`).
         """
         pending = [
             c
@@ -429,48 +437,42 @@ class RunnerCore:
             if c > snapshot.done and sp not in self._sp_cancelled
         ]
         mode = self._mode
-        if key is not None:
-            self._aligned_until.pop(key, None)
-            if pending and mode is Mode.UNALIGNED:
-                mode = Mode.ALIGNED
-                self._aligned_until[key] = max(pending)
+        self._aligned_until.pop(key, None)
+        if pending and mode is Mode.UNALIGNED:
+            mode = Mode.ALIGNED
+            self._aligned_until[key] = max(pending)
         aligner = Aligner(
             mode,
             self.settings.alignment_timeout_ms / 1000,
             self.settings.alignment_max_held,
             snapshot=snapshot,
+            grouped=self._interleaver is not None,
         )
         if not aligner.replaying:
             # While replaying, membership comes from the snapshot and the barriers replayed
             # (a writer dropped before the commit must stay dropped until then).
-            aligner.expect(self._upstream_writers)
+            aligner.expect(self._upstream_writers.get(key[0], ()))
         return aligner
 
-    def _check_no_alignment(
-        self, g: int, topic: str, snap_data: Any, committed: int | None = None
-    ) -> None:
-        """A multi-input app resumes an alignment snapshot only if it includes nothing.
+    def _share_savepoint_alignment(self, g: int) -> None:
+        """Align every input of ``g`` while one of them aligns for a savepoint.
 
-        Records past the snapshot's ``low`` that it counts as processed would be
-        processed again without it (the app was a single-input downstream before). A
-        snapshot whose ``low`` is not ``committed`` (offsets reset by hand) is ignored.
-
-        Raises:
-            ConfigError: the snapshot includes records past the committed offset.
+        With ``LOCKGATE_ALIGNMENT=none`` a savepoint barrier aligns its partition until
+        the savepoint completes; a multi-input key group's aligners complete together, so
+        all of them must hold (an aligner created later, or restored from a snapshot that
+        saw no savepoint barrier yet, would otherwise make the completion unaligned).
         """
-        if not snap_data:
+        if self._mode is not Mode.UNALIGNED or self._interleaver is None:
             return
-        snap = Snapshot.from_json(snap_data)
-        if committed is not None and snap.low != committed:
-            return  # offsets changed by hand: the offsets win, as for single-input apps
-        if snap.high > snap.low:
-            raise ConfigError(
-                f"key group {g} of {topic!r} was committed in the middle of a barrier "
-                "alignment by a single-input version of this app; a multi-input app does not "
-                "align, so it cannot resume there exactly. Run the previous version until "
-                "its checkpoints complete (or stop it with a savepoint taken aligned), then "
-                "start this version"
-            )
+        keys = [(t, g) for t in self._inputs if (t, g) in self._aligners]
+        until = max((self._aligned_until.get(k, 0) for k in keys), default=0)
+        if not until:
+            return
+        for key in keys:
+            aligner = self._aligners[key]
+            if aligner.mode is Mode.UNALIGNED:
+                self._released.extend(aligner.set_mode(Mode.ALIGNED))  # releases nothing
+            self._aligned_until[key] = max(self._aligned_until.get(key, 0), until)
 
     def _control_reader(self) -> Any:
         """A group-less ``read_committed`` consumer for control-topic reads."""

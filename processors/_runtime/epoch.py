@@ -815,6 +815,7 @@ class EpochMixin(SavepointMixin):
                         self._aligners[key] = self._new_aligner(snap, key)
                 if rewound.committed_halt is None:
                     self._frozen.pop(key, None)
+            self._share_savepoint_alignment(g)
             if self._interleaver is not None:
                 self._interleaver.drop([g])  # fetched again from the committed offsets
             for topic in self._inputs:

@@ -304,10 +304,7 @@ class RebalanceMixin(EpochMixin):
             )
             for t in self._inputs:
                 snap_data = (record.get("align") or {}).get(t)
-                writers = self._upstream_writers
-                if self._interleaver is not None:
-                    self._check_no_alignment(g, t, snap_data, self._committed[(t, g)])
-                    continue  # multi-input apps do not align (docs/joins.md)
+                writers = self._upstream_writers.get(t)
                 if not snap_data and not writers:
                     continue  # a source partition (no upstream lockgate writers known)
                 committed = self._committed[(t, g)]
@@ -323,6 +320,7 @@ class RebalanceMixin(EpochMixin):
                     snap = Snapshot(committed, committed, done, {}, False)
                 self._aligners[(t, g)] = self._new_aligner(snap, (t, g))
                 self._align_committed[(t, g)] = snap
+            self._share_savepoint_alignment(g)
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})

@@ -206,7 +206,7 @@ class Runner(BarrierMixin):
             svc.emit = self._emit
             svc.hooks = self  # timer_started / timer_done / timer_failed
             svc.decode_key = app.key_codec.decode
-            svc.reads_barriers = self._interleaver is None  # multi-input apps do not align
+            svc.reads_barriers = True
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
         #: Queryable state (LOCKGATE_QUERY_ENABLED): the hand-off from the HTTP thread,
@@ -367,19 +367,17 @@ class Runner(BarrierMixin):
                 "registry not readable; learning writers from barriers", extra={"error": str(exc)}
             )
             registry = {}
-        self._upstream_writers = writers_of(registry, self._inputs)
-        if self._upstream_writers and self._interleaver is not None:
-            log.warning(
-                "an input is another lockgate app's internal topic: a multi-input app does not "
-                "align on upstream barriers; it checkpoints on its own clock (exactly-once "
-                "holds, but it is not part of the upstream's savepoints: take its own)",
-                extra={"writers": len(self._upstream_writers)},
-            )
-            self._upstream_writers = []
+        self._upstream_writers = {
+            t: ws for t in self._inputs for ws in [writers_of(registry, (t,))] if ws
+        }
         if self._upstream_writers:
             log.info(
                 "reading internal topics: checkpoints come from upstream barriers",
-                extra={"writers": len(self._upstream_writers), "alignment": self._mode.value},
+                extra={
+                    "writers": sum(map(len, self._upstream_writers.values())),
+                    "internal_inputs": sorted(self._upstream_writers),
+                    "alignment": self._mode.value,
+                },
             )
         self._sp_stop = {}
         self._sp_apps = {}
@@ -1133,7 +1131,7 @@ class Runner(BarrierMixin):
                 if headers is not None:
                     lg = lockgate_headers(headers)
                     if CONTROL_TYPE in lg:
-                        if lg[CONTROL_TYPE] == "barrier" and not multi:
+                        if lg[CONTROL_TYPE] == "barrier":
                             self._on_barrier(topic, part, last, lg)
                             aligner = aligners.get((topic, part))
                             if part in halted:  # a stop-with-savepoint completed here
@@ -1142,7 +1140,7 @@ class Runner(BarrierMixin):
                                 topic = ""
                         continue  # control records never reach user code
                     writer = lg.get(WRITER)
-                    if aligner is None and writer is not None and not multi:
+                    if aligner is None and writer is not None:
                         aligner = self._start_alignment(topic, part)
                 if aligner is not None:
                     decision = aligner.on_record(last, writer, msg)

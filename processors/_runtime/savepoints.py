@@ -424,16 +424,6 @@ class SavepointMixin(RunnerCore):
                     f"{topic!r} (the savepoint was taken with other inputs)"
                 )
             offsets[topic] = int(offset)
-            if self._interleaver is not None:
-                try:  # before anything is written: a refusal leaves the key group as it was
-                    self._check_no_alignment(g, topic, manifest.get("align", {}).get(topic))
-                except ConfigError as exc:
-                    raise ConfigError(
-                        f"--from-savepoint {sp_id}: key group {g} of {topic!r} was saved in "
-                        "the middle of a barrier alignment by a single-input version of this "
-                        "app, which a multi-input app cannot resume exactly; take a new "
-                        "savepoint with --stop using the previous version"
-                    ) from exc
         self._marks.start_seeding(g, sp_id)
         kg = self._kgs[g]
         entries = 0
@@ -460,8 +450,6 @@ class SavepointMixin(RunnerCore):
         for topic, offset in offsets.items():
             self._next[(topic, g)] = self._committed[(topic, g)] = offset
             align = manifest.get("align", {}).get(topic)
-            if self._interleaver is not None:
-                align = None  # multi-input apps do not align (checked above)
             if align:
                 snap = Snapshot.from_json(align)
                 self._aligners[(topic, g)] = self._new_aligner(snap, (topic, g))
@@ -469,6 +457,7 @@ class SavepointMixin(RunnerCore):
             else:
                 self._aligners.pop((topic, g), None)
                 self._align_committed.pop((topic, g), None)
+        self._share_savepoint_alignment(g)
         self._marks.seeded(g, sp_id, int(manifest.get("checkpoint", 0)))
         self._checkpoint = max(self._checkpoint, self._marks.done(g))
         # The last part of the seeding commits with the caller's epoch (not an input

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from processors import key_group
 from tests.chaos._harness import Fleet
 from tests.support.kafka import unique
 from tests.support.ports import free_port
@@ -123,16 +124,31 @@ def produce_clicks(bootstrap: str, topic: str, clicks: Iterable[Click]) -> None:
 class ClickFeeder(threading.Thread):
     """Produces clicks at a steady rate; ``produced`` is what it sent, in order.
 
-    ``total`` is an upper bound: :meth:`stop` ends the input earlier.
+    ``total`` is an upper bound: :meth:`stop` ends the input earlier. ``only``: click
+    only as users whose key group (of ``partitions``) is in it, so the other key groups
+    of the clicks topic get no input (an idle upstream instance).
     """
 
     def __init__(
-        self, bootstrap: str, topic: str, total: int, rate: float, users: int, regions: int
+        self,
+        bootstrap: str,
+        topic: str,
+        total: int,
+        rate: float,
+        users: int,
+        regions: int,
+        only: set[int] | None = None,
+        partitions: int = 4,
     ) -> None:
         super().__init__(daemon=True)
         self.bootstrap, self.topic = bootstrap, topic
         self.total, self.rate = total, rate
         self.users, self.regions = users, regions
+        self.user_ids = [
+            i
+            for i in range(users * (1 if only is None else 4 * partitions))
+            if only is None or key_group(user_region(i, regions)[0].encode(), partitions) in only
+        ][:users]
         self.produced: list[Click] = []
         self.error: BaseException | None = None
         self._halt = threading.Event()
@@ -148,7 +164,8 @@ class ClickFeeder(threading.Thread):
             for seq in range(self.total):
                 if self._halt.is_set():
                     break
-                click = (*user_region((seq * 7919) % self.users, self.regions), seq)
+                user = self.user_ids[(seq * 7919) % len(self.user_ids)]
+                click = (*user_region(user, self.regions), seq)
                 _produce(p, self.topic, click)
                 self.produced.append(click)
                 ahead = seq / self.rate - (time.monotonic() - started)

@@ -33,7 +33,7 @@ N = 3000
 PARTITIONS = 4
 
 
-@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+@pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_click_pipeline_exact_output(kafka_bootstrap: str, tmp_path: Path, alignment: str) -> None:
     topics = Topics.fresh("pipe")
     create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)

@@ -176,7 +176,7 @@ def test_three_stages_forward_the_final_watermark(kafka_bootstrap: str, tmp_path
     assert codes == [0, 0, 0], logs
 
 
-@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+@pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_an_idle_source_instance_does_not_freeze_three_stages(
     kafka_bootstrap: str, tmp_path: Path, alignment: str
 ) -> None:

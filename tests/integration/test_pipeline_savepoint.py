@@ -74,11 +74,11 @@ def _wait_stable(*fleets: PipelineFleet) -> None:
     wait_until(stable, timeout=60, what="both groups with two key groups per instance")
 
 
-@pytest.mark.parametrize("alignment", ["aligned", "unaligned"])
+@pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_pipeline_stop_with_savepoint_and_restore_equals_uninterrupted_run(
     kafka_bootstrap: str, tmp_path: Path, alignment: str
 ) -> None:
-    """In unaligned mode too: a savepoint barrier aligns until the savepoint completes."""
+    """With LOCKGATE_ALIGNMENT=none too: a savepoint barrier aligns until it completes."""
     topics = Topics.fresh("sp-pipe")
     create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
     create_topic(kafka_bootstrap, topics.counts, PARTITIONS)

@@ -62,6 +62,44 @@ def test_two_writers_worked_example() -> None:
     assert again.on_barrier(6, "B", 5, "sp-5", now_s=0.0) == done
 
 
+def test_grouped_machines_complete_only_together() -> None:
+    """Two inputs of one key group: a checkpoint completes when both inputs' writers passed it.
+
+    Input X has writer A, input Y writer B. A passes 5 first: X's later records are held
+    until B passes 5 on Y, even though X alone could complete; then both complete at 5
+    and release what they held. A snapshot of X taken in between restores exactly.
+    """
+    x = Aligner(Mode.ALIGNED, TIMEOUT, max_held=100, grouped=True)
+    y = Aligner(Mode.ALIGNED, TIMEOUT, max_held=100, grouped=True)
+    x.expect(["A"])
+    y.expect(["B"])
+    assert x.grouped and (x.ready, y.ready) == (0, 0)
+    assert x.on_record(0, "A", "x0") is Decision.PROCESS
+    assert x.on_barrier(1, "A", 5, "sp", now_s=1.0) is None  # never completes by itself
+    assert (x.done, x.ready, x.aligning) == (0, 5, True)
+    assert x.on_record(2, "A", "x2") is Decision.HOLD  # past the key group's done (0)
+    assert y.on_record(0, "B", "y0") is Decision.PROCESS  # B has not passed 5
+    snap = x.snapshot(high=3)
+    assert (snap.low, snap.high, snap.done, dict(snap.last)) == (2, 3, 0, {"A": 5})
+    assert y.on_barrier(1, "B", 7, None, now_s=2.0) is None
+    target = min(r for r in (x.ready, y.ready) if r is not None)
+    assert target == 5
+    assert x.complete(target, now_s=3.0) == Completion(5, True, "sp", ("x2",))
+    assert y.complete(target, now_s=3.0) == Completion(5, True, None, ())
+    assert (x.done, y.done, y.ready, y.aligning) == (5, 5, 7, True)
+    assert y.on_record(2, "B", "y2") is Decision.HOLD  # B is at 7 > 5: held until 7
+    with pytest.raises(ValueError, match="past this partition's ready"):
+        x.complete(6, now_s=4.0)
+    assert x.complete(5, now_s=4.0) is None  # already done
+    with pytest.raises(ValueError, match="grouped"):
+        Aligner(Mode.ALIGNED, TIMEOUT, 100).complete(1, now_s=0.0)
+
+    # X restored from the snapshot: x2 is held again, x0 skipped, the barrier re-read.
+    again = Aligner(Mode.ALIGNED, TIMEOUT, 100, snapshot=snap, grouped=True)
+    assert again.on_record(2, "A", "x2") is Decision.HOLD
+    assert again.ready == 5 and again.done == 0
+
+
 def test_unaligned_processes_everything_and_reports_unaligned() -> None:
     al = Aligner(Mode.UNALIGNED, TIMEOUT, max_held=1)
     al.expect(["A", "B"])

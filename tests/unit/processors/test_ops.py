@@ -144,6 +144,17 @@ def test_savepoint_request() -> None:
     }
 
 
+def test_a_savepoint_request_lives_as_long_as_the_trigger_waits() -> None:
+    """Issue 25, hole 8: the 50 s request lifetime was shorter than a long restore.
+
+    A request waits while an instance restores; it expired after 50 s even when the
+    trigger waited ``--timeout 600``, so a restore longer than 50 s failed the savepoint.
+    """
+    req = savepoint_request("sp-x", 7, True, ["a"], 1_000, wait_ms=600_000)
+    assert req["expires_ms"] == 601_000
+    assert savepoint_request("sp-x", 7, True, ["a"], 1_000, wait_ms=10_000)["expires_ms"] == 51_000
+
+
 def test_progress_text() -> None:
     text = progress_text(
         "sp-1", {"click-counts": 4, "region-totals": 1}, {"click-counts": 4, "region-totals": 4}

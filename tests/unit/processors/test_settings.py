@@ -301,3 +301,20 @@ def test_password_and_password_file_exclude_each_other(
         load_settings()
     assert "both set" in str(exc.value)
     assert "x-secret" not in str(exc.value) and "y-secret" not in str(exc.value)
+
+
+def test_alignment_none_and_its_old_name_unaligned(
+    clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from processors._config.settings import Alignment
+
+    clean_env.setenv("LOCKGATE_ALIGNMENT", "none")
+    assert load_settings().alignment is Alignment.NONE
+    assert "unaligned" not in caplog.text
+    clean_env.setenv("LOCKGATE_ALIGNMENT", "unaligned")
+    with caplog.at_level("WARNING", logger="lockgate.settings"):
+        assert load_settings().alignment is Alignment.NONE
+    assert "LOCKGATE_ALIGNMENT=unaligned is now called none" in caplog.text
+    clean_env.setenv("LOCKGATE_ALIGNMENT", "sideways")
+    with pytest.raises(ConfigError, match="LOCKGATE_ALIGNMENT"):
+        load_settings()

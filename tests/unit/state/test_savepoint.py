@@ -1,4 +1,5 @@
 import os
+import re
 import sys
 import types
 import uuid
@@ -107,7 +108,7 @@ def test_round_trip_several_stores(store: SavepointStore, tmp_path: Path) -> Non
     files = {name: store.write_store(SP, "app", 3, name, items) for name, items in data.items()}
     for name, items in data.items():
         sf = files[name]
-        assert sf.name == f"{name}.lgs"
+        assert re.fullmatch(rf"{name}\.[0-9a-f]{{8}}\.lgs", sf.name), sf.name
         assert sf.entries == len(items)
         path = _path(tmp_path, SP, "app", "3", sf.name)
         assert sf.bytes == path.stat().st_size
@@ -117,17 +118,15 @@ def test_round_trip_several_stores(store: SavepointStore, tmp_path: Path) -> Non
         assert list(it) == items
         store.verify_store(SP, "app", 3, name, sf)
     assert files["empty"].bytes == 12 + 20  # header + footer
-    assert sorted(os.listdir(_path(tmp_path, SP, "app", "3"))) == [
-        "binary.lgs",
-        "empty.lgs",
-        "total.lgs",
-    ]
+    assert sorted(os.listdir(_path(tmp_path, SP, "app", "3"))) == sorted(
+        f.name for f in files.values()
+    )
 
 
 def test_file_url_is_local(tmp_path: Path) -> None:
     store = SavepointStore((tmp_path / "sp dir").as_uri())
     sf = store.write_store(SP, "app", 0, "s", [(b"k", b"v")])
-    assert (tmp_path / "sp dir" / SP / "app" / "0" / "s.lgs").stat().st_size == sf.bytes
+    assert (tmp_path / "sp dir" / SP / "app" / "0" / sf.name).stat().st_size == sf.bytes
     assert list(store.read_store(SP, "app", 0, "s", sf)) == [(b"k", b"v")]
     with pytest.raises(SavepointError, match="file URL"):
         SavepointStore("file://otherhost/x")
@@ -152,7 +151,7 @@ def test_100k_entries_stream_in_bounded_chunks(
     def produce() -> Iterator[tuple[bytes, bytes]]:
         for i, item in enumerate(_many(n)):
             if i == n // 2:
-                tmps = [p for p in kg_dir.iterdir() if p.name.startswith(".big.lgs.tmp-")]
+                tmps = [p for p in kg_dir.iterdir() if p.name.startswith(".big.")]
                 assert len(tmps) == 1
                 seen_on_disk.append(tmps[0].stat().st_size)
             yield item
@@ -161,7 +160,7 @@ def test_100k_entries_stream_in_bounded_chunks(
     assert sf.entries == n
     assert seen_on_disk and seen_on_disk[0] > 64 * 1024  # half the file was already written
     assert seen_on_disk[0] < sf.bytes
-    assert [p.name for p in kg_dir.iterdir()] == ["big.lgs"]  # no temporary file left
+    assert [p.name for p in kg_dir.iterdir()] == [sf.name]  # no temporary file left
 
     reads: list[int] = []
     real_open = sp_mod._LocalFs.open_read
@@ -198,26 +197,26 @@ def test_checksum_mismatch_raises_before_any_item(
     store: SavepointStore, tmp_path: Path, where: str
 ) -> None:
     sf = store.write_store(SP, "app", 1, "total", _many(1000))
-    path = _path(tmp_path, SP, "app", "1", "total.lgs")
+    path = _path(tmp_path, SP, "app", "1", sf.name)
     offset = {"header": 3, "middle": sf.bytes // 2, "footer": sf.bytes - 1}[where]
     _flip_byte(path, offset)
     yielded = []
-    with pytest.raises(SavepointError, match=r"total\.lgs is corrupt: its SHA-256"):
+    with pytest.raises(SavepointError, match=r"total\.[0-9a-f]{8}\.lgs is corrupt: its SHA-256"):
         for item in store.read_store(SP, "app", 1, "total", sf):
             yielded.append(item)
     assert yielded == []
-    with pytest.raises(SavepointError, match=r"total\.lgs is corrupt"):
+    with pytest.raises(SavepointError, match=r"total\.[0-9a-f]{8}\.lgs is corrupt"):
         store.verify_store(SP, "app", 1, "total", sf)
 
 
 @pytest.mark.parametrize("cut", [1, 20, 5000])
 def test_truncation_raises_before_any_item(store: SavepointStore, tmp_path: Path, cut: int) -> None:
     sf = store.write_store(SP, "app", 1, "total", _many(1000))
-    path = _path(tmp_path, SP, "app", "1", "total.lgs")
+    path = _path(tmp_path, SP, "app", "1", sf.name)
     raw = path.read_bytes()
     path.write_bytes(raw[:-cut])
     yielded = []
-    with pytest.raises(SavepointError, match=r"total\.lgs is truncated"):
+    with pytest.raises(SavepointError, match=r"total\.[0-9a-f]{8}\.lgs is truncated"):
         for item in store.read_store(SP, "app", 1, "total", sf):
             yielded.append(item)
     assert yielded == []
@@ -225,7 +224,7 @@ def test_truncation_raises_before_any_item(store: SavepointStore, tmp_path: Path
 
 def test_size_and_entry_count_mismatch(store: SavepointStore, tmp_path: Path) -> None:
     sf = store.write_store(SP, "app", 1, "total", _many(10))
-    path = _path(tmp_path, SP, "app", "1", "total.lgs")
+    path = _path(tmp_path, SP, "app", "1", sf.name)
     with pytest.raises(SavepointError, match="has 10 entries, the manifest says 11"):
         next(store.read_store(SP, "app", 1, "total", StoreFile(sf.name, sf.sha256, 11, sf.bytes)))
     with pytest.raises(SavepointError, match="manifest entry is for 'other.lgs'"):
@@ -239,7 +238,7 @@ def test_unknown_format_version(store: SavepointStore, tmp_path: Path) -> None:
     import hashlib
 
     sf = store.write_store(SP, "app", 0, "s", [(b"k", b"v")])
-    path = _path(tmp_path, SP, "app", "0", "s.lgs")
+    path = _path(tmp_path, SP, "app", "0", sf.name)
     raw = bytearray(path.read_bytes())
     raw[8:12] = (2).to_bytes(4, "big")
     path.write_bytes(bytes(raw))
@@ -276,14 +275,42 @@ def test_overwrite_is_atomic(store: SavepointStore, tmp_path: Path) -> None:
         store.write_store(SP, "app", 2, "s", [(b"b", b"1"), (b"a", b"2")])
     with pytest.raises(ValueError, match="sorted"):
         store.write_store(SP, "app", 2, "s", [(b"a", b"1"), (b"a", b"2")])
-    assert os.listdir(kg_dir) == ["s.lgs"]  # no temporary files, the old file intact
+    assert os.listdir(kg_dir) == [first.name]  # no temporary files, the old file intact
     assert list(store.read_store(SP, "app", 2, "s", first)) == [(b"a", b"1"), (b"b", b"2")]
 
     second = store.write_store(SP, "app", 2, "s", [(b"c", b"3")])  # the replayed export
-    assert os.listdir(kg_dir) == ["s.lgs"]
+    assert sorted(os.listdir(kg_dir)) == sorted([first.name, second.name])
     assert list(store.read_store(SP, "app", 2, "s", second)) == [(b"c", b"3")]
-    with pytest.raises(SavepointError):
-        next(store.read_store(SP, "app", 2, "s", first))
+    assert list(store.read_store(SP, "app", 2, "s", first)) == [(b"a", b"1"), (b"b", b"2")]
+
+
+def test_a_second_export_of_a_key_group_never_replaces_the_first_ones_file(
+    store: SavepointStore,
+) -> None:
+    """Issue 25, hole 8: a fenced exporter renaming its file after the new owner's export.
+
+    The new owner of a key group exports it and commits a manifest naming its file; the
+    fenced previous owner, still exporting the same savepoint, finishes its own file
+    afterwards (its manifest is aborted with its transaction). The committed manifest's
+    file must still be the new owner's: with one file name per store (before), the late
+    rename replaced it and the restore failed its checksum.
+    """
+    new_owner = store.write_store(SP, "app", 4, "s", [(b"k", b"new")])
+    fenced = store.write_store(SP, "app", 4, "s", [(b"k", b"stale"), (b"z", b"1")])
+    assert fenced.name != new_owner.name
+    store.verify_store(SP, "app", 4, "s", new_owner)
+    assert list(store.read_store(SP, "app", 4, "s", new_owner)) == [(b"k", b"new")]
+
+
+def test_a_manifest_written_before_tokens_is_read(store: SavepointStore, tmp_path: Path) -> None:
+    sf = store.write_store(SP, "app", 5, "s", [(b"k", b"v")])
+    kg_dir = _path(tmp_path, SP, "app", "5")
+    (kg_dir / sf.name).rename(kg_dir / "s.lgs")
+    legacy = StoreFile("s.lgs", sf.sha256, sf.entries, sf.bytes)
+    assert list(store.read_store(SP, "app", 5, "s", legacy)) == [(b"k", b"v")]
+    for other in ("t.lgs", "s.x.lgs", "s.0123456789.lgs", "../s.lgs"):
+        with pytest.raises(SavepointError, match="manifest entry is for"):
+            store.verify_store(SP, "app", 5, "s", StoreFile(other, sf.sha256, 1, sf.bytes))
 
 
 def test_store_file_dict_round_trip() -> None:
@@ -484,7 +511,7 @@ def test_fsspec_memory_round_trip() -> None:
     items = [(b"", b""), (b"\x00", b"\xff" * 100), (b"k", b"v")]
     sf = store.write_store(SP, "app", 3, "s", items)
     empty = store.write_store(SP, "app", 3, "e", [])
-    sf2 = store.write_store(SP, "app", 3, "s", items[1:])  # overwrite
+    sf2 = store.write_store(SP, "app", 3, "s", items[1:])  # a second export, its own file
     assert sf2 != sf
     store.write_manifest(SP, "app", 3, {"stores": {"s": sf2.to_dict(), "e": empty.to_dict()}})
     store.write_descriptor(SP, {"app": "app"})
@@ -494,8 +521,7 @@ def test_fsspec_memory_round_trip() -> None:
     back = StoreFile.from_dict(manifest["stores"]["s"])
     assert list(store.read_store(SP, "app", 3, "s", back)) == items[1:]
     assert list(store.read_store(SP, "app", 3, "e", empty)) == []
-    with pytest.raises(SavepointError, match=r"s\.lgs is truncated"):
-        next(store.read_store(SP, "app", 3, "s", sf))  # the overwritten version
+    assert list(store.read_store(SP, "app", 3, "s", sf)) == items  # its own file, intact
     with pytest.raises(SavepointError, match=f"{root}/{SP}/app/4/manifest.json not found"):
         store.read_manifest(SP, "app", 4)
     assert store.read_descriptor(SP) == {"app": "app"}
