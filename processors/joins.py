@@ -14,7 +14,10 @@
   arrives first. Both sides are buffered per key in keyed state and purged once they can
   no longer match.
 * :class:`GlobalTable` — a topic every instance reads whole (reference data, rules,
-  feature flags): read-only from every key group, in memory.
+  feature flags): read-only from every key group, in memory. Declared with
+  ``retention_ms`` it is *versioned* like :class:`Table` (Kafka Streams' versioned
+  stores): every record is a version of its key at its record timestamp, and
+  :meth:`GlobalTable.get_as_of` looks a key up as of a time, without co-partitioning.
 
 All state lives in ordinary keyed stores, so it is checkpointed, restored and savepointed
 like any other store, exactly once.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from processors.exceptions import ConfigError
 from state.codecs import JSON, STR, Codec
 from state.primitives import ValueState
 
@@ -173,46 +177,112 @@ class IntervalJoin:
 
 
 class GlobalTable:
-    """A topic every instance reads whole: the latest value per key, read-only.
+    """A topic every instance reads whole: read-only reference data, in memory.
 
     Created by :meth:`processors.App.global_table`. The runtime loads it to the end
     before the instance reports ready and keeps applying its new records between
     batches, on the loop's thread (handlers never see a half-applied record). Kept in
     memory: meant for reference data that fits in it.
+
+    Plain (``retention_ms`` None): :meth:`get` returns the value of the key's last record
+    read. Versioned (``retention_ms`` given): every record is a version of its key at its
+    record timestamp (a ``None`` value deletes the key from that time on), kept as
+    :func:`insert_version` keeps a :class:`Table`'s: versions more than ``retention_ms``
+    older than the key's newest are dropped, except the newest of them. :meth:`get`
+    then returns the value of the newest version *by timestamp* (a record that arrives
+    late with an older timestamp does not replace it), and :meth:`get_as_of` the value
+    as of a time: lookups at ``t >= newest - retention_ms`` of the key are exact; older
+    ones may answer ``default`` because their versions were dropped.
     """
 
-    def __init__(self, topic: str, key: Codec = STR, value: Codec = JSON) -> None:
+    def __init__(
+        self, topic: str, key: Codec = STR, value: Codec = JSON, retention_ms: int | None = None
+    ) -> None:
+        if retention_ms is not None and retention_ms < 0:
+            raise ValueError(f"global table {topic!r}: retention_ms must be >= 0")
         self.topic = topic
         self.key_codec = key
         self.value_codec = value
+        self.retention_ms = retention_ms
         self._data: dict[Any, Any] = {}
+        #: Versioned: key -> ``[[timestamp, value or None], ...]`` sorted by timestamp.
+        self._versions: dict[Any, list[list[Any]]] = {}
+
+    @property
+    def versioned(self) -> bool:
+        """Whether the table keeps versions (declared with ``retention_ms``)."""
+        return self.retention_ms is not None
 
     def get(self, key: Any, default: Any = None) -> Any:
-        """The latest value of ``key`` (``default`` when absent or deleted)."""
-        return self._data.get(key, default)
+        """The latest value of ``key`` (``default`` when absent or deleted).
+
+        Versioned: the value of the version with the greatest timestamp.
+        """
+        if self.retention_ms is None:
+            return self._data.get(key, default)
+        versions = self._versions.get(key)
+        latest = versions[-1][1] if versions else None
+        return default if latest is None else latest
+
+    def get_as_of(self, key: Any, timestamp: int, default: Any = None) -> Any:
+        """The value of ``key`` as of ``timestamp`` (ms): its newest version at or before it.
+
+        Returns ``default`` when the key had no version then, was deleted then, or the
+        versions of that time were dropped (older than ``retention_ms`` behind the
+        key's newest version).
+
+        Raises:
+            ConfigError: the table is not versioned (declare it with ``retention_ms``).
+        """
+        if self.retention_ms is None:
+            raise ConfigError(
+                f"global table {self.topic!r} keeps no versions: declare it with "
+                "app.global_table(..., retention_ms=...) to look keys up as of a time"
+            )
+        versions = self._versions.get(key)
+        value = version_at(versions, timestamp) if versions else None
+        return default if value is None else value
 
     def __contains__(self, key: object) -> bool:
-        return key in self._data
+        return self.get(key, _ABSENT) is not _ABSENT
 
     def __len__(self) -> int:
-        return len(self._data)
+        if self.retention_ms is None:
+            return len(self._data)
+        return sum(1 for v in self._versions.values() if v and v[-1][1] is not None)
 
     def items(self) -> list[tuple[Any, Any]]:
-        """A snapshot of every (key, value)."""
-        return list(self._data.items())
+        """A snapshot of every (key, latest value), deleted keys left out."""
+        if self.retention_ms is None:
+            return list(self._data.items())
+        return [(k, v[-1][1]) for k, v in self._versions.items() if v and v[-1][1] is not None]
 
-    def apply(self, raw_key: bytes | None, raw_value: bytes | None) -> None:
+    def apply(self, raw_key: bytes | None, raw_value: bytes | None, timestamp: int = 0) -> None:
         """Apply one record of the topic (a ``None`` value deletes the key).
+
+        Args:
+            raw_key: The record's key bytes.
+            raw_value: The record's value bytes, None for a tombstone.
+            timestamp: The record's timestamp in ms (a versioned table's version time).
 
         Raises:
             Exception: whatever the codecs raise on an undecodable record.
         """
         key = None if raw_key is None else self.key_codec.decode(raw_key)
-        if raw_value is None:
+        value = None if raw_value is None else self.value_codec.decode(raw_value)
+        if self.retention_ms is not None:
+            versions = self._versions.setdefault(key, [])
+            insert_version(versions, timestamp, value, self.retention_ms)
+        elif value is None:
             self._data.pop(key, None)
         else:
-            self._data[key] = self.value_codec.decode(raw_value)
+            self._data[key] = value
 
     def clear(self) -> None:
         """Forget everything (before a reload)."""
         self._data.clear()
+        self._versions.clear()
+
+
+#: Marks a missing key in :meth:`GlobalTable.__contains__`.
+_ABSENT = object()

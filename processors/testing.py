@@ -306,7 +306,11 @@ class TestDriver:
         glob = self._globals.get(topic)
         if glob is not None:
             raw_key = None if key is None else glob.key_codec.encode(key)
-            glob.apply(raw_key, None if value is None else glob.value_codec.encode(value))
+            glob.apply(
+                raw_key,
+                None if value is None else glob.value_codec.encode(value),
+                self.now_ms if timestamp is None else timestamp,
+            )
             return []
         kcodec, vcodec = self.app.input_codecs(topic)
         raw_key = None if key is None else kcodec.encode(key)

@@ -663,18 +663,33 @@ class App:
             self._event_time(checked, watermarks)  # its record timestamps hold the watermark
         return table
 
-    def global_table(self, topic: str, *, key: Codec = STR, value: Codec = JSON) -> GlobalTable:
+    def global_table(
+        self,
+        topic: str,
+        *,
+        key: Codec = STR,
+        value: Codec = JSON,
+        retention_ms: int | None = None,
+    ) -> GlobalTable:
         """Declare a topic every instance reads whole: read-only reference data.
 
         Not co-partitioned: any partition count. Every key group reads the latest value
         of any key with ``table.get(key)``. The instance is ready only once it has read
         the topic to its end; new records are applied between batches. Kept in memory.
 
+        With ``retention_ms`` the table is versioned (docs/joins.md): each record is a
+        version of its key at its record timestamp, and ``table.get_as_of(key, ts)``
+        returns the value as of ``ts`` (e.g. an order's time), exact for times up to
+        ``retention_ms`` behind the key's newest version; older versions are dropped.
+
         Raises:
-            ConfigError: the topic is already an input of this app.
+            ConfigError: the topic is already an input of this app, or ``retention_ms``
+                is negative.
         """
         (checked,) = self._check_input((topic,))
-        table = GlobalTable(checked, key, value)
+        if retention_ms is not None and retention_ms < 0:
+            raise ConfigError(f"global table {topic!r}: retention_ms must be >= 0")
+        table = GlobalTable(checked, key, value, retention_ms)
         self._def.globals[checked] = table
         return table
 

@@ -224,7 +224,7 @@ class GlobalTables:
                 continue
             table = self.tables[msg.topic()]
             try:
-                table.apply(msg.key(), msg.value())
+                table.apply(msg.key(), msg.value(), msg.timestamp()[1])
             except Exception as exc:  # noqa: BLE001 - codecs may raise anything
                 self.skipped += 1
                 log.warning(

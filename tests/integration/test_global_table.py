@@ -9,6 +9,7 @@ The app declares the variable it reads: ``App("rates", env=["LOCKGATE_RATES_TOPI
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,94 @@ def _checkpoint_globals(bootstrap: str, control: str) -> list[dict[str, dict[str
         return out
     finally:
         c.close()
+
+
+def _produce_at(bootstrap: str, topic: str, records: list[tuple[str, Any, int]]) -> None:
+    """Produce ``(key, value or None, timestamp ms)`` in this order (one partition each key)."""
+    p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for key, value, ts in records:
+        p.produce(topic, None if value is None else orjson.dumps(value), key.encode(), timestamp=ts)
+    assert p.flush(30) == 0
+
+
+def test_versioned_global_table_answers_as_of_each_orders_time(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """Orders keyed by order id look customers (keyed by customer id) up as of their time.
+
+    tests/integration/apps/customer_tiers.py (60 s of history per customer). The customers
+    topic (3 partitions) and the orders topic (2) are not co-partitioned. Checked against
+    versions written with explicit record timestamps: before the first version, between
+    versions, exactly at one, after a deletion, a version that arrived after a newer one
+    (older timestamp, later offset: it answers its own time span but is not the latest),
+    and a version dropped because it is more than 60 s older than the customer's newest.
+    Timestamps are ten minutes old, well inside the topics' retention.
+    """
+    port = free_port()
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": names("tiers"),
+        "LOCKGATE_INPUT_TOPIC": names("orders"),
+        "LOCKGATE_CUSTOMERS_TOPIC": names("customers"),
+        "LOCKGATE_OUTPUT_TOPIC": names("order-tiers"),
+        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
+        "LOCKGATE_HTTP_PORT": str(port),
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+    }
+    create_topic(kafka_bootstrap, env["LOCKGATE_CUSTOMERS_TOPIC"], 3)
+    create_topic(kafka_bootstrap, env["LOCKGATE_INPUT_TOPIC"], 2)
+    base = (int(time.time()) - 600) * 1000
+    _produce_at(
+        kafka_bootstrap,
+        env["LOCKGATE_CUSTOMERS_TOPIC"],
+        [
+            ("c1", {"tier": "bronze"}, base),
+            ("c1", {"tier": "silver"}, base + 1000),
+            ("c1", {"tier": "gold"}, base + 2000),
+            ("c2", {"tier": "bronze"}, base + 500),
+            ("c2", None, base + 1500),  # deleted from then on
+            ("c4", {"tier": "gold"}, base + 2000),
+            ("c4", {"tier": "silver"}, base + 1000),  # arrives late with an older time
+            ("c3", {"tier": "dropped"}, base),
+            ("c3", {"tier": "kept"}, base + 10),
+            ("c3", {"tier": "newest"}, base + 120_000),  # base + 10 is newest - 60 s or older
+        ],
+    )
+    # (customer, order time) -> expected (as_of, latest)
+    cases = [
+        ("c1", base - 1, None, "gold"),
+        ("c1", base + 999, "bronze", "gold"),
+        ("c1", base + 1000, "silver", "gold"),
+        ("c1", base + 2500, "gold", "gold"),
+        ("c2", base + 600, "bronze", None),
+        ("c2", base + 1600, None, None),
+        ("c4", base + 1500, "silver", "gold"),
+        ("c4", base + 2000, "gold", "gold"),
+        ("c3", base + 5, None, "newest"),  # its version was dropped (beyond the history)
+        ("c3", base + 50, "kept", "newest"),
+        ("c5", base, None, None),  # never known
+    ]
+    app = AppProcess(
+        "tests.integration.apps.customer_tiers:app", env, tmp_path / "tiers.log"
+    ).start()
+    try:
+        wait_until(lambda: _ready(port) == 200, 90, what="/readyz 200 (customers loaded)")
+        _produce_at(
+            kafka_bootstrap,
+            env["LOCKGATE_INPUT_TOPIC"],
+            [
+                (f"order-{i}", {"customer": c, "seq": i}, ts)
+                for i, (c, ts, _, _) in enumerate(cases)
+            ],
+        )
+        out = _outputs(kafka_bootstrap, env["LOCKGATE_OUTPUT_TOPIC"], len(cases))
+    finally:
+        code = app.terminate()
+    got = [(out[i]["as_of"], out[i]["latest"]) for i in range(len(cases))]
+    want = [(as_of, latest) for _, _, as_of, latest in cases]
+    assert got == want, "\n".join(
+        f"{c} @ base{ts - base:+d}: got {g}, expected {w}"
+        for (c, ts, _, _), g, w in zip(cases, got, want, strict=True)
+        if g != w
+    )
+    assert code == 0, app.log_text()[-3000:]
