@@ -494,6 +494,17 @@ class Aligner:
         self._fold()
         return released
 
+    def skip_to(self, offset: int) -> None:
+        """Offsets below ``offset`` not read yet will never be read (transaction markers).
+
+        Call it before asking :attr:`replaying` about the record at ``offset``: a replay
+        ends at the restored ``high``, which a savepoint's snapshot puts at its completing
+        barrier, right after offsets the caller never feeds. No effect below the next
+        offset.
+        """
+        if offset > self._next:
+            self._next = offset
+
     def expect(self, writers: Iterable[str]) -> None:
         """Make writers known (at ``last = done``), also writers dropped before.
 

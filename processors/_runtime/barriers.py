@@ -94,6 +94,10 @@ class BarrierMixin(RebalanceMixin):
         # restored from here (the replay re-reads the barrier and completes it again).
         before = aligner.snapshot(offset)
         later: tuple[Any, ...] = ()
+        # Replaying is about this barrier's offset: one at the restored ``high`` (a
+        # savepoint's completing barrier, often after unread transaction markers) is past
+        # the replay, and a writer-count change it carries applies as in the first run.
+        aligner.skip_to(offset)
         if writers and not aligner.replaying:
             later = self._update_writers(aligner, topic, g, writer, writers, now, before)
             if not aligner.grouped:

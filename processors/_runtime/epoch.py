@@ -148,7 +148,7 @@ class EpochMixin(SavepointMixin):
             manifests = self._write_barriers_and_checkpoints(  # 2.
                 ckpt, savepoint, offsets, snaps, writes
             )
-            self._commit(offsets)  # 3. and 4.
+            self._commit(offsets, exported=bool(manifests))  # 3. and 4.
         except CommitOutcomeUnknown as exc:
             self._settle_or_abort(offsets, exc)  # returns only when the epoch committed
         except CallHung as exc:
@@ -341,12 +341,24 @@ class EpochMixin(SavepointMixin):
                 writes[g] = per_store
         return writes
 
-    def _commit(self, offsets: list[TopicPartition]) -> None:
+    def _commit(self, offsets: list[TopicPartition], exported: bool = False) -> None:
+        """Commit the epoch: its transaction, or (at-least-once) a flush and the offsets.
+
+        Args:
+            offsets: The input positions to commit.
+            exported: The epoch carries savepoint manifests (test crash point
+                ``after_export``, processors/_kafka/faults.py).
+
+        Raises:
+            AbortEpoch: At-least-once: a record was not delivered, or the group moved on.
+        """
         producer = self._producer
         if self._txn is not None:
             crash_point("before_send_offsets")
             self._txn.send_offsets(offsets, self._consumer.consumer_group_metadata())
             crash_point("before_commit")
+            if exported:
+                crash_point("after_export")
             self._txn.commit(final=self._finishing)
             return
         with self.metrics.blocked("flush", self._txn_timeout_s):
@@ -359,6 +371,10 @@ class EpochMixin(SavepointMixin):
             raise AbortEpoch(f"a delivery failed: {err.name()}: {err.str()}")
         if remaining:
             raise AbortEpoch(f"{remaining} records not delivered within the transaction timeout")
+        if exported:
+            # The manifests are delivered (visible: nothing is transactional here), the
+            # offsets are not committed.
+            crash_point("after_export")
         if offsets:
             try:
                 self._call(self._consumer.commit, None, offsets, False, what="commit offsets")

@@ -324,3 +324,94 @@ def test_a_stop_request_read_at_a_restore_from_an_older_savepoint_is_not_taken( 
     ignored = "ignoring a savepoint request issued before this key group's restore"
     print(f"restored instance refused sp2 explicitly: {ignored in text}")
     assert records_in == 1000 and attempts >= records_in, (records_in, attempts)
+
+
+def test_at_least_once_savepoint_whose_epoch_never_committed_restores_without_loss(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """At-least-once: a savepoint reported taken although its epoch never committed.
+
+    Without transactions a manifest is visible once delivered, before the epoch's offsets
+    commit. The instance SIGKILLs itself right there (crash point ``after_export``: the
+    epoch's records, manifests included, delivered; offsets not committed) while input
+    keeps coming, so ``savepoint trigger`` reports success for a cut past the group's
+    committed offsets. That is sound because a savepoint is self-contained: its manifest
+    names the offsets of exactly the records whose effects its exported state holds (the
+    committed state plus the epoch's changes, written before the manifest). A fresh
+    instance restored from it must lose nothing: every key's last sum at least the
+    model's (at-least-once allows duplicates; from a consistent cut there are none here).
+    """
+    app, inp, out = names("sp-alo"), names("sp-alo-in"), names("sp-alo-out")
+    create_topic(kafka_bootstrap, inp, 2)
+    sp_dir = tmp_path / "savepoints"
+    base = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_GUARANTEE": "at_least_once",
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_SAVEPOINT_DIR": str(sp_dir),
+        "LOCKGATE_INSTANCE_ID": "i1",
+    }
+    total = 6000
+    feeder = InputFeeder(kafka_bootstrap, inp, total, rate=400, keys=40)
+
+    def start(state: str, **extra: str) -> AppProcess:
+        env = {**base, "LOCKGATE_STATE_DIR": str(tmp_path / state), **extra}
+        return AppProcess("examples.running_sum:app", env, tmp_path / f"{state}.log").start()
+
+    first = start("a", LOCKGATE_TEST_CRASH_POINTS="after_export:1.0")
+    feeder.start()
+    try:
+        read_all(kafka_bootstrap, out, expected=1000, timeout=60, idle=0)
+        trigger = lockgate_cli(base, "savepoint", "trigger", "--app", app, "--timeout", "60")
+        code = first.wait(60)
+    finally:
+        if first.alive:
+            first.terminate()
+    text = first.log_text()
+    assert trigger.returncode == 0, trigger.stderr[-3000:] + text[-3000:]
+    assert code == -9 and "crash point after_export" in text, text[-3000:]
+    sp_id = trigger.stdout.strip().splitlines()[-1]
+    store = SavepointStore(str(sp_dir))
+    saved = {g: store.read_manifest(sp_id, app, g)["offsets"][inp] for g in (0, 1)}
+    # The savepoint's epoch never committed: the group's offsets are behind its cut.
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": app})
+    try:
+        committed = consumer.committed([TopicPartition(inp, g) for g in (0, 1)], timeout=30)
+    finally:
+        consumer.close()
+    assert any(tp.offset < saved[tp.partition] for tp in committed), (committed, saved)
+    print(f"savepoint offsets {saved}, committed {[tp.offset for tp in committed]}")
+
+    restored = start("b", LOCKGATE_FROM_SAVEPOINT=sp_id)
+    feeder.join(120)
+    assert feeder.error is None, feeder.error
+    expected: dict[str, int] = {}
+    for key, value, _ in feeder.produced:
+        expected[key] = expected.get(key, 0) + value
+
+    def max_sums() -> dict[str, int]:
+        sums: dict[str, int] = {}
+        for m in read_all(kafka_bootstrap, out, timeout=10, idle=2):
+            if m.key() is not None:  # sums only grow (v >= 0): the largest is the last
+                key = m.key().decode()
+                sums[key] = max(sums.get(key, -1), json.loads(m.value())["sum"])
+        return sums
+
+    sums: dict[str, int] = {}
+
+    def nothing_lost() -> bool:
+        sums.update(max_sums())
+        return all(sums.get(k, -1) >= v for k, v in expected.items())
+
+    try:
+        wait_until(nothing_lost, 90, interval=3, what="every key's sum at least the model's")
+    except TimeoutError:
+        short = {k: (sums.get(k), v) for k, v in expected.items() if sums.get(k, -1) < v}
+        raise AssertionError(f"lost input (key: (last sum, model)): {short}") from None
+    finally:
+        assert restored.terminate() == 0, restored.log_text()[-3000:]
+    assert "seeded from a savepoint" in restored.log_text(), restored.log_text()[-3000:]
+    print(f"sums equal to the model (no duplicate either): {sums == expected}")
