@@ -4,7 +4,8 @@ tests/integration/apps/rates.py converts payment amounts with a global table of 
 rates topic has 3 partitions while the payments topic has 2: global tables are not
 co-partitioned.
 
-The app declares the variable it reads: ``App("rates", env=["LOCKGATE_RATES_TOPIC"])``.
+The apps declare the variables they read: ``App("rates", env=["LOCKGATE_RATES_TOPIC"])``,
+``App("customer-tiers", env=["LOCKGATE_CUSTOMERS_TOPIC"])``.
 """
 
 from __future__ import annotations
