@@ -148,6 +148,13 @@ class Fleet:
         )
 
 
+def chaos_seed() -> int:
+    """The run's seed: ``LOCKGATE_CHAOS_SEED`` or a fresh one, printed so a run can be repeated."""
+    seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
+    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat)")
+    return seed
+
+
 def kill_at_random(
     rng: random.Random,
     pick: Callable[[], tuple[Fleet, str]],

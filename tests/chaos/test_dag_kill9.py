@@ -31,7 +31,13 @@ from tests.chaos._dag import (
     dag_env,
     read_events,
 )
-from tests.chaos._harness import chaos_env, describe_group, kill_at_random, stop_feeding_soon
+from tests.chaos._harness import (
+    chaos_env,
+    chaos_seed,
+    describe_group,
+    kill_at_random,
+    stop_feeding_soon,
+)
 from tests.chaos._pipeline import PipelineFleet, data_records, read_topic
 from tests.support.kafka import create_topic
 
@@ -39,12 +45,6 @@ pytestmark = pytest.mark.chaos
 
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "6"))
 PARTITIONS = 4
-
-
-def _seed() -> int:
-    seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
-    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat)")
-    return seed
 
 
 def _env(bootstrap: str, topics: DagTopics, app_name: str, alignment: str) -> dict[str, str]:
@@ -55,7 +55,7 @@ def _env(bootstrap: str, topics: DagTopics, app_name: str, alignment: str) -> di
 
 @pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_dag_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, alignment: str) -> None:
-    seed = _seed()
+    seed = chaos_seed()
     rng = random.Random(seed)
     topics = DagTopics.fresh("chaos-dag")
     for topic in (topics.orders, topics.payments, topics.order_totals, topics.payment_totals):

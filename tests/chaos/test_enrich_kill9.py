@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos._harness import Fleet, chaos_env, describe_group, kill_at_random
+from tests.chaos._harness import Fleet, chaos_env, chaos_seed, describe_group, kill_at_random
 from tests.support.enrich_model import (
     Round,
     check,
@@ -51,12 +51,6 @@ PARTITIONS = 4
 KEYS = [f"cust-{i}" for i in range(200)] + [f"cust-{i}-ghost" for i in range(200, 205)]
 BACKLOG_ROUNDS = 4
 GAP = 1.0  # seconds between a round's customers and its orders
-
-
-def _seed() -> int:
-    seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
-    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat)")
-    return seed
 
 
 def _rounds(seed: int, live_seconds: float) -> list[Round]:
@@ -105,7 +99,7 @@ class RoundFeeder(threading.Thread):
 
 
 def test_enrich_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path) -> None:
-    seed = _seed()
+    seed = chaos_seed()
     rng = random.Random(seed)
     names = fresh_names("chaos-enrich")
     create_topic(kafka_bootstrap, names["LOCKGATE_ORDERS_TOPIC"], PARTITIONS)

@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer
 
 from processors import key_group
-from tests.chaos._harness import Fleet, chaos_env, kill_at_random
+from tests.chaos._harness import Fleet, chaos_env, chaos_seed, kill_at_random
 from tests.support.kafka import create_topic, read_all, unique
 
 pytestmark = pytest.mark.chaos
@@ -38,12 +38,6 @@ pytestmark = pytest.mark.chaos
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "6"))
 WINDOW_MS = 1000
 SPEC = "tests.integration.apps.et_three:{}"
-
-
-def _seed() -> int:
-    seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
-    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat)")
-    return seed
 
 
 class EventFeeder(threading.Thread):
@@ -90,7 +84,7 @@ class EventFeeder(threading.Thread):
 def test_three_stage_event_time_with_an_idle_source_instance_kill9(
     kafka_bootstrap: str, tmp_path: Path, alignment: str
 ) -> None:
-    seed = _seed()
+    seed = chaos_seed()
     rng = random.Random(seed)
     inp, rep, rep2, out = (unique(p) for p in ("etk-in", "etk-rep", "etk-rep2", "etk-out"))
     for topic in (inp, rep, rep2):

@@ -18,21 +18,15 @@ from typing import Any
 
 import orjson
 
-from tests.chaos._harness import Fleet, InputFeeder, chaos_env, stop_feeding_soon
+from tests.chaos._harness import Fleet, InputFeeder, chaos_env, chaos_seed, stop_feeding_soon
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, read_all, read_inputs, unique
 
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "8"))
 
 
-def _seed() -> int:
-    seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
-    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat)")
-    return seed
-
-
 def test_random_kill9_never_loses_or_duplicates(kafka_bootstrap: str, tmp_path: Path) -> None:
-    seed = _seed()
+    seed = chaos_seed()
     rng = random.Random(seed)
     inp, out, app = unique("chaos-in"), unique("chaos-out"), unique("chaos-sum")
     create_topic(kafka_bootstrap, inp, 6)
@@ -139,7 +133,7 @@ def check_at_least_once(inputs: list[tuple[str, int, int]], messages: list[Any])
 
 
 def test_at_least_once_under_kill9_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
-    seed = _seed()
+    seed = chaos_seed()
     rng = random.Random(seed)
     inp, out, app = unique("alo-in"), unique("alo-out"), unique("alo-sum")
     create_topic(kafka_bootstrap, inp, 4)

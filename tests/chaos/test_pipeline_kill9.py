@@ -25,7 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos._harness import chaos_env, describe_group, kill_at_random, stop_feeding_soon
+from tests.chaos._harness import (
+    chaos_env,
+    chaos_seed,
+    describe_group,
+    kill_at_random,
+    stop_feeding_soon,
+)
 from tests.chaos._pipeline import (
     CLICK_SPEC,
     REGION_SPEC,
@@ -47,12 +53,6 @@ KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "6"))
 PARTITIONS = 4
 
 
-def _seed() -> int:
-    seed = int(os.environ.get("LOCKGATE_CHAOS_SEED", str(time.time_ns() % 10**9)))
-    print(f"chaos seed: {seed} (set LOCKGATE_CHAOS_SEED={seed} to repeat)")
-    return seed
-
-
 def _env(bootstrap: str, topics: Topics, app_name: str, alignment: str) -> dict[str, str]:
     env = chaos_env(bootstrap, app_name, topics.clicks, topics.totals)
     del env["LOCKGATE_INPUT_TOPIC"]  # the pipeline's apps name their topics themselves
@@ -61,7 +61,7 @@ def _env(bootstrap: str, topics: Topics, app_name: str, alignment: str) -> dict[
 
 @pytest.mark.parametrize("alignment", ["aligned", "none"])
 def test_pipeline_kill9_exactly_once(kafka_bootstrap: str, tmp_path: Path, alignment: str) -> None:
-    seed = _seed()
+    seed = chaos_seed()
     rng = random.Random(seed)
     topics = Topics.fresh("chaos-pipe")
     create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
