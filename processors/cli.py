@@ -32,6 +32,7 @@ from processors._ops.cli_common import (
     check_app,
     json_out,
     load_app,
+    not_authorized_text,
     ops_fail,
     ops_settings,
 )
@@ -104,6 +105,11 @@ def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: boo
         click.echo(f"lockgate: {exc}", err=True)
         sys.exit(2)
     except KafkaException as exc:
+        denied = not_authorized_text(exc)
+        if denied is not None:
+            log.error("%s", denied)
+            click.echo(f"lockgate: {denied}", err=True)
+            sys.exit(2)
         hint = _unreachable_hint(exc, settings.bootstrap_servers)
         log.error("Kafka client error: %s%s", exc, hint)
         click.echo(f"lockgate: Kafka client error: {exc}{hint}", err=True)

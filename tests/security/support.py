@@ -79,6 +79,18 @@ def app_acls(app: str, inputs: list[str], outputs: list[str]) -> list[Acl]:
     return acls
 
 
+def topics_command_acls(inputs: list[str]) -> list[Acl]:
+    """What ``lockgate topics --app`` needs beyond :func:`app_acls`.
+
+    It reports every topic's configuration: DESCRIBE_CONFIGS on the inputs and on the
+    registry too (``--create`` creates with the app's CREATE on its prefix).
+    """
+    T, lit, op = ResourceType.TOPIC, ResourcePatternType.LITERAL, AclOperation.DESCRIBE_CONFIGS
+    return [Acl(T, t, lit, op, "report the topic's configuration") for t in inputs] + [
+        Acl(T, REGISTRY_TOPIC, lit, op, "report the registry's configuration")
+    ]
+
+
 @dataclass
 class SecureKafka:
     """The tier's broker: its bootstrap address, the admin's settings, the CA file."""
