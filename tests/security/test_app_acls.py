@@ -57,7 +57,8 @@ def test_running_sum_exactly_once_with_exactly_the_documented_acls(
     secure_kafka: SecureKafka, tmp_path: Path
 ) -> None:
     """Two runs: the second from an empty state dir restores from the changelog and the
-    checkpoints in the control topic (the READ on the app's prefix)."""
+    checkpoints in the control topic (the READ on the app's prefix); it reads the password
+    from LOCKGATE_SASL_PASSWORD_FILE."""
     s = _Setup(secure_kafka, tmp_path, partitions=3)
     secure_kafka.grant(s.user, s.acls)
     admin = secure_kafka.admin_conf
@@ -66,6 +67,11 @@ def test_running_sum_exactly_once_with_exactly_the_documented_acls(
     for run, batch in enumerate([inputs[:1000], inputs[1000:]]):
         produce_numbers(secure_kafka.bootstrap, s.input, batch, client=admin)
         env = {**s.env, "LOCKGATE_STATE_DIR": str(tmp_path / f"state-{run}")}
+        if run == 1:  # the password from a file (a mounted Secret), not the environment
+            secret = tmp_path / "sasl-password"
+            secret.write_text(s.password + "\n")
+            del env["LOCKGATE_SASL_PASSWORD"]
+            env["LOCKGATE_SASL_PASSWORD_FILE"] = str(secret)
         app = AppProcess("examples.running_sum:app", env, tmp_path / f"app-{run}.log").start()
         try:
             _wait_started(app)
@@ -137,7 +143,10 @@ def test_a_wrong_password_is_one_clear_error(secure_kafka: SecureKafka, tmp_path
     s = _Setup(secure_kafka, tmp_path)
     secure_kafka.grant(s.user, s.acls)
     wrong = uuid.uuid4().hex
-    env = {**s.env, "LOCKGATE_SASL_PASSWORD": wrong}
+    secret = tmp_path / "sasl-password"
+    secret.write_text(wrong + "\n")
+    env = {**s.env, "LOCKGATE_SASL_PASSWORD_FILE": str(secret)}
+    del env["LOCKGATE_SASL_PASSWORD"]
     app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
     try:
         code = app.wait(90)
@@ -163,8 +172,6 @@ def test_an_untrusted_certificate_is_one_clear_error(
         check=True, capture_output=True,
     )  # fmt: skip
     env = {**s.env, **secure_kafka.app_env(s.user, s.password, ca=other_ca)}
-    env.update({k: v for k, v in s.env.items() if not k.startswith("LOCKGATE_KAFKA__SSL")})
-    env["LOCKGATE_KAFKA__SSL_CA_LOCATION"] = str(other_ca)
     app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
     try:
         code = app.wait(90)
