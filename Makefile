@@ -10,7 +10,7 @@ CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
 SUBMAKE = $(MAKE)
 
-.PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs docs-api images bench clean
+.PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-security test-fast chaos run docs docs-api images bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -126,6 +126,9 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	  echo "make test: Kubernetes tier skipped: its parts are not built in $$cache (or not root);" \
 	       "run deploy/k8s/cluster.sh build once (about 40 min), then make test or make test-k8s"; \
 	fi
+
+test-security: $(STAMP) ## SASL_SSL + ACL tier (its own authorizing broker, under a minute): docs/security.md
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) tests/security
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark
