@@ -50,7 +50,8 @@ docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are er
 	@echo "API reference: build/docs-api/index.html"
 
 test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
-    tests/integration/test_schema_registry_formats.py tests/integration/test_faust_word_count.py
+    tests/integration/test_schema_registry_formats.py tests/integration/test_faust_word_count.py \
+    tests/security
 test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
     tests/integration/test_pipeline_savepoint.py tests/integration/test_stranded_partitions.py \
     tests/integration/test_subscription_change.py
@@ -70,7 +71,8 @@ test: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos, k8s (when built)
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
 	@# tests, then CHECKS_LANE_TESTS (integration tests that are neither timing-sensitive nor
-	@# CPU-heavy: the schema registry, Faust; their own broker) while the longer Spark lane
+	@# CPU-heavy: the schema registry, Faust, the SASL_SSL+ACL tier (75-90 s at load average
+	@# 6-13); their own brokers) while the longer Spark lane
 	@# finishes | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
 	@# Phase 2, two lanes, each with its own broker: [faults] chaos, containers and the longest
 	@# fault tests | [integration] the other integration tests. Both mostly wait (load average
