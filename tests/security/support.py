@@ -6,6 +6,8 @@ exactly it (or it minus one entry) and run the app as that principal.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,24 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     UserScramCredentialUpsertion,
 )
 
+from tests.support.procs import LOCKGATE, ROOT
+
 REGISTRY_TOPIC = "lockgate.registry"
+
+
+def lockgate_cli(
+    env: dict[str, str], *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Run ``lockgate ARGS`` with ``env`` over this process's environment (120 s at most)."""
+    return subprocess.run(
+        [str(LOCKGATE), *args],
+        cwd=ROOT,
+        env={**os.environ, "LOCKGATE_LOG_FORMAT": "console", **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @dataclass(frozen=True)

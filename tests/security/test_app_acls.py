@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.support import REGISTRY_TOPIC, Acl, SecureKafka, app_acls
+from tests.security.support import REGISTRY_TOPIC, Acl, SecureKafka, app_acls, lockgate_cli
 from tests.support.checker import check, model
 from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs, unique
 from tests.support.procs import AppProcess, wait_until
@@ -90,6 +90,10 @@ def test_running_sum_exactly_once_with_exactly_the_documented_acls(
             if "key group restored" in line
         )
     assert restored >= 30  # run 2 had no local state: the 30 keys came from the changelog
+    # The checkpoint catalog reads <app>.control: the app's own ACLs suffice.
+    r = lockgate_cli(s.env, "checkpoints", "list", "--app", s.app)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert s.app in r.stdout, r.stdout
     stored = read_inputs(secure_kafka.bootstrap, s.input, len(inputs), client=admin)
     assert sorted(stored) == sorted(inputs)
     assert check(model(stored), out) == []

@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import uuid
 from pathlib import Path
 
-from tests.security.support import SecureKafka, app_acls, topics_command_acls
+from tests.security.support import SecureKafka, app_acls, lockgate_cli, topics_command_acls
 from tests.support.kafka import create_topic, read_all, unique
-from tests.support.procs import LOCKGATE, ROOT
 
 SPEC = "examples.running_sum:app"
-
-
-def _lockgate(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LOCKGATE), *args],
-        cwd=ROOT,
-        env={**os.environ, "LOCKGATE_LOG_FORMAT": "console", **env},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_topics_and_send_as_the_apps_principal(secure_kafka: SecureKafka, tmp_path: Path) -> None:
@@ -43,27 +28,27 @@ def test_topics_and_send_as_the_apps_principal(secure_kafka: SecureKafka, tmp_pa
     }
 
     # The app's own ACLs do not let `topics` read the inputs' configuration: one message.
-    r = _lockgate(env, "topics", "--app", SPEC)
+    r = lockgate_cli(env, "topics", "--app", SPEC)
     assert r.returncode == 2, r.stderr
     assert "not authorized" in r.stderr and "TOPIC_AUTHORIZATION_FAILED" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and password not in r.stderr + r.stdout
 
     secure_kafka.grant(user, topics_command_acls([inp]))
-    r = _lockgate(env, "topics", "--app", SPEC, "--create")
+    r = lockgate_cli(env, "topics", "--app", SPEC, "--create")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"created {app}.control" in r.stdout + r.stderr, r.stdout + r.stderr
-    r = _lockgate(env, "topics", "--app", SPEC)
+    r = lockgate_cli(env, "topics", "--app", SPEC)
     assert r.returncode == 0, r.stdout + r.stderr
 
     # send: WRITE on the topic. The app may write its output, not its input.
     line = json.dumps({"key": "a", "value": {"sum": 1, "count": 1, "seq": 0}}) + "\n"
-    r = _lockgate(env, "send", out, "--app", SPEC, stdin=line)
+    r = lockgate_cli(env, "send", out, "--app", SPEC, stdin=line)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (
         len(read_all(secure_kafka.bootstrap, out, expected=1, client=secure_kafka.admin_conf)) == 1
     )
     line = json.dumps({"key": "a", "value": {"v": 1, "seq": 0}}) + "\n"
-    r = _lockgate(env, "send", inp, "--app", SPEC, stdin=line)
+    r = lockgate_cli(env, "send", inp, "--app", SPEC, stdin=line)
     assert r.returncode != 0, r.stdout + r.stderr
     assert "TOPIC_AUTHORIZATION_FAILED" in r.stderr and inp in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and password not in r.stderr + r.stdout
