@@ -72,7 +72,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
 	@# tests, then CHECKS_LANE_TESTS (integration tests that are neither timing-sensitive nor
 	@# CPU-heavy: the schema registry, Faust, the SASL_SSL+ACL tier (75-90 s at load average
-	@# 6-13); their own brokers) while the longer Spark lane
+	@# 6-13, 170 s at 15-18); their own brokers) while the longer Spark lane
 	@# finishes | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
 	@# Phase 2, two lanes, each with its own broker: [faults] chaos, containers and the longest
 	@# fault tests | [integration] the other integration tests. Both mostly wait (load average
@@ -129,8 +129,9 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	       "run deploy/k8s/cluster.sh build once (about 40 min), then make test or make test-k8s"; \
 	fi
 
-test-security: $(STAMP) ## SASL_SSL + ACL tier (its own authorizing broker, under a minute): docs/security.md
-	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) tests/security
+test-security: $(STAMP) ## SASL_SSL + ACL tier and the backfill as a principal (its own authorizing broker): docs/security.md
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) tests/security \
+	    tests/spark/test_backfill_secure.py
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark

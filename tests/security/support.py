@@ -32,9 +32,9 @@ REGISTRY_TOPIC = "lockgate.registry"
 
 
 def lockgate_cli(
-    env: dict[str, str], *args: str, stdin: str = ""
+    env: dict[str, str], *args: str, stdin: str = "", timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``lockgate ARGS`` with ``env`` over this process's environment (120 s at most)."""
+    """Run ``lockgate ARGS`` with ``env`` over this process's environment."""
     return subprocess.run(
         [str(LOCKGATE), *args],
         cwd=ROOT,
@@ -42,7 +42,7 @@ def lockgate_cli(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
 
 
@@ -80,6 +80,10 @@ def app_acls(app: str, inputs: list[str], outputs: list[str]) -> list[Acl]:
     # since Kafka 3.0, and a transactional producer needs WRITE on its id instead).
     acls = [
         Acl(G, app, lit, op.READ, "join the app's consumer group, commit offsets"),
+        # The changelog reader's group id (librdkafka requires one; never joined or
+        # committed): the consumer still looks up its coordinator. Without this each restore
+        # logs a GROUP_AUTHORIZATION_FAILED warning and `lockgate backfill` fails.
+        Acl(G, f"{app}.restore", lit, op.DESCRIBE, "coordinator lookup of the restorer"),
         Acl(T, f"{app}.", pre, op.CREATE, "create changelogs, <app>.control, <app>.dlq"),
         Acl(T, f"{app}.", pre, op.READ, "restore changelogs, read checkpoints"),
         Acl(T, f"{app}.", pre, op.WRITE, "write changelogs, checkpoints, DLQ records"),
