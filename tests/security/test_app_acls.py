@@ -107,6 +107,7 @@ _MISSING = [
     pytest.param("READ", "TOPIC", "input", id="read-on-input"),
     pytest.param("READ", "TOPIC", "registry", id="read-on-registry"),
     pytest.param("DESCRIBE_CONFIGS", "TOPIC", "output", id="describe-configs-on-output"),
+    pytest.param("CREATE", "TOPIC", "prefix", id="create-on-internal-prefix"),
 ]
 
 
@@ -121,6 +122,7 @@ def test_a_missing_acl_is_refused_at_start_naming_it(
         "txn": f"{s.app}-",
         "group": s.app,
         "registry": REGISTRY_TOPIC,
+        "prefix": f"{s.app}.",
     }[which]
 
     def dropped(a: Acl) -> bool:
