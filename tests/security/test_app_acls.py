@@ -99,6 +99,29 @@ def test_running_sum_exactly_once_with_exactly_the_documented_acls(
     assert check(model(stored), out) == []
 
 
+def test_at_least_once_needs_no_transactional_id_nor_idempotent_write(
+    secure_kafka: SecureKafka, tmp_path: Path
+) -> None:
+    """Its idempotent (not transactional) producer needs only Write on the topics."""
+    s = _Setup(secure_kafka, tmp_path)
+    acls = [a for a in s.acls if a.resource.name != "TRANSACTIONAL_ID"]
+    assert len(acls) == len(s.acls) - 1
+    secure_kafka.grant(s.user, acls)
+    admin = secure_kafka.admin_conf
+    inputs = _inputs(300, 10, seed=9)
+    produce_numbers(secure_kafka.bootstrap, s.input, inputs, client=admin)
+    env = {**s.env, "LOCKGATE_GUARANTEE": "at_least_once"}
+    app = AppProcess("examples.running_sum:app", env, tmp_path / "app.log").start()
+    try:
+        _wait_started(app)
+        out = read_all(secure_kafka.bootstrap, s.output, expected=300, idle=2, client=admin)
+    finally:
+        code = app.terminate()
+    assert code == 0, app.log_text()[-3000:]
+    stored = read_inputs(secure_kafka.bootstrap, s.input, 300, client=admin)
+    assert check(model(stored), out) == []  # no failure here: exact even at least once
+
+
 #: One documented ACL removed at a time: the operation the runtime must name when refusing.
 _MISSING = [
     pytest.param("WRITE", "TOPIC", "output", id="write-on-output"),
