@@ -71,7 +71,7 @@ test: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos, k8s (when built)
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
 	@# tests, then CHECKS_LANE_TESTS (integration tests that are neither timing-sensitive nor
-	@# CPU-heavy: the schema registry, Faust, the SASL_SSL+ACL tier (75-90 s at load average
+	@# CPU-heavy: the schema registry, Faust, the SASL_SSL+ACL tier (75-120 s at load average
 	@# 6-13, 170 s at 15-18); their own brokers) while the longer Spark lane
 	@# finishes | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
 	@# Phase 2, two lanes, each with its own broker: [faults] chaos, containers and the longest
