@@ -10,7 +10,7 @@ CHAOS_KILLS ?= 40
 PYTEST_ARGS ?=
 SUBMAKE = $(MAKE)
 
-.PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-fast chaos run docs docs-api images bench clean
+.PHONY: help setup kafka-up kafka-down lint format typecheck test test-spark test-security test-fast chaos run docs docs-api images bench clean
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,7 +50,8 @@ docs-api: $(STAMP) ## API reference from the docstrings (Sphinx, warnings are er
 	@echo "API reference: build/docs-api/index.html"
 
 test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
-    tests/integration/test_schema_registry_formats.py tests/integration/test_faust_word_count.py
+    tests/integration/test_schema_registry_formats.py tests/integration/test_faust_word_count.py \
+    tests/security
 test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
     tests/integration/test_pipeline_savepoint.py tests/integration/test_stranded_partitions.py \
     tests/integration/test_subscription_change.py
@@ -70,7 +71,8 @@ test: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos, k8s (when built)
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
 	@# tests, then CHECKS_LANE_TESTS (integration tests that are neither timing-sensitive nor
-	@# CPU-heavy: the schema registry, Faust; their own broker) while the longer Spark lane
+	@# CPU-heavy: the schema registry, Faust, the SASL_SSL+ACL tier (75-120 s at load average
+	@# 6-13, 170 s at 15-18); their own brokers) while the longer Spark lane
 	@# finishes | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
 	@# Phase 2, two lanes, each with its own broker: [faults] chaos, containers and the longest
 	@# fault tests | [integration] the other integration tests. Both mostly wait (load average
@@ -126,6 +128,10 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	  echo "make test: Kubernetes tier skipped: its parts are not built in $$cache (or not root);" \
 	       "run deploy/k8s/cluster.sh build once (about 40 min), then make test or make test-k8s"; \
 	fi
+
+test-security: $(STAMP) ## SASL_SSL + ACL tier and the backfill as a principal (its own authorizing broker): docs/security.md
+	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) tests/security \
+	    tests/spark/test_backfill_secure.py
 
 test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale, standalone cluster
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark

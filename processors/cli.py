@@ -33,6 +33,7 @@ from processors._ops.cli_common import (
     check_app,
     json_out,
     load_app,
+    not_authorized_text,
     ops_fail,
     ops_settings,
 )
@@ -101,6 +102,11 @@ def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: boo
     except LockgateError as exc:
         _run_failed(str(exc), 2)
     except KafkaException as exc:
+        denied = not_authorized_text(exc)
+        if denied is not None:
+            log.error("%s", denied)
+            click.echo(f"lockgate: {denied}", err=True)
+            sys.exit(2)
         hint = _unreachable_hint(exc, settings.bootstrap_servers)
         _run_failed(f"Kafka client error: {exc}{hint}", 1)
     sys.exit(code)

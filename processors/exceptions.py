@@ -14,6 +14,13 @@ class ConfigError(LockgateError):
     """
 
 
+class AuthorizationError(ConfigError):
+    """The principal lacks an ACL the app needs (the message names the operation and resource).
+
+    Raised at start; exits 2 like other configuration errors (docs/security.md).
+    """
+
+
 class TopicError(LockgateError):
     """An input topic is missing, or topics are not co-partitioned."""
 

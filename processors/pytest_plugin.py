@@ -116,6 +116,31 @@ INSTALL_HINT = "pip install 'lockgate[testing]'"
 _LABEL = "io.lockgate.pytest-plugin"
 _STARTED = "Kafka Server started"
 _QUIET: dict[str, Any] = {"log_level": 0}
+_KAFKA_ENV = "LOCKGATE_KAFKA__"
+
+
+def _client(bootstrap: str) -> dict[str, Any]:
+    """Settings of the plugin's own clients: quiet, and the environment's security.
+
+    The apps the plugin starts inherit the environment, so they connect with its
+    ``LOCKGATE_KAFKA__<KEY>`` properties (e.g. ``SECURITY_PROTOCOL=SASL_SSL``) and
+    ``LOCKGATE_SASL_USERNAME`` / ``LOCKGATE_SASL_PASSWORD`` / ``LOCKGATE_SASL_PASSWORD_FILE``;
+    the plugin's clients (readiness check, topic creation, produce, read) use the same ones,
+    so an external broker that authenticates works (docs/security.md).
+    """
+    conf: dict[str, Any] = dict(_QUIET)
+    for key, value in os.environ.items():
+        if key.upper().startswith(_KAFKA_ENV) and len(key) > len(_KAFKA_ENV):
+            conf[key[len(_KAFKA_ENV) :].lower().replace("_", ".")] = value
+    if os.environ.get("LOCKGATE_SASL_USERNAME"):
+        conf["sasl.username"] = os.environ["LOCKGATE_SASL_USERNAME"]
+    if os.environ.get("LOCKGATE_SASL_PASSWORD"):
+        conf["sasl.password"] = os.environ["LOCKGATE_SASL_PASSWORD"]
+    elif os.environ.get("LOCKGATE_SASL_PASSWORD_FILE"):
+        text = Path(os.environ["LOCKGATE_SASL_PASSWORD_FILE"]).read_text()
+        conf["sasl.password"] = text.removesuffix("\n").removesuffix("\r")
+    conf["bootstrap.servers"] = bootstrap
+    return conf
 
 
 class BrokerUnavailableError(RuntimeError):
@@ -390,7 +415,7 @@ def wait_kafka_ready(bootstrap: str, timeout: float = 60.0) -> None:
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout
-    quiet = {**_QUIET, "bootstrap.servers": bootstrap}
+    quiet = _client(bootstrap)
 
     def left() -> float:
         return max(1.0, deadline - time.monotonic())
@@ -580,7 +605,7 @@ class LockgateKafka:
             NewTopic,
         )
 
-        admin = AdminClient({**_QUIET, "bootstrap.servers": self.bootstrap})
+        admin = AdminClient(_client(self.bootstrap))
         new = [NewTopic(n, int(p), 1, config=dict(config or {})) for n, p in topics.items()]
         for name, fut in admin.create_topics(new, request_timeout=timeout).items():
             try:
@@ -618,8 +643,7 @@ class LockgateKafka:
 
         producer = Producer(
             {
-                **_QUIET,
-                "bootstrap.servers": self.bootstrap,
+                **_client(self.bootstrap),
                 "partitioner": "murmur2_random",
                 "enable.idempotence": True,
                 "linger.ms": 5,
@@ -690,8 +714,7 @@ class LockgateKafka:
 
         consumer = Consumer(
             {
-                **_QUIET,
-                "bootstrap.servers": self.bootstrap,
+                **_client(self.bootstrap),
                 "group.id": f"lockgate-reader-{uuid.uuid4().hex[:10]}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
@@ -19,8 +19,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from processors._config.log_setup import librdkafka_logger
 from processors._config.settings import GroupProtocol, Guarantee, Settings
+from processors._kafka.authz import (
+    AUTHORIZATION_CODES,
+    authorization_error,
+    check_group,
+    check_topics,
+)
 from processors._kafka.errors import AbortEpoch, Kind, classify, kafka_call
-from processors.exceptions import FatalKafkaError, TopicError
+from processors.exceptions import ConfigError, FatalKafkaError, TopicError
 
 __all__ = ["CONTROL_TOPIC", "PARTITION_EOF", "AbortEpoch", "Admin", "kafka_call"]
 
@@ -156,12 +162,89 @@ def admin_config(settings: Settings) -> dict[str, Any]:
     return conf
 
 
+#: librdkafka's codes for a refused SASL authentication and a failed TLS handshake.
+_REFUSALS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})  # noqa: SLF001
+
+
+def _refusal_message(err: KafkaError, conf: dict[str, Any]) -> str:
+    """What a refused connection means and which settings to check (never a secret)."""
+    bootstrap = conf.get("bootstrap.servers")
+    if err.code() == KafkaError._AUTHENTICATION:  # noqa: SLF001
+        user = conf.get("sasl.username")
+        who = f"User:{user}" if user else "the client"
+        return (
+            f"authentication failed: {bootstrap} refused the SASL credentials of {who} "
+            f"({conf.get('sasl.mechanism', 'GSSAPI')}); check LOCKGATE_SASL_USERNAME and "
+            f"LOCKGATE_SASL_PASSWORD or LOCKGATE_SASL_PASSWORD_FILE ({err.str()})"
+        )
+    return (
+        f"TLS handshake with {bootstrap} failed: {err.str()}; check "
+        "LOCKGATE_KAFKA__SSL_CA_LOCATION (the CA that signed the broker's certificate) and "
+        "LOCKGATE_KAFKA__SECURITY_PROTOCOL"
+    )
+
+
 class Admin:
     """Topic checks and creation, last stable offsets."""
 
     def __init__(self, settings: Settings) -> None:
         self._conf = admin_config(settings)
+        #: The first authentication (SASL) or TLS failure librdkafka reported, if any.
+        self._refused: KafkaError | None = None
+        self._conf["error_cb"] = self._on_error
         self._admin = AdminClient(self._conf)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if self._refused is None and err.code() in _REFUSALS:
+            self._refused = err
+
+    def connect(self, timeout: float = 30.0) -> None:
+        """Wait until the cluster answers a metadata request; fail at once if refused.
+
+        A wrong SASL password or a broker certificate the CA does not sign makes every
+        call time out as "broker transport failure"; this names the real cause after
+        the first refused attempt instead.
+
+        Raises:
+            ConfigError: the broker refused the credentials, or the TLS handshake failed
+                (the message says which settings to check, never a secret's value).
+            KafkaException: no broker answered within ``timeout`` for another reason.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+                return
+            except KafkaException:
+                self._admin.poll(0)  # serves error_cb
+                if self._refused is not None:
+                    raise ConfigError(_refusal_message(self._refused, self._conf)) from None
+                if time.monotonic() >= deadline:
+                    raise
+
+    @property
+    def principal(self) -> str | None:
+        """The SASL user name the clients authenticate as (``None``: none configured)."""
+        user = self._conf.get("sasl.username")
+        return str(user) if user is not None else None
+
+    def check_access(
+        self, topics: Mapping[str, Iterable[str]], group: str | None = None, timeout: float = 30.0
+    ) -> None:
+        """Check that the principal may perform the ACL operations the app needs.
+
+        Args:
+            topics: topic -> ACL operation names (``READ``, ``WRITE``, ``DESCRIBE_CONFIGS``).
+            group: a consumer group the app joins (READ), if any.
+            timeout: seconds for each describe call.
+
+        Raises:
+            AuthorizationError: an ACL is missing (the message names it).
+            KafkaException: the broker could not be asked.
+        """
+        check_topics(self._admin, self.principal, topics, timeout)
+        if group is not None:
+            check_group(self._admin, self.principal, group, timeout)
 
     def partitions_of(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int]:
         """Return the partition count of each existing topic among ``topics``."""
@@ -254,7 +337,12 @@ class Admin:
                 fut.result()
                 log.info("created topic", extra={"topic": name})
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                code = exc.args[0].code()
+                if code in AUTHORIZATION_CODES:
+                    raise authorization_error(
+                        self.principal, "CREATE", "TOPIC", name, exc.args[0].name()
+                    ) from None
+                if code != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise TopicError(f"cannot create topic {name}: {exc}") from exc
         deadline = time.monotonic() + timeout
         while not self._all_led(specs):

@@ -21,11 +21,12 @@ from typing import Any, NoReturn
 
 import click
 import orjson
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from processors._config.log_setup import configure
 from processors._config.settings import Settings, load_settings
 from processors._dsl.app import App
+from processors._kafka.authz import AUTHORIZATION_CODES
 from processors._ops.catalog import OpsError
 from processors.exceptions import ConfigError, LockgateError, TopicError
 from state.codecs import Codec
@@ -108,6 +109,18 @@ def ops_settings() -> Settings:
     return settings
 
 
+def not_authorized_text(exc: KafkaException) -> str | None:
+    """The message for a Kafka authorization error (``None`` for any other error)."""
+    err = exc.args[0] if exc.args else None
+    if not isinstance(err, KafkaError) or err.code() not in AUTHORIZATION_CODES:
+        return None
+    return (
+        f"not authorized: the broker refused a {AUTHORIZATION_CODES[err.code()]} operation "
+        f"this command needs ({err.name()}: {err.str()}); docs/security.md lists the ACLs "
+        "of each command"
+    )
+
+
 def ops_fail(exc: Exception) -> NoReturn:
     """Print ``exc`` to stderr and exit with its code (1 unless it is a usage problem)."""
     code = (
@@ -117,7 +130,11 @@ def ops_fail(exc: Exception) -> NoReturn:
         if isinstance(exc, ConfigError | SavepointError)
         else 1
     )
-    if isinstance(exc, KafkaException):
+    denied = not_authorized_text(exc) if isinstance(exc, KafkaException) else None
+    if denied is not None:
+        click.echo(f"lockgate: {denied}", err=True)
+        code = 2  # an ACL to grant, like a configuration error: retrying cannot help
+    elif isinstance(exc, KafkaException):
         click.echo(f"lockgate: Kafka client error: {exc}", err=True)
     else:
         click.echo(f"lockgate: {exc}", err=True)

@@ -33,6 +33,7 @@ from processors._checkpoint.control_topics import REGISTRY_TOPIC, checkpoint_key
 from processors._checkpoint.protocol import Barrier
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
 from processors._config.settings import OnError
+from processors._kafka.authz import authorization_error
 from processors._kafka.clients import producer_config
 from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
@@ -93,7 +94,19 @@ class EpochMixin(SavepointMixin):
         )
         # Fences an older incarnation with the same id and ends its open transaction;
         # resumed until it completes (SIGTERM ends the wait: Stopping).
-        self._txn.start()
+        try:
+            self._txn.start()
+        except FatalKafkaError as exc:
+            if cause_code(exc) != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise
+            user = pconf.get("sasl.username")
+            raise authorization_error(
+                str(user) if user is not None else None,
+                "WRITE",
+                "TRANSACTIONAL_ID",
+                str(tid),
+                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            ) from None
         self._use_txn_producer()
         self._begin()
 

@@ -56,6 +56,7 @@ from processors._dsl.app import App
 from processors._dsl.context import direct_context
 from processors._dsl.partitioner import key_group
 from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
+from processors._kafka.authz import authorization_error, is_authorization_failure
 from processors._kafka.clients import (
     CHANGELOG_CONFIG,
     PARTITION_EOF,
@@ -330,6 +331,7 @@ class Runner(BarrierMixin):
     def _setup(self) -> None:
         s = self.settings  # cross-field rules were checked by the Settings model
         self._admin = admin = Admin(s)
+        admin.connect()  # a refused password or certificate: one clear error, at once
         self._partitions = p = self._wait_for_inputs(admin)
         topics, replication = output_topic_specs(self.app.outputs.values(), p)
         changelogs = [changelog_topic(self.name, n) for n in self._handles]
@@ -337,7 +339,10 @@ class Runner(BarrierMixin):
         topics[self._dlq] = (p, {})
         topics[self._control_topic] = (p, dict(CONTROL_CONFIG))
         topics[REGISTRY_TOPIC] = (1, dict(CONTROL_CONFIG))
+        needs = self._access_needed(changelogs)
+        admin.check_access(needs)  # existing topics, before creating any
         admin.ensure_topics(topics, replication=replication)
+        admin.check_access(needs, group=self.name)  # the topics just created too
         check_output_topics(admin, output_topic_configs(self.app.outputs.values()))
         retention = admin.check_changelogs(changelogs)
         self._changelog_retention_ms = min(retention.values(), default=None)
@@ -413,6 +418,24 @@ class Runner(BarrierMixin):
             },
         )
 
+    def _access_needed(self, changelogs: list[str]) -> dict[str, list[str]]:
+        """The ACL operations the app needs on each topic (docs/security.md).
+
+        Inputs are read; outputs written, and their configuration read (cleanup policy);
+        changelogs restored, written and their configuration read (compaction,
+        tombstone retention); the DLQ written; the control topic and the registry read
+        and written.
+        """
+        needs: dict[str, list[str]] = {t: ["READ"] for t in self._inputs}
+        for t in self._outputs:
+            needs.setdefault(t, []).extend(["WRITE", "DESCRIBE_CONFIGS"])
+        for t in changelogs:
+            needs[t] = ["READ", "WRITE", "DESCRIBE_CONFIGS"]
+        needs[self._dlq] = ["WRITE"]
+        needs[self._control_topic] = ["READ", "WRITE"]
+        needs[REGISTRY_TOPIC] = ["READ", "WRITE"]
+        return needs
+
     def _wait_for_inputs(self, admin: Admin) -> int:
         """Wait (``LOCKGATE_INPUT_WAIT_MS``) for missing inputs; return their partition count.
 
@@ -429,6 +452,8 @@ class Runner(BarrierMixin):
         while True:
             found = admin.partitions_of(self._inputs)
             missing = [t for t in self._inputs if t not in found]
+            # A topic the principal may not describe looks missing: say so at once.
+            admin.check_access({t: ["READ"] for t in missing})
             if not missing or time.monotonic() >= deadline:
                 return admin.input_partitions(self._inputs)
             if not logged:
@@ -1348,6 +1373,16 @@ class Runner(BarrierMixin):
     def _consume_error(self, err: KafkaError) -> None:
         if err.code() == PARTITION_EOF:
             return
+        if is_authorization_failure(err):
+            # Retrying cannot help until someone grants the ACL: stop (exit 2) naming it.
+            group = err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+            raise authorization_error(
+                self._admin.principal if self._admin is not None else None,
+                "READ",
+                "GROUP" if group else "TOPIC",
+                self.name if group else ", ".join(self._inputs),
+                f"{err.name()}: {err.str()}",
+            )
         if err.fatal() or err.code() == KafkaError._FATAL:  # noqa: SLF001 - public code
             detail = f"consumer: {err.name()}: {err.str()}"
             if "instance ID is still used" in err.str():

@@ -91,9 +91,10 @@ def random_clicks(n: int, users: int, regions: int, seed: int) -> list[Click]:
     return [(*user_region(rng.randrange(users), regions), seq) for seq in range(n)]
 
 
-def _click_producer(bootstrap: str) -> Producer:
+def _click_producer(bootstrap: str, client: dict[str, Any] | None = None) -> Producer:
     return Producer(
         {
+            **(client or {}),
             "bootstrap.servers": bootstrap,
             "partitioner": "murmur2_random",
             "enable.idempotence": True,  # no reordering on retries
@@ -112,8 +113,11 @@ def _produce(p: Producer, topic: str, click: Click) -> None:
             p.poll(0.1)
 
 
-def produce_clicks(bootstrap: str, topic: str, clicks: Iterable[Click]) -> None:
-    p = _click_producer(bootstrap)
+def produce_clicks(
+    bootstrap: str, topic: str, clicks: Iterable[Click], client: dict[str, Any] | None = None
+) -> None:
+    """Produce ``clicks`` (``client``: extra librdkafka settings, e.g. SASL_SSL; also below)."""
+    p = _click_producer(bootstrap, client)
     for n, click in enumerate(clicks):
         _produce(p, topic, click)
         if n % 2000 == 0:
@@ -222,6 +226,7 @@ def read_topic(
     expected: int,
     timeout: float = 60.0,
     idle: float = 3.0,
+    client: dict[str, Any] | None = None,
 ) -> list[Any]:
     """Every committed record of ``topic`` (read_committed), control records included.
 
@@ -230,6 +235,7 @@ def read_topic(
     """
     c = Consumer(
         {
+            **(client or {}),
             "bootstrap.servers": bootstrap,
             "group.id": unique("pipeline-reader"),
             "enable.auto.commit": False,
@@ -323,11 +329,13 @@ def count_committed_data(bootstrap: str, topic: str, timeout: float = 30.0) -> i
     return data
 
 
-def read_clicks(bootstrap: str, topic: str, expected: int) -> list[Click]:
+def read_clicks(
+    bootstrap: str, topic: str, expected: int, client: dict[str, Any] | None = None
+) -> list[Click]:
     """The clicks as stored, in (partition, offset) order: the order the app sees."""
     return [
         (m.key().decode(), v["region"], v["seq"])
-        for m in read_topic(bootstrap, topic, expected, idle=0.5)
+        for m in read_topic(bootstrap, topic, expected, idle=0.5, client=client)
         for v in [orjson.loads(m.value())]
     ]
 

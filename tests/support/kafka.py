@@ -18,9 +18,17 @@ def unique(prefix: str) -> str:
 
 
 def create_topic(
-    bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    config: dict[str, str] | None = None,
+    client: dict[str, Any] | None = None,
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """Create ``name`` (RF 1) and wait until the broker lists it.
+
+    ``client``: extra librdkafka settings (e.g. SASL_SSL credentials), here and below.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     futs = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])
     for fut in futs.values():
         fut.result(60)  # a loaded broker can take long
@@ -31,10 +39,16 @@ def create_topic(
         time.sleep(0.1)
 
 
-def produce_numbers(bootstrap: str, topic: str, records: Iterable[tuple[str, int, int]]) -> int:
+def produce_numbers(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[str, int, int]],
+    client: dict[str, Any] | None = None,
+) -> int:
     """Produce running_sum inputs ``(key, v, seq)`` with the murmur2 partitioner."""
     p = Producer(
         {
+            **(client or {}),
             "bootstrap.servers": bootstrap,
             "partitioner": "murmur2_random",
             "linger.ms": 10,
@@ -63,6 +77,7 @@ def read_all(
     timeout: float = 60.0,
     idle: float = 3.0,
     isolation: str = "read_committed",
+    client: dict[str, Any] | None = None,
 ) -> list[Any]:
     """Read every record of ``topic`` from the start (read_committed by default).
 
@@ -72,6 +87,7 @@ def read_all(
     """
     c = Consumer(
         {
+            **(client or {}),
             "bootstrap.servers": bootstrap,
             "group.id": unique("reader"),
             "enable.auto.commit": False,
@@ -108,13 +124,15 @@ def read_all(
     return out
 
 
-def read_inputs(bootstrap: str, topic: str, expected: int) -> list[tuple[str, int, int]]:
+def read_inputs(
+    bootstrap: str, topic: str, expected: int, client: dict[str, Any] | None = None
+) -> list[tuple[str, int, int]]:
     """Read running_sum inputs back as stored: ``(key, v, seq)`` in partition order.
 
     The exactly-once model is computed from this, not from what a test meant to produce,
     so it reflects the order the app really sees.
     """
-    msgs = read_all(bootstrap, topic, expected=expected, idle=0.5)
+    msgs = read_all(bootstrap, topic, expected=expected, idle=0.5, client=client)
     msgs.sort(key=lambda m: (m.partition(), m.offset()))
     out = []
     for m in msgs:
