@@ -30,7 +30,7 @@ from state.primitives import (
     ValueState,
 )
 
-__all__ = ["App", "OutputSpec", "Stream"]
+__all__ = ["App", "OperatorInfo", "OutputSpec", "Stream"]
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -75,6 +75,41 @@ def _bound_output(spec: OutputSpec) -> OutputSpec:
     return dataclasses.replace(spec, key=key, value=value)
 
 
+@dataclass(frozen=True)
+class OperatorInfo:
+    """A stateful operator of an app (a window or an interval join) and its stable id.
+
+    The id, not the declaration order, says which operator a savepoint's state belongs
+    to: the stores and timers of an operator are numbered by declaration order
+    (``window-<n>``, ``interval-join-<n>.left``/``.right``, timers ``w<n>:...``), and a
+    restore maps the saved numbering onto the app's by id (docs/state.md).
+
+    Attributes:
+        uid: the id: given with ``uid=``, or derived from the operator's kind and what
+            it is attached to (``window(<input topics>)``, ``window(<upstream id>)``,
+            ``interval_join(<left topics>,<right topics>)``).
+        kind: ``"window"`` or ``"interval_join"``.
+        stores: the operator's stores, by their names in this app.
+        timers: the owner prefix of its timers (``w<n>``); ``None``: it has none.
+        given: the id was given with ``uid=`` (not derived).
+        what: the operator in words, for messages.
+    """
+
+    uid: str
+    kind: str
+    stores: tuple[str, ...]
+    timers: str | None
+    given: bool
+    what: str
+
+    def store_fields(self) -> dict[str, str]:
+        """The fields a savepoint manifest adds to each of its stores' entries."""
+        fields = {"operator": self.uid}
+        if self.timers is not None:
+            fields["timers"] = self.timers
+        return fields
+
+
 @dataclass
 class _Input:
     """A co-partitioned input topic: its records run a chain or update a table."""
@@ -101,10 +136,15 @@ class Stream:
     Operators that are not given a callable raise :class:`TypeError`.
     """
 
-    def __init__(self, app: App, topics: tuple[str, ...] = (), what: str = "") -> None:
+    def __init__(
+        self, app: App, topics: tuple[str, ...] = (), what: str = "", source: str = ""
+    ) -> None:
         self._app = app
         self._topics = topics
         self._what = what or f"the stream of {', '.join(repr(t) for t in topics)}"
+        #: What derived operator ids say the stream is: its input topics, or the id of
+        #: the operator whose results it carries.
+        self._source = source or ",".join(topics)
         self._ops: list[tuple[str, Any]] = []
         self._compiled: Handler | None = None
 
@@ -207,6 +247,7 @@ class Stream:
         combine: Callable[[Any, Any], Any] | None = None,
         grace_ms: int = 0,
         max_per_key: int = 1000,
+        uid: str | None = None,
     ) -> Stream:
         """Join this stream with ``other`` on the key, within a time interval.
 
@@ -217,9 +258,14 @@ class Stream:
         side) until no record within ``grace_ms`` of the key's newest timestamp can match
         them. Terminal for both streams: continue with the returned one.
 
+        ``uid`` is the join's stable id in savepoints (as Flink's ``uid()``); by default
+        ``interval_join(<this stream's topics>,<other's topics>)``. See
+        :class:`OperatorInfo`.
+
         Raises:
-            ConfigError: ``other`` is not another input stream of this app, or the
-                interval is empty (``lower_ms > upper_ms``).
+            ConfigError: ``other`` is not another input stream of this app, the
+                interval is empty (``lower_ms > upper_ms``), or the id is illegal or
+                taken by another operator of the app.
         """
         if not isinstance(other, Stream) or other._app is not self._app or other is self:
             raise ConfigError("interval_join() needs another input stream of the same app")
@@ -233,11 +279,25 @@ class Stream:
             _check_callable(combine, "interval_join")
         self._check_open("interval_join")  # both, before anything is declared
         other._check_open("interval_join")
+        what = f"the interval join of {self._what} and {other._what}"
+        op_id = self._app._operator_id(  # noqa: SLF001 - same module
+            "interval_join", uid, f"{self._source},{other._source}", what
+        )
         name = f"interval-join-{self._app._next_join()}"  # noqa: SLF001 - same module
         left: ValueState[list[Any]] = self._app.value_state(f"{name}.left")
         right: ValueState[list[list[Any]]] = self._app.value_state(f"{name}.right")
         join = IntervalJoin(left, right, lower_ms, upper_ms, grace_ms, max_per_key)
-        joined = Stream(self._app, (), f"the interval join of {self._what} and {other._what}")
+        self._app._add_operator(  # noqa: SLF001 - same module
+            OperatorInfo(
+                op_id,
+                "interval_join",
+                (f"{name}.left", f"{name}.right"),
+                None,
+                uid is not None,
+                what,
+            )
+        )
+        joined = Stream(self._app, (), what, source=op_id)
         self._add("interval_left", (join, joined, combine))
         other._add("interval_right", (join, joined, combine))
         return joined
@@ -249,6 +309,7 @@ class Stream:
         allowed_lateness_ms: int = 0,
         late_topic: str | None = None,
         codec: Codec = JSON,
+        uid: str | None = None,
     ) -> WindowedStream[Stream]:
         """Cut this stream into per-key windows (docs/event-time.md).
 
@@ -263,16 +324,27 @@ class Stream:
         when it is ``None``. ``codec`` stores the accumulators. Terminal for this
         stream.
 
+        ``uid`` is the window operator's stable id in savepoints (as Flink's ``uid()``):
+        a restore gives each operator the state saved under its id, whatever the order
+        of the declarations. By default ``window(<input topics>)``, or
+        ``window(<upstream id>)`` for a window over window or join results (see
+        :class:`OperatorInfo`).
+
         Raises:
-            ConfigError: after a terminal operator, a negative lateness, or an illegal
-                late topic name.
+            ConfigError: after a terminal operator, a negative lateness, an illegal
+                late topic name, or an id that is illegal or taken by another operator
+                of the app.
         """
         if allowed_lateness_ms < 0:
             raise ConfigError(f"window: allowed_lateness_ms must be >= 0 ({allowed_lateness_ms})")
         if late_topic is not None:
             _check_topic(late_topic, "late topic")
         self._check_open("window")
-        return WindowedStream(self, assigner, allowed_lateness_ms, late_topic, codec)
+        what = f"the window of {self._what}"
+        op_id = self._app._operator_id("window", uid, self._source, what)  # noqa: SLF001
+        return WindowedStream(
+            self, assigner, allowed_lateness_ms, late_topic, codec, (op_id, uid is not None)
+        )
 
     def _window(
         self,
@@ -281,9 +353,17 @@ class Stream:
         lateness: int,
         late_topic: str | None,
         codec: Codec,
+        uid: tuple[str, bool],
     ) -> Stream:
-        """Add the window operator; return the stream of its results."""
+        """Add the window operator; return the stream of its results.
+
+        ``uid`` is the operator's id and whether the user gave it (checked again: another
+        operator may have taken it since :meth:`window`).
+        """
         self._check_open("window")
+        op_id, given = uid
+        what = f"the window of {self._what}"
+        self._app._operator_id("window", op_id if given else None, self._source, what)  # noqa: SLF001
         n = self._app._next_join()  # noqa: SLF001 - same module
         op = WindowOperator(
             n,
@@ -294,7 +374,10 @@ class Stream:
             store=self._app.value_state(f"window-{n}", codec=codec),
             time=self._app._time_service(),  # noqa: SLF001 - same module
         )
-        results = Stream(self._app, (), f"the window results of {self._what}")
+        self._app._add_operator(  # noqa: SLF001 - same module
+            OperatorInfo(op_id, "window", (f"window-{n}",), op.prefix, given, what)
+        )
+        results = Stream(self._app, (), f"the window results of {self._what}", source=op_id)
         self._add("window", (op, results))
         self._app._def.windows.append(op)  # noqa: SLF001 - same module
         if late_topic is not None:
@@ -467,6 +550,8 @@ class _Definition:
     time: TimeService | None = None
     on_timer: Handler | None = None
     windows: list[WindowOperator] = field(default_factory=list)
+    #: Stateful operators by id, in declaration order.
+    operators: dict[str, OperatorInfo] = field(default_factory=dict)
 
 
 class App:
@@ -885,6 +970,47 @@ class App:
     def _next_join(self) -> int:
         self._def.joins += 1
         return self._def.joins
+
+    def _operator_id(self, kind: str, uid: str | None, source: str, what: str) -> str:
+        """Return the id of a new ``kind`` operator: ``uid``, or derived from ``source``.
+
+        Raises:
+            TypeError: ``uid`` is not a string.
+            ConfigError: ``uid`` is illegal, or the id is another operator's already
+                (the message names both operators and asks for ``uid=``).
+        """
+        if uid is not None:
+            if not isinstance(uid, str):
+                raise TypeError(f"uid must be a string, got {type(uid).__name__}")
+            if not _NAME.match(uid):
+                raise ConfigError(f"app {self.name!r}: uid {uid!r} must match {_NAME.pattern}")
+            op_id = uid
+        else:
+            op_id = f"{kind}({source})"
+        taken = self._def.operators.get(op_id)
+        if taken is not None:
+            how = "given" if uid is not None else "derived from what it reads"
+            raise ConfigError(
+                f"app {self.name!r}: {what} would have the operator id {op_id!r} ({how}), "
+                f"which {taken.what} has already; savepoints address operator state by id, "
+                "so give each of them its own uid= (e.g. .window(..., uid='clicks-per-minute'))"
+            )
+        return op_id
+
+    def _add_operator(self, info: OperatorInfo) -> None:
+        self._def.operators[info.uid] = info
+
+    @property
+    def operators(self) -> dict[str, OperatorInfo]:
+        """The stateful operators (windows, interval joins) by id, in declaration order."""
+        return dict(self._def.operators)
+
+    def store_operator(self, store: str) -> OperatorInfo | None:
+        """The operator whose state ``store`` holds (``None``: a store of the app's own)."""
+        for info in self._def.operators.values():
+            if store in info.stores:
+                return info
+        return None
 
     @property
     def outputs(self) -> dict[str, OutputSpec]:

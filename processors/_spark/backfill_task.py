@@ -935,9 +935,11 @@ class BackfillTask:
         db = self.kg.db
         for name, handle in sorted(self.handles.items()):
             written = location.write_store(self.spec.job, self.name, self.g, name, db.items(name))
+            op = self.app.store_operator(name)
             stores[name] = {
                 "kind": handle.spec.kind,
                 "codec": handle.spec.codec.name,
+                **(op.store_fields() if op is not None else {}),
                 **written.to_dict(),
             }
         manifest = key_group_manifest(
