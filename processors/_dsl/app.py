@@ -82,7 +82,7 @@ class OperatorInfo:
     The id, not the declaration order, says which operator a savepoint's state belongs
     to: the stores and timers of an operator are numbered by declaration order
     (``window-<n>``, ``interval-join-<n>.left``/``.right``, timers ``w<n>:...``), and a
-    restore maps the saved numbering onto the app's by id (docs/state.md).
+    restore maps the saved numbering onto the app's by id (docs/event-time.md).
 
     Attributes:
         uid: the id: given with ``uid=``, or derived from the operator's kind and what

@@ -21,6 +21,7 @@ import orjson
 from confluent_kafka import Producer
 
 from state.savepoint import SavepointStore
+from tests.integration.apps import reordered_windows
 from tests.support.kafka import create_topic, read_all
 from tests.support.procs import AppProcess, lockgate_cli
 
@@ -87,8 +88,8 @@ def test_reordered_window_declarations_restore_their_own_state(  # type: ignore[
     base = {
         "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "LOCKGATE_APP_NAME": app,
-        "LOCKGATE_CLICKS_TOPIC": clicks_topic,
-        "LOCKGATE_VIEWS_TOPIC": views_topic,
+        reordered_windows.CLICKS_ENV: clicks_topic,
+        reordered_windows.VIEWS_ENV: views_topic,
         "LOCKGATE_OUTPUT_TOPIC": out,
         "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
         "LOCKGATE_SAVEPOINT_DIR": str(sp_dir),

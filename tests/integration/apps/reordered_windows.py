@@ -15,11 +15,11 @@ from typing import Any
 
 from processors import App, Tumbling, Watermarks, WindowResult
 
-CLICKS = os.environ.get("LOCKGATE_CLICKS_TOPIC", "clicks")
-VIEWS = os.environ.get("LOCKGATE_VIEWS_TOPIC", "views")
+CLICKS_ENV, VIEWS_ENV = "LOCKGATE_CLICKS_TOPIC", "LOCKGATE_VIEWS_TOPIC"
+CLICKS = os.environ.get(CLICKS_ENV, "clicks")
+VIEWS = os.environ.get(VIEWS_ENV, "views")
 OUTPUT = os.environ.get("LOCKGATE_OUTPUT_TOPIC", "window-counts")
 SIZES = {"clicks": 1000, "views": 1500}
-_ENV = ["LOCKGATE_CLICKS_TOPIC", "LOCKGATE_VIEWS_TOPIC"]
 
 
 def _event_time(value: dict[str, Any]) -> int:
@@ -40,8 +40,8 @@ def _declare(app: App, order: tuple[str, str]) -> None:
         streams[op].window(Tumbling(SIZES[op])).count().map(tagged).to(OUTPUT)
 
 
-v1 = App("reordered-windows", env=_ENV)
+v1 = App("reordered-windows", env=["LOCKGATE_CLICKS_TOPIC", "LOCKGATE_VIEWS_TOPIC"])
 _declare(v1, ("clicks", "views"))
 
-v2 = App("reordered-windows", env=_ENV)
+v2 = App("reordered-windows", env=["LOCKGATE_CLICKS_TOPIC", "LOCKGATE_VIEWS_TOPIC"])
 _declare(v2, ("views", "clicks"))
