@@ -336,13 +336,18 @@ class WindowOperator:
             assigner: which windows a record belongs to.
             agg: how a window folds its records.
             lateness: ``allowed_lateness_ms``.
-            late_topic: where records later than that go (``None``: dropped).
+            late_topic: where records later than that go (``None``: dropped); its
+                name as declared, ``{app}`` standing for the app's running name (the
+                app names :attr:`late_topic` for it).
             store: the value store of its accumulators (``window-<n>``).
             time: the app's time service (its timers are registered there).
         """
         self.assigner = assigner
         self.agg = agg
         self.lateness = lateness
+        #: The late topic as declared (``{app}``: the app's running name) ...
+        self.late_template = late_topic
+        #: ... and as written to (set by the app, :meth:`processors.App.run_as`).
         self.late_topic = late_topic
         self.prefix = f"w{n}"
         self.store = store

@@ -709,6 +709,7 @@ def write_savepoint(
     name = app_name if app_name is not None else app.name
     location = SavepointStore(url)
     _check_name("app", name)
+    app.run_as(name)  # its per-app late topics, in the registration's outputs
     handles = app.stores
     if store == TIME_STORE:
         raise SavepointError(

@@ -42,6 +42,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _TERMINAL = ("process", "key_by", "interval_left", "interval_right", "window")
 _ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
+#: In a late topic's name, the name the app runs under (``LOCKGATE_APP_NAME`` or its own).
+APP_PLACEHOLDER = "{app}"
+#: The late topic of ``window(..., late_topic=True)``: one per app name.
+DEFAULT_LATE_TOPIC = APP_PLACEHOLDER + ".late"
 
 
 def _check_topic(topic: object, what: str) -> str:
@@ -307,7 +311,7 @@ class Stream:
         assigner: Assigner,
         *,
         allowed_lateness_ms: int = 0,
-        late_topic: str | None = None,
+        late_topic: str | bool | None = None,
         codec: Codec = JSON,
         uid: str | None = None,
     ) -> WindowedStream[Stream]:
@@ -319,10 +323,14 @@ class Stream:
         ``.process(...)``, which return the stream of window results. Time windows fire
         when the key group's watermark passes their end; records arriving up to
         ``allowed_lateness_ms`` after that update the result (emitted again); records
-        later than that go unchanged to ``late_topic`` (declared as an output with
-        bytes codecs) with headers naming the window and the watermark, or are dropped
-        when it is ``None``. ``codec`` stores the accumulators. Terminal for this
-        stream.
+        later than that go unchanged to the late topic (declared as an output with
+        bytes codecs) with headers naming the window and the watermark. ``late_topic``:
+        ``True`` names it per app, ``<app>.late`` with the name the app runs under
+        (``LOCKGATE_APP_NAME``, else its own), like the app's other topics, so two
+        deployments of one code never share it; a name is used as given, ``{app}`` in
+        it replaced by that name (``"{app}.late-clicks"``); ``None`` (the default) or
+        ``False`` drops late records. ``codec`` stores the accumulators. Terminal for
+        this stream.
 
         ``uid`` is the window operator's stable id in savepoints (as Flink's ``uid()``):
         a restore gives each operator the state saved under its id, whatever the order
@@ -337,8 +345,17 @@ class Stream:
         """
         if allowed_lateness_ms < 0:
             raise ConfigError(f"window: allowed_lateness_ms must be >= 0 ({allowed_lateness_ms})")
+        if late_topic is True:
+            late_topic = DEFAULT_LATE_TOPIC
+        elif late_topic is False:
+            late_topic = None
         if late_topic is not None:
-            _check_topic(late_topic, "late topic")
+            if not isinstance(late_topic, str):
+                raise TypeError(
+                    "late_topic must be a topic name, True or None, got "
+                    f"{type(late_topic).__name__}"
+                )
+            self._app._run_topic(late_topic, "late topic")  # noqa: SLF001 - same module
         self._check_open("window")
         what = f"the window of {self._what}"
         op_id = self._app._operator_id("window", uid, self._source, what)  # noqa: SLF001
@@ -374,6 +391,8 @@ class Stream:
             store=self._app.value_state(f"window-{n}", codec=codec),
             time=self._app._time_service(),  # noqa: SLF001 - same module
         )
+        if late_topic is not None:
+            op.late_topic = self._app._run_topic(late_topic, "late topic")  # noqa: SLF001
         self._app._add_operator(  # noqa: SLF001 - same module
             OperatorInfo(op_id, "window", (f"window-{n}",), op.prefix, given, what)
         )
@@ -381,7 +400,9 @@ class Stream:
         self._add("window", (op, results))
         self._app._def.windows.append(op)  # noqa: SLF001 - same module
         if late_topic is not None:
-            self._app.output(late_topic, key=BYTES, value=BYTES)
+            # Declared by its template: App.outputs names it for the app's running name.
+            spec = OutputSpec(late_topic, BYTES, BYTES, None, False)
+            self._app._def.outputs[late_topic] = spec  # noqa: SLF001 - same module
         return results
 
     def to(
@@ -567,7 +588,9 @@ class App:
         ...     ctx.emit("sums", key, {"sum": t})
 
     The name is the consumer group id and prefixes internal topics
-    (``<app>.<store>.changelog``, ``<app>.dlq``); ``LOCKGATE_APP_NAME`` overrides it.
+    (``<app>.<store>.changelog``, ``<app>.dlq``) and per-app late topics
+    (``<app>.late``); ``LOCKGATE_APP_NAME`` overrides it (the process calls
+    :meth:`run_as`).
 
     Inputs are declared with :meth:`stream` / :meth:`process` (records run a chain),
     :meth:`table` (records update a versioned table the chains join) and
@@ -595,6 +618,7 @@ class App:
                     "case (other names are never checked)"
                 )
         self.name = name
+        self._run_name: str | None = None
         self.env: frozenset[str] = frozenset(env)
         self.cursor = KeyCursor()
         self._def = _Definition()
@@ -1013,9 +1037,51 @@ class App:
         return None
 
     @property
+    def run_name(self) -> str:
+        """The name the app runs under: :meth:`run_as`'s, else its own."""
+        return self._run_name or self.name
+
+    def run_as(self, name: str) -> None:
+        """Run the app under ``name`` (``LOCKGATE_APP_NAME``): names its per-app topics.
+
+        The runtime, the operations commands and backfills call it with the name they
+        run the app under, before reading :attr:`outputs`; per-app late topics
+        (``late_topic=True`` or ``"{app}..."``) are named after it from then on.
+
+        Raises:
+            ConfigError: ``name`` is not a legal app name, or a late topic named after
+                it is not a legal topic name.
+        """
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(f"app name {name!r} must match {_NAME.pattern}")
+        for topic in self._def.outputs:
+            if APP_PLACEHOLDER in topic:
+                self._run_topic(topic, "late topic", name)
+        self._run_name = name
+        for op in self._def.windows:
+            if op.late_template is not None:
+                op.late_topic = self._run_topic(op.late_template, "late topic")
+
+    def _run_topic(self, topic: str, what: str, name: str | None = None) -> str:
+        """``topic`` with ``{app}`` replaced by the running name (or ``name``).
+
+        Raises:
+            ConfigError: the result is not a legal topic name.
+        """
+        if APP_PLACEHOLDER not in topic:
+            return _check_topic(topic, what)
+        return _check_topic(topic.replace(APP_PLACEHOLDER, name or self.run_name), what)
+
+    @property
     def outputs(self) -> dict[str, OutputSpec]:
-        """Declared outputs by topic."""
-        return dict(self._def.outputs)
+        """Declared outputs by topic, per-app late topics named for :attr:`run_name`."""
+        out: dict[str, OutputSpec] = {}
+        for topic, spec in self._def.outputs.items():
+            if APP_PLACEHOLDER in topic:
+                topic = self._run_topic(topic, "late topic")
+                spec = dataclasses.replace(spec, topic=topic)
+            out[topic] = spec
+        return out
 
     @property
     def stores(self) -> dict[str, StateHandle]:

@@ -599,6 +599,7 @@ class BackfillTask:
         self.app = load_app(spec.app_spec)
         check_backfillable(self.app)
         self.name = spec.app_name
+        self.app.run_as(self.name)  # its per-app late topics
         self.g = spec.key_group
         self.inputs = self.app.input_topics
         planned = sorted({r.topic for r in spec.ranges})
