@@ -351,6 +351,7 @@ class Runner(BarrierMixin):
                 "registry not readable; learning writers from barriers", extra={"error": str(exc)}
             )
             registry = {}
+        self._check_operator_layout(registry.get(self.name))
         self._upstream_writers = writers_of(registry, self._inputs)
         if self._upstream_writers and self._interleaver is not None:
             log.warning(

@@ -183,6 +183,31 @@ def plan_operator_restore(
     return OperatorPlan(sources, timers, added=added, dropped=dropped)
 
 
+def moved_operator_state(registered: object, operators: Mapping[str, OperatorInfo]) -> list[str]:
+    """Return the app's stores whose changelog holds another operator's state.
+
+    ``registered`` is the ``operators`` of the app's last registration (id -> its
+    stores, as the process that wrote it declared them; anything else: unknown, no
+    problem). A store of an operator that belonged to another id then (declarations
+    reordered, or an operator removed before it) would restore that operator's state
+    from its changelog: each such store is described as ``"window-1 (state of 'a',
+    now 'b')"``.
+    """
+    if not isinstance(registered, Mapping):
+        return []
+    owner: dict[str, str] = {}
+    for uid, stores in registered.items():
+        if isinstance(stores, list):
+            owner.update({str(store): str(uid) for store in stores})
+    moved = []
+    for uid, info in operators.items():
+        for store in info.stores:
+            before = owner.get(store)
+            if before is not None and before != uid:
+                moved.append(f"{store} (state of {before!r}, now {uid!r})")
+    return moved
+
+
 def rename_timers(names: list[str], renames: Mapping[str, str | None]) -> list[str]:
     """Return the timer names of one timer entry with their owner prefixes renamed.
 
@@ -634,6 +659,43 @@ class SavepointMixin(RunnerCore):
             extra={"key_group": g, "savepoint": sp_id, "entries": entries},
         )
         return True
+
+    def _operator_stores(self) -> dict[str, list[str]]:
+        """Operator id -> its stores, as registered (see :func:`moved_operator_state`)."""
+        return {uid: list(info.stores) for uid, info in self.app.operators.items()}
+
+    def _check_operator_layout(self, registration: Mapping[str, Any] | None) -> None:
+        """Refuse to restore operator state from changelogs numbered for other operators.
+
+        Window and interval-join stores are numbered by declaration order, and a restart
+        restores them from their changelogs by that number: after reordered (or removed)
+        declarations an operator would get another's state. A savepoint restore maps
+        state by operator id, so it is not checked.
+
+        Raises:
+            ConfigError: a store's changelog holds another operator's state (the message
+                names the stores and ids, and how to deploy the change), unless
+                ``allow_non_restored_state`` (then a warning).
+        """
+        if self.settings.from_savepoint is not None or registration is None:
+            return
+        moved = moved_operator_state(registration.get("operators"), self.app.operators)
+        if not moved:
+            return
+        what = (
+            f"app {self.name!r}: the changelogs of {', '.join(moved)} hold the state of "
+            "another operator (window and interval-join stores are numbered by declaration "
+            "order, and declarations were reordered or removed since the last run)"
+        )
+        if self.settings.allow_non_restored_state:
+            log.warning(what + "; starting anyway (LOCKGATE_ALLOW_NON_RESTORED_STATE)")
+            return
+        raise ConfigError(
+            f"{what}. Deploy such a change through a savepoint, which maps state by operator "
+            "id: lockgate savepoint trigger --app ... --stop with the previous code, then "
+            "lockgate run ... --from-savepoint ID; after lockgate reset (no state left), set "
+            "LOCKGATE_ALLOW_NON_RESTORED_STATE=true for one start"
+        )
 
     def _log_operator_plan(self, sp_id: str, g: int, plan: OperatorPlan) -> None:
         """Say (once per process) how the savepoint's operators map onto the app's."""

@@ -13,6 +13,8 @@ event times), none swapped between the operators.
 from __future__ import annotations
 
 import random
+import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -107,6 +109,7 @@ def test_reordered_window_declarations_restore_their_own_state(  # type: ignore[
         return AppProcess(spec, env, tmp_path / f"{version}-{state}.log").start()
 
     first = _model(clicks, views)
+    assert first, "no window fires: produce more"
     v1 = start("v1", "s1")
     try:
         msgs = read_all(kafka_bootstrap, out, expected=sum(first.values()), timeout=60, idle=1)
@@ -144,3 +147,64 @@ def test_reordered_window_declarations_restore_their_own_state(  # type: ignore[
     # The savepoint named the operators of the stores.
     assert saved["stores"]["window-1"]["operator"] == f"window({clicks_topic})"
     assert saved["stores"]["window-2"]["operator"] == f"window({views_topic})"
+
+
+def test_a_restart_into_reordered_windows_is_refused(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """Without a savepoint the changelogs, numbered by declaration order, would swap state."""
+    app = names("reordered")
+    clicks_topic, views_topic, out = names("clicks"), names("views"), names("reordered-out")
+    for topic in (clicks_topic, views_topic):
+        create_topic(kafka_bootstrap, topic, 1)
+    base = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        reordered_windows.CLICKS_ENV: clicks_topic,
+        reordered_windows.VIEWS_ENV: views_topic,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_INSTANCE_ID": "i1",
+        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
+    }
+    rng = random.Random(26)
+    clicks, views = _events(rng, 0, 300, 20), _events(rng, 0, 200, 30)
+    _produce(kafka_bootstrap, clicks_topic, clicks, 0)
+    _produce(kafka_bootstrap, views_topic, views, 0)
+    first = _model(clicks, views)
+    assert first, "no window fires: produce more"
+    spec = "tests.integration.apps.reordered_windows"
+    v1 = AppProcess(f"{spec}:v1", base, tmp_path / "v1.log").start()
+    try:
+        msgs = read_all(kafka_bootstrap, out, expected=sum(first.values()), timeout=60, idle=1)
+        assert _windows(msgs) == first, v1.log_text()[-3000:]
+    finally:
+        assert v1.terminate() == 0, v1.log_text()[-3000:]
+    v2 = AppProcess(f"{spec}:v2", base, tmp_path / "v2.log").start()
+    code: int | None = None
+    try:
+        code = v2.wait(60)
+    except subprocess.TimeoutExpired:
+        pass  # it runs: on state restored into the other operator
+    finally:
+        if v2.alive:
+            v2.kill9()
+    log = v2.log_text()
+    assert code == 2, f"the reordered app started on swapped state (exit {code})\n{log[-3000:]}"
+    assert f"window-1 (state of 'window({clicks_topic})', now 'window({views_topic})')" in log, log
+    assert "--from-savepoint" in log, log
+    # the same code restarts (the ids own the same stores)
+    again = AppProcess(f"{spec}:v1", base, tmp_path / "v1-again.log").start()
+    try:
+        time.sleep(5)
+        assert again.alive, again.log_text()[-3000:]
+    finally:
+        assert again.terminate() == 0, again.log_text()[-3000:]
+    # what the refusal is based on: the ids and their stores, as v1 registered them
+    registry = read_all(kafka_bootstrap, "lockgate.registry", timeout=20, idle=3)
+    registered = [orjson.loads(m.value()) for m in registry if m.key() == f"app/{app}".encode()]
+    assert registered, "no registration"
+    assert registered[-1]["operators"] == {
+        f"window({clicks_topic})": ["window-1"],
+        f"window({views_topic})": ["window-2"],
+    }, registered

@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from processors import App, ConfigError, Count, Tumbling
-from processors._runtime.savepoints import OperatorPlan, plan_operator_restore, rename_timers
+from processors._runtime.savepoints import (
+    OperatorPlan,
+    moved_operator_state,
+    plan_operator_restore,
+    rename_timers,
+)
 from state.savepoint import SavepointError
 
 
@@ -195,3 +200,36 @@ def test_rename_timers_swaps_owner_prefixes_and_keeps_the_users() -> None:
         "w4:f",
     ]
     assert rename_timers(["w3:f"], renames) == []
+
+
+# -- restarts from changelogs ---------------------------------------------------------------
+
+
+def _registered(app: App) -> dict[str, list[str]]:
+    return {uid: list(info.stores) for uid, info in app.operators.items()}
+
+
+def test_a_restart_into_reordered_declarations_names_the_moved_stores() -> None:
+    before = _registered(_two_windows(("a", "b")))
+    assert moved_operator_state(before, _two_windows(("b", "a")).operators) == [
+        "window-1 (state of 'window(a)', now 'window(b)')",
+        "window-2 (state of 'window(b)', now 'window(a)')",
+    ]
+    assert moved_operator_state(before, _two_windows(("a", "b")).operators) == []
+
+
+def test_an_operator_in_the_store_of_a_removed_one_is_named_and_an_added_one_is_not() -> None:
+    before = _registered(_two_windows(("a", "b")))
+    app = App("ids")
+    app.stream("b").window(Tumbling(10)).count().to("out")  # window-1: was window(a)'s
+    assert moved_operator_state(before, app.operators) == [
+        "window-1 (state of 'window(a)', now 'window(b)')"
+    ]
+    grown = _two_windows(("a", "b"))
+    grown.stream("c").window(Count(2)).count().to("out")  # window-3: new, no changelog yet
+    assert moved_operator_state(before, grown.operators) == []
+
+
+@pytest.mark.parametrize("registered", [None, {}, "x", {"window(a)": "window-1"}])
+def test_registrations_without_operators_check_nothing(registered: object) -> None:
+    assert moved_operator_state(registered, _two_windows(("b", "a")).operators) == []
