@@ -183,29 +183,37 @@ def plan_operator_restore(
     return OperatorPlan(sources, timers, added=added, dropped=dropped)
 
 
-def moved_operator_state(registered: object, operators: Mapping[str, OperatorInfo]) -> list[str]:
+def moved_operator_state(
+    registered: object, operators: Mapping[str, OperatorInfo]
+) -> tuple[list[str], list[str]]:
     """Return the app's stores whose changelog holds another operator's state.
 
     ``registered`` is the ``operators`` of the app's last registration (id -> its
-    stores, as the process that wrote it declared them; anything else: unknown, no
-    problem). A store of an operator that belonged to another id then (declarations
-    reordered, or an operator removed before it) would restore that operator's state
-    from its changelog: each such store is described as ``"window-1 (state of 'a',
-    now 'b')"``.
+    stores, as the process that wrote it declared them; anything else: unknown, nothing
+    returned). Each store of the app's operators that belonged to another id then is
+    described as ``"window-1 (state of 'a', now 'b')"``, in one of two lists:
+
+    * *moved*: one of the two ids is on the other side too (declarations reordered, or
+      an operator removed before this one): the store would restore state that belongs
+      to another operator of the app;
+    * *renamed*: neither is (the id changed in place, e.g. a derived id after its input
+      topic was renamed): restored by store name, as before operator ids.
     """
     if not isinstance(registered, Mapping):
-        return []
+        return [], []
     owner: dict[str, str] = {}
     for uid, stores in registered.items():
         if isinstance(stores, list):
             owner.update({str(store): str(uid) for store in stores})
-    moved = []
+    moved: list[str] = []
+    renamed: list[str] = []
     for uid, info in operators.items():
         for store in info.stores:
             before = owner.get(store)
             if before is not None and before != uid:
-                moved.append(f"{store} (state of {before!r}, now {uid!r})")
-    return moved
+                known = before in operators or uid in registered
+                (moved if known else renamed).append(f"{store} (state of {before!r}, now {uid!r})")
+    return moved, renamed
 
 
 def rename_timers(names: list[str], renames: Mapping[str, str | None]) -> list[str]:
@@ -679,7 +687,12 @@ class SavepointMixin(RunnerCore):
         """
         if self.settings.from_savepoint is not None or registration is None:
             return
-        moved = moved_operator_state(registration.get("operators"), self.app.operators)
+        moved, renamed = moved_operator_state(registration.get("operators"), self.app.operators)
+        if renamed:
+            log.warning(
+                f"operator ids changed in place since the last run: {', '.join(renamed)}; "
+                "their state is restored by store name"
+            )
         if not moved:
             return
         what = (

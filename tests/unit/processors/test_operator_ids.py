@@ -211,25 +211,41 @@ def _registered(app: App) -> dict[str, list[str]]:
 
 def test_a_restart_into_reordered_declarations_names_the_moved_stores() -> None:
     before = _registered(_two_windows(("a", "b")))
-    assert moved_operator_state(before, _two_windows(("b", "a")).operators) == [
-        "window-1 (state of 'window(a)', now 'window(b)')",
-        "window-2 (state of 'window(b)', now 'window(a)')",
-    ]
-    assert moved_operator_state(before, _two_windows(("a", "b")).operators) == []
+    assert moved_operator_state(before, _two_windows(("b", "a")).operators) == (
+        [
+            "window-1 (state of 'window(a)', now 'window(b)')",
+            "window-2 (state of 'window(b)', now 'window(a)')",
+        ],
+        [],
+    )
+    assert moved_operator_state(before, _two_windows(("a", "b")).operators) == ([], [])
 
 
 def test_an_operator_in_the_store_of_a_removed_one_is_named_and_an_added_one_is_not() -> None:
     before = _registered(_two_windows(("a", "b")))
     app = App("ids")
     app.stream("b").window(Tumbling(10)).count().to("out")  # window-1: was window(a)'s
-    assert moved_operator_state(before, app.operators) == [
-        "window-1 (state of 'window(a)', now 'window(b)')"
-    ]
+    assert moved_operator_state(before, app.operators) == (
+        ["window-1 (state of 'window(a)', now 'window(b)')"],
+        [],
+    )
     grown = _two_windows(("a", "b"))
     grown.stream("c").window(Count(2)).count().to("out")  # window-3: new, no changelog yet
-    assert moved_operator_state(before, grown.operators) == []
+    assert moved_operator_state(before, grown.operators) == ([], [])
+
+
+def test_an_id_changed_in_place_keeps_the_store_by_name() -> None:
+    """A derived id after its input topic was renamed (a supported subscription change)."""
+    before = _registered(_two_windows(("a", "b")))
+    app = App("ids")
+    app.stream("a2").window(Tumbling(10)).count().to("out")  # window-1, was window(a)
+    app.stream("b").window(Tumbling(10)).count().to("out")  # window-2, as before
+    assert moved_operator_state(before, app.operators) == (
+        [],
+        ["window-1 (state of 'window(a)', now 'window(a2)')"],
+    )
 
 
 @pytest.mark.parametrize("registered", [None, {}, "x", {"window(a)": "window-1"}])
 def test_registrations_without_operators_check_nothing(registered: object) -> None:
-    assert moved_operator_state(registered, _two_windows(("b", "a")).operators) == []
+    assert moved_operator_state(registered, _two_windows(("b", "a")).operators) == ([], [])
