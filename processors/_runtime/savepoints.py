@@ -145,7 +145,8 @@ def plan_operator_restore(
                 prefixes[str(uid)] = str(entry["timers"])
     if not ids:
         legacy = any(_OPERATOR_STORE.match(name) for name in saved)
-        return OperatorPlan({name: name for name in saved}, legacy=legacy, added=list(operators))
+        added = [] if legacy else list(operators)  # legacy: restored by name, not added
+        return OperatorPlan({name: name for name in saved}, legacy=legacy, added=added)
     sources = {name: name for name, entry in saved.items() if entry.get("operator") is None}
     timers: dict[str, str | None] = {}
     problems: list[str] = []
@@ -725,7 +726,7 @@ class SavepointMixin(RunnerCore):
                 extra=extra,
             )
             return
-        if plan.added and not plan.legacy:
+        if plan.added:
             log.warning(
                 f"operators {plan.added} have no state in the savepoint: they start empty",
                 extra=extra,
