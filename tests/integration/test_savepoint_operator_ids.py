@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from state.savepoint import SavepointStore
@@ -79,9 +80,17 @@ def _windows(msgs: list[Any]) -> Counter[Window]:
     return out
 
 
+@pytest.mark.parametrize(
+    ("restore", "legacy"),
+    [("v2", False), ("v1", True)],
+    ids=["reordered", "savepoint-without-ids-into-the-same-order"],
+)
 def test_reordered_window_declarations_restore_their_own_state(  # type: ignore[no-untyped-def]
-    kafka_bootstrap: str, names, tmp_path: Path
+    kafka_bootstrap: str, names, tmp_path: Path, restore: str, legacy: bool
 ) -> None:
+    """``legacy``: the savepoint's ids are removed first (as one taken before they were
+    recorded); restored into the code it was taken with, it continues as before, by
+    store name, with a warning."""
     app = names("reordered")
     clicks_topic, views_topic, out = names("clicks"), names("views"), names("reordered-out")
     for topic in (clicks_topic, views_topic):
@@ -132,7 +141,15 @@ def test_reordered_window_declarations_restore_their_own_state(  # type: ignore[
     _produce(kafka_bootstrap, clicks_topic, more_clicks, len(clicks))
     _produce(kafka_bootstrap, views_topic, more_views, len(views))
     expected = _model(clicks + more_clicks, views + more_views)
-    v2 = start("v2", "s2", LOCKGATE_FROM_SAVEPOINT=sp_id)
+    if legacy:
+        path = sp_dir / sp_id / "_savepoint.json"
+        descriptor = orjson.loads(path.read_bytes())
+        for manifest in descriptor["apps"][app]["manifests"]:
+            for entry in manifest["stores"].values():
+                entry.pop("operator", None)
+                entry.pop("timers", None)
+        path.write_bytes(orjson.dumps(descriptor))
+    v2 = start(restore, "s2", LOCKGATE_FROM_SAVEPOINT=sp_id)
     try:
         msgs = read_all(kafka_bootstrap, out, expected=sum(expected.values()), timeout=90, idle=2)
     finally:
@@ -144,6 +161,7 @@ def test_reordered_window_declarations_restore_their_own_state(  # type: ignore[
         f"{sum(missing.values())} windows missing, e.g. {sorted(missing)[:5]}; "
         f"{sum(extra.values())} unexpected, e.g. {sorted(extra)[:5]}\n" + v2.log_text()[-3000:]
     )
+    assert ("records no operator ids" in v2.log_text()) == legacy, v2.log_text()[-3000:]
     # The savepoint named the operators of the stores.
     assert saved["stores"]["window-1"]["operator"] == f"window({clicks_topic})"
     assert saved["stores"]["window-2"]["operator"] == f"window({views_topic})"
