@@ -20,7 +20,8 @@ The contract (independent checkers drive it):
   in name order);
 - a click whose session ``[t, t + gap)`` (merged with the open sessions it overlaps)
   would end at or before the watermark (``end - 1 <= watermark``) is late: it goes,
-  unchanged (key, value and headers), to ``<output topic>.late`` with headers
+  unchanged (key, value and headers), to ``<app name>.late`` (``LOCKGATE_APP_NAME``,
+  default ``sessions``) with headers
   ``lockgate-late-window`` (``"<start>-<end>"``), ``lockgate-late-watermark`` and
   ``lockgate-late-event-time``.
 
@@ -85,7 +86,7 @@ def as_output(window: WindowResult[dict[str, Any]]) -> dict[str, Any]:
 
 (
     app.stream(INPUT, timestamp=event_time, watermarks=Watermarks.bounded(MAX_DELAY_MS))
-    .window(Session(SESSION_GAP_MS), late_topic=f"{OUTPUT}.late")
+    .window(Session(SESSION_GAP_MS), late_topic=True)
     .aggregate(SessionAggregator())
     .map(as_output)
     .to(OUTPUT)

@@ -18,7 +18,8 @@ The contract (independent checkers drive it):
   the most views in the window, most viewed first, ties by page name (fewer when the
   window has fewer pages);
 - a view whose every window has already fired is late: it goes, unchanged (key, value
-  and headers), to ``<output topic>.late`` with headers ``lockgate-late-window``
+  and headers), to ``<app name>.late`` (``LOCKGATE_APP_NAME``, default ``top-pages``)
+  with headers ``lockgate-late-window``
   (``"<start>-<end>,..."``, its windows oldest first), ``lockgate-late-watermark`` and
   ``lockgate-late-event-time``.
 
@@ -91,7 +92,7 @@ def as_output(window: WindowResult[list[list[Any]]]) -> dict[str, Any]:
 
 (
     app.stream(INPUT, timestamp=event_time, watermarks=Watermarks.bounded(MAX_DELAY_MS))
-    .window(Sliding(WINDOW_MS, SLIDE_MS), late_topic=f"{OUTPUT}.late")
+    .window(Sliding(WINDOW_MS, SLIDE_MS), late_topic=True)
     .aggregate(TopPagesAggregator(TOP_N))
     .map(as_output)
     .to(OUTPUT)

@@ -14,7 +14,8 @@ The contract (independent checkers drive it):
   ``window-counts``): key = the input key, value ``{"start": <ms>, "end": <ms>,
   "count": <int>}``;
 - every record whose window has already fired goes, unchanged, to
-  ``<output topic>.late`` (headers ``lockgate-late-window``, ``lockgate-late-watermark``).
+  ``<app name>.late`` (``LOCKGATE_APP_NAME``, default ``window-count``: one late topic per
+  deployment; headers ``lockgate-late-window``, ``lockgate-late-watermark``).
 
 Run: ``LOCKGATE_BOOTSTRAP_SERVERS=127.0.0.1:9092 lockgate run examples.window_count:app``
 """
@@ -44,7 +45,7 @@ def as_output(window: WindowResult[int]) -> dict[str, int]:
 
 (
     app.stream(INPUT, timestamp=event_time, watermarks=Watermarks.bounded(MAX_DELAY_MS))
-    .window(Tumbling(WINDOW_MS), late_topic=f"{OUTPUT}.late")
+    .window(Tumbling(WINDOW_MS), late_topic=True)
     .count()
     .map(as_output)
     .to(OUTPUT)

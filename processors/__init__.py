@@ -6,7 +6,7 @@ Define an :class:`App`, declare keyed state and outputs, and run it with
 """
 
 from processors._config.settings import Guarantee, OnError, Settings, load_settings
-from processors._dsl.app import App, Stream
+from processors._dsl.app import App, OperatorInfo, Stream
 from processors._dsl.context import Context
 from processors._dsl.partitioner import key_group, murmur2
 from processors._dsl.topics import OutputSpec, TopicConfig
@@ -49,6 +49,7 @@ __all__ = [
     "LockgateError",
     "Model",
     "OnError",
+    "OperatorInfo",
     "OutputSpec",
     "Runner",
     "Session",

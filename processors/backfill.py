@@ -437,6 +437,7 @@ def run_backfill(
     check_backfillable(app)
     app.handlers()  # refuses a chain that ends nowhere before Spark starts
     name = settings.app_name or app.name
+    app.run_as(name)  # its per-app late topics
     inputs = app.input_topics
     if archive is None and live_from is not None:
         raise ConfigError("--live-from goes with --archive (Kafka input ends at --until)")

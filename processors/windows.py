@@ -235,7 +235,13 @@ class _Windowable(Protocol[S_co]):
     """What a :class:`WindowedStream` needs of its stream: adding the window operator."""
 
     def _window(
-        self, assigner: Assigner, agg: Any, lateness: int, late_topic: str | None, codec: Codec
+        self,
+        assigner: Assigner,
+        agg: Any,
+        lateness: int,
+        late_topic: str | None,
+        codec: Codec,
+        uid: tuple[str, bool],
     ) -> S_co: ...
 
 
@@ -253,12 +259,14 @@ class WindowedStream(Generic[S]):
         allowed_lateness_ms: int,
         late_topic: str | None,
         codec: Codec,
+        uid: tuple[str, bool],
     ) -> None:
         self._stream = stream
         self._assigner = assigner
         self._lateness = allowed_lateness_ms
         self._late = late_topic
         self._codec = codec
+        self._uid = uid  # the operator's id, and whether the user gave it
 
     def aggregate(self, aggregator: Any) -> S:
         """Fold each window with a Flink-style aggregator.
@@ -302,7 +310,9 @@ class WindowedStream(Generic[S]):
         return self._build(_Process(fn))
 
     def _build(self, agg: _Agg) -> S:
-        return self._stream._window(self._assigner, agg, self._lateness, self._late, self._codec)  # noqa: SLF001 - same package
+        return self._stream._window(  # noqa: SLF001 - same package
+            self._assigner, agg, self._lateness, self._late, self._codec, self._uid
+        )
 
 
 class WindowOperator:
@@ -326,13 +336,18 @@ class WindowOperator:
             assigner: which windows a record belongs to.
             agg: how a window folds its records.
             lateness: ``allowed_lateness_ms``.
-            late_topic: where records later than that go (``None``: dropped).
+            late_topic: where records later than that go (``None``: dropped); its
+                name as declared, ``{app}`` standing for the app's running name (the
+                app names :attr:`late_topic` for it).
             store: the value store of its accumulators (``window-<n>``).
             time: the app's time service (its timers are registered there).
         """
         self.assigner = assigner
         self.agg = agg
         self.lateness = lateness
+        #: The late topic as declared (``{app}``: the app's running name) ...
+        self.late_template = late_topic
+        #: ... and as written to (set by the app, :meth:`processors.App.run_as`).
         self.late_topic = late_topic
         self.prefix = f"w{n}"
         self.store = store

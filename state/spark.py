@@ -217,7 +217,9 @@ class SavedApp:
         info: the descriptor's entry of the app.
         key_groups: P.
         manifests: key group -> its manifest (every group ``0..P-1``, none failed).
-        stores: store name -> ``{"kind", "codec"}``.
+        stores: store name -> ``{"kind", "codec"}``, plus ``operator`` (and
+            ``timers``) for a window or interval-join store saved with its operator id
+            (a rewrite keeps them).
     """
 
     savepoint: str
@@ -297,6 +299,7 @@ def load_saved_app(location: SavepointStore, savepoint_id: str, app: str) -> Sav
     for g, m in manifests.items():
         for name, entry in sorted((m.get("stores") or {}).items()):
             schema = {"kind": str(entry.get("kind")), "codec": str(entry.get("codec"))}
+            schema.update({f: str(entry[f]) for f in ("operator", "timers") if entry.get(f)})
             if stores.setdefault(name, schema) != schema:
                 raise SavepointError(
                     f"savepoint {savepoint_id}: store {name!r} of {app!r} is "
@@ -706,6 +709,7 @@ def write_savepoint(
     name = app_name if app_name is not None else app.name
     location = SavepointStore(url)
     _check_name("app", name)
+    app.run_as(name)  # its per-app late topics, in the registration's outputs
     handles = app.stores
     if store == TIME_STORE:
         raise SavepointError(

@@ -383,8 +383,11 @@ class Settings(BaseSettings):
     allow_non_restored_state: bool = Field(
         False,
         description=(
-            "With from_savepoint: accept saved stores the app no longer declares (their state "
-            "is dropped). `lockgate run --allow-non-restored-state` sets it."
+            "With from_savepoint: accept saved stores and operators the app no longer declares "
+            "(their state is dropped). Without it: start even though window or interval-join "
+            "changelogs hold another operator's state (declarations reordered since the last "
+            "run; for one start after `lockgate reset`). `lockgate run "
+            "--allow-non-restored-state` sets it."
         ),
     )
     allow_non_stop_restore: bool = Field(

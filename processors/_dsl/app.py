@@ -30,7 +30,7 @@ from state.primitives import (
     ValueState,
 )
 
-__all__ = ["App", "OutputSpec", "Stream"]
+__all__ = ["App", "OperatorInfo", "OutputSpec", "Stream"]
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -42,6 +42,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _TERMINAL = ("process", "key_by", "interval_left", "interval_right", "window")
 _ENV_NAME = re.compile(r"^LOCKGATE_[A-Z0-9_]*[A-Z0-9]$")
+#: In a late topic's name, the name the app runs under (``LOCKGATE_APP_NAME`` or its own).
+APP_PLACEHOLDER = "{app}"
+#: The late topic of ``window(..., late_topic=True)``: one per app name.
+DEFAULT_LATE_TOPIC = APP_PLACEHOLDER + ".late"
 
 
 def _check_topic(topic: object, what: str) -> str:
@@ -75,6 +79,41 @@ def _bound_output(spec: OutputSpec) -> OutputSpec:
     return dataclasses.replace(spec, key=key, value=value)
 
 
+@dataclass(frozen=True)
+class OperatorInfo:
+    """A stateful operator of an app (a window or an interval join) and its stable id.
+
+    The id, not the declaration order, says which operator a savepoint's state belongs
+    to: the stores and timers of an operator are numbered by declaration order
+    (``window-<n>``, ``interval-join-<n>.left``/``.right``, timers ``w<n>:...``), and a
+    restore maps the saved numbering onto the app's by id (docs/event-time.md).
+
+    Attributes:
+        uid: the id: given with ``uid=``, or derived from the operator's kind and what
+            it is attached to (``window(<input topics>)``, ``window(<upstream id>)``,
+            ``interval_join(<left topics>,<right topics>)``).
+        kind: ``"window"`` or ``"interval_join"``.
+        stores: the operator's stores, by their names in this app.
+        timers: the owner prefix of its timers (``w<n>``); ``None``: it has none.
+        given: the id was given with ``uid=`` (not derived).
+        what: the operator in words, for messages.
+    """
+
+    uid: str
+    kind: str
+    stores: tuple[str, ...]
+    timers: str | None
+    given: bool
+    what: str
+
+    def store_fields(self) -> dict[str, str]:
+        """The fields a savepoint manifest adds to each of its stores' entries."""
+        fields = {"operator": self.uid}
+        if self.timers is not None:
+            fields["timers"] = self.timers
+        return fields
+
+
 @dataclass
 class _Input:
     """A co-partitioned input topic: its records run a chain or update a table."""
@@ -101,10 +140,15 @@ class Stream:
     Operators that are not given a callable raise :class:`TypeError`.
     """
 
-    def __init__(self, app: App, topics: tuple[str, ...] = (), what: str = "") -> None:
+    def __init__(
+        self, app: App, topics: tuple[str, ...] = (), what: str = "", source: str = ""
+    ) -> None:
         self._app = app
         self._topics = topics
         self._what = what or f"the stream of {', '.join(repr(t) for t in topics)}"
+        #: What derived operator ids say the stream is: its input topics, or the id of
+        #: the operator whose results it carries.
+        self._source = source or ",".join(topics)
         self._ops: list[tuple[str, Any]] = []
         self._compiled: Handler | None = None
 
@@ -207,6 +251,7 @@ class Stream:
         combine: Callable[[Any, Any], Any] | None = None,
         grace_ms: int = 0,
         max_per_key: int = 1000,
+        uid: str | None = None,
     ) -> Stream:
         """Join this stream with ``other`` on the key, within a time interval.
 
@@ -217,9 +262,14 @@ class Stream:
         side) until no record within ``grace_ms`` of the key's newest timestamp can match
         them. Terminal for both streams: continue with the returned one.
 
+        ``uid`` is the join's stable id in savepoints (as Flink's ``uid()``); by default
+        ``interval_join(<this stream's topics>,<other's topics>)``. See
+        :class:`OperatorInfo`.
+
         Raises:
-            ConfigError: ``other`` is not another input stream of this app, or the
-                interval is empty (``lower_ms > upper_ms``).
+            ConfigError: ``other`` is not another input stream of this app, the
+                interval is empty (``lower_ms > upper_ms``), or the id is illegal or
+                taken by another operator of the app.
         """
         if not isinstance(other, Stream) or other._app is not self._app or other is self:
             raise ConfigError("interval_join() needs another input stream of the same app")
@@ -233,11 +283,25 @@ class Stream:
             _check_callable(combine, "interval_join")
         self._check_open("interval_join")  # both, before anything is declared
         other._check_open("interval_join")
+        what = f"the interval join of {self._what} and {other._what}"
+        op_id = self._app._operator_id(  # noqa: SLF001 - same module
+            "interval_join", uid, f"{self._source},{other._source}", what
+        )
         name = f"interval-join-{self._app._next_join()}"  # noqa: SLF001 - same module
         left: ValueState[list[Any]] = self._app.value_state(f"{name}.left")
         right: ValueState[list[list[Any]]] = self._app.value_state(f"{name}.right")
         join = IntervalJoin(left, right, lower_ms, upper_ms, grace_ms, max_per_key)
-        joined = Stream(self._app, (), f"the interval join of {self._what} and {other._what}")
+        self._app._add_operator(  # noqa: SLF001 - same module
+            OperatorInfo(
+                op_id,
+                "interval_join",
+                (f"{name}.left", f"{name}.right"),
+                None,
+                uid is not None,
+                what,
+            )
+        )
+        joined = Stream(self._app, (), what, source=op_id)
         self._add("interval_left", (join, joined, combine))
         other._add("interval_right", (join, joined, combine))
         return joined
@@ -247,8 +311,9 @@ class Stream:
         assigner: Assigner,
         *,
         allowed_lateness_ms: int = 0,
-        late_topic: str | None = None,
+        late_topic: str | bool | None = None,
         codec: Codec = JSON,
+        uid: str | None = None,
     ) -> WindowedStream[Stream]:
         """Cut this stream into per-key windows (docs/event-time.md).
 
@@ -258,21 +323,45 @@ class Stream:
         ``.process(...)``, which return the stream of window results. Time windows fire
         when the key group's watermark passes their end; records arriving up to
         ``allowed_lateness_ms`` after that update the result (emitted again); records
-        later than that go unchanged to ``late_topic`` (declared as an output with
-        bytes codecs) with headers naming the window and the watermark, or are dropped
-        when it is ``None``. ``codec`` stores the accumulators. Terminal for this
-        stream.
+        later than that go unchanged to the late topic (declared as an output with
+        bytes codecs) with headers naming the window and the watermark. ``late_topic``:
+        ``True`` names it per app, ``<app>.late`` with the name the app runs under
+        (``LOCKGATE_APP_NAME``, else its own), like the app's other topics, so two
+        deployments of one code never share it; a name is used as given, ``{app}`` in
+        it replaced by that name (``"{app}.late-clicks"``); ``None`` (the default) or
+        ``False`` drops late records. ``codec`` stores the accumulators. Terminal for
+        this stream.
+
+        ``uid`` is the window operator's stable id in savepoints (as Flink's ``uid()``):
+        a restore gives each operator the state saved under its id, whatever the order
+        of the declarations. By default ``window(<input topics>)``, or
+        ``window(<upstream id>)`` for a window over window or join results (see
+        :class:`OperatorInfo`).
 
         Raises:
-            ConfigError: after a terminal operator, a negative lateness, or an illegal
-                late topic name.
+            ConfigError: after a terminal operator, a negative lateness, an illegal
+                late topic name, or an id that is illegal or taken by another operator
+                of the app.
         """
         if allowed_lateness_ms < 0:
             raise ConfigError(f"window: allowed_lateness_ms must be >= 0 ({allowed_lateness_ms})")
+        if late_topic is True:
+            late_topic = DEFAULT_LATE_TOPIC
+        elif late_topic is False:
+            late_topic = None
         if late_topic is not None:
-            _check_topic(late_topic, "late topic")
+            if not isinstance(late_topic, str):
+                raise TypeError(
+                    "late_topic must be a topic name, True or None, got "
+                    f"{type(late_topic).__name__}"
+                )
+            self._app._run_topic(late_topic, "late topic")  # noqa: SLF001 - same module
         self._check_open("window")
-        return WindowedStream(self, assigner, allowed_lateness_ms, late_topic, codec)
+        what = f"the window of {self._what}"
+        op_id = self._app._operator_id("window", uid, self._source, what)  # noqa: SLF001
+        return WindowedStream(
+            self, assigner, allowed_lateness_ms, late_topic, codec, (op_id, uid is not None)
+        )
 
     def _window(
         self,
@@ -281,9 +370,17 @@ class Stream:
         lateness: int,
         late_topic: str | None,
         codec: Codec,
+        uid: tuple[str, bool],
     ) -> Stream:
-        """Add the window operator; return the stream of its results."""
+        """Add the window operator; return the stream of its results.
+
+        ``uid`` is the operator's id and whether the user gave it (checked again: another
+        operator may have taken it since :meth:`window`).
+        """
         self._check_open("window")
+        op_id, given = uid
+        what = f"the window of {self._what}"
+        self._app._operator_id("window", op_id if given else None, self._source, what)  # noqa: SLF001
         n = self._app._next_join()  # noqa: SLF001 - same module
         op = WindowOperator(
             n,
@@ -294,11 +391,18 @@ class Stream:
             store=self._app.value_state(f"window-{n}", codec=codec),
             time=self._app._time_service(),  # noqa: SLF001 - same module
         )
-        results = Stream(self._app, (), f"the window results of {self._what}")
+        if late_topic is not None:
+            op.late_topic = self._app._run_topic(late_topic, "late topic")  # noqa: SLF001
+        self._app._add_operator(  # noqa: SLF001 - same module
+            OperatorInfo(op_id, "window", (f"window-{n}",), op.prefix, given, what)
+        )
+        results = Stream(self._app, (), f"the window results of {self._what}", source=op_id)
         self._add("window", (op, results))
         self._app._def.windows.append(op)  # noqa: SLF001 - same module
         if late_topic is not None:
-            self._app.output(late_topic, key=BYTES, value=BYTES)
+            # Declared by its template: App.outputs names it for the app's running name.
+            spec = OutputSpec(late_topic, BYTES, BYTES, None, False)
+            self._app._def.outputs[late_topic] = spec  # noqa: SLF001 - same module
         return results
 
     def to(
@@ -467,6 +571,8 @@ class _Definition:
     time: TimeService | None = None
     on_timer: Handler | None = None
     windows: list[WindowOperator] = field(default_factory=list)
+    #: Stateful operators by id, in declaration order.
+    operators: dict[str, OperatorInfo] = field(default_factory=dict)
 
 
 class App:
@@ -482,7 +588,9 @@ class App:
         ...     ctx.emit("sums", key, {"sum": t})
 
     The name is the consumer group id and prefixes internal topics
-    (``<app>.<store>.changelog``, ``<app>.dlq``); ``LOCKGATE_APP_NAME`` overrides it.
+    (``<app>.<store>.changelog``, ``<app>.dlq``) and per-app late topics
+    (``<app>.late``); ``LOCKGATE_APP_NAME`` overrides it (the process calls
+    :meth:`run_as`).
 
     Inputs are declared with :meth:`stream` / :meth:`process` (records run a chain),
     :meth:`table` (records update a versioned table the chains join) and
@@ -510,6 +618,7 @@ class App:
                     "case (other names are never checked)"
                 )
         self.name = name
+        self._run_name: str | None = None
         self.env: frozenset[str] = frozenset(env)
         self.cursor = KeyCursor()
         self._def = _Definition()
@@ -901,10 +1010,93 @@ class App:
         self._def.joins += 1
         return self._def.joins
 
+    def _operator_id(self, kind: str, uid: str | None, source: str, what: str) -> str:
+        """Return the id of a new ``kind`` operator: ``uid``, or derived from ``source``.
+
+        Raises:
+            TypeError: ``uid`` is not a string.
+            ConfigError: ``uid`` is illegal, or the id is another operator's already
+                (the message names both operators and asks for ``uid=``).
+        """
+        if uid is not None:
+            if not isinstance(uid, str):
+                raise TypeError(f"uid must be a string, got {type(uid).__name__}")
+            if not _NAME.match(uid):
+                raise ConfigError(f"app {self.name!r}: uid {uid!r} must match {_NAME.pattern}")
+            op_id = uid
+        else:
+            op_id = f"{kind}({source})"
+        taken = self._def.operators.get(op_id)
+        if taken is not None:
+            how = "given" if uid is not None else "derived from what it reads"
+            raise ConfigError(
+                f"app {self.name!r}: {what} would have the operator id {op_id!r} ({how}), "
+                f"which {taken.what} has already; savepoints address operator state by id, "
+                "so give each of them its own uid= (e.g. .window(..., uid='clicks-per-minute'))"
+            )
+        return op_id
+
+    def _add_operator(self, info: OperatorInfo) -> None:
+        self._def.operators[info.uid] = info
+
+    @property
+    def operators(self) -> dict[str, OperatorInfo]:
+        """The stateful operators (windows, interval joins) by id, in declaration order."""
+        return dict(self._def.operators)
+
+    def store_operator(self, store: str) -> OperatorInfo | None:
+        """The operator whose state ``store`` holds (``None``: a store of the app's own)."""
+        for info in self._def.operators.values():
+            if store in info.stores:
+                return info
+        return None
+
+    @property
+    def run_name(self) -> str:
+        """The name the app runs under: :meth:`run_as`'s, else its own."""
+        return self._run_name or self.name
+
+    def run_as(self, name: str) -> None:
+        """Run the app under ``name`` (``LOCKGATE_APP_NAME``): names its per-app topics.
+
+        The runtime, the operations commands and backfills call it with the name they
+        run the app under, before reading :attr:`outputs`; per-app late topics
+        (``late_topic=True`` or ``"{app}..."``) are named after it from then on.
+
+        Raises:
+            ConfigError: ``name`` is not a legal app name, or a late topic named after
+                it is not a legal topic name.
+        """
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(f"app name {name!r} must match {_NAME.pattern}")
+        for topic in self._def.outputs:
+            if APP_PLACEHOLDER in topic:
+                self._run_topic(topic, "late topic", name)
+        self._run_name = name
+        for op in self._def.windows:
+            if op.late_template is not None:
+                op.late_topic = self._run_topic(op.late_template, "late topic")
+
+    def _run_topic(self, topic: str, what: str, name: str | None = None) -> str:
+        """``topic`` with ``{app}`` replaced by the running name (or ``name``).
+
+        Raises:
+            ConfigError: the result is not a legal topic name.
+        """
+        if APP_PLACEHOLDER not in topic:
+            return _check_topic(topic, what)
+        return _check_topic(topic.replace(APP_PLACEHOLDER, name or self.run_name), what)
+
     @property
     def outputs(self) -> dict[str, OutputSpec]:
-        """Declared outputs by topic."""
-        return dict(self._def.outputs)
+        """Declared outputs by topic, per-app late topics named for :attr:`run_name`."""
+        out: dict[str, OutputSpec] = {}
+        for topic, spec in self._def.outputs.items():
+            if APP_PLACEHOLDER in topic:
+                topic = self._run_topic(topic, "late topic")
+                spec = dataclasses.replace(spec, topic=topic)
+            out[topic] = spec
+        return out
 
     @property
     def stores(self) -> dict[str, StateHandle]:

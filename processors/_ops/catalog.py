@@ -402,7 +402,8 @@ def build_descriptor(
                         "manifests": [{"key_group": g, "checkpoint": c,
                                        "offsets": {topic: int}, "align": {...},
                                        "stores": {name: {kind, codec, file, sha256,
-                                                         entries, bytes}},
+                                                         entries, bytes[, operator,
+                                                         timers]}},
                                        "ts": ms}, ...]}}}
 
     Args:

@@ -159,7 +159,13 @@ def load_for_command(app_spec: str) -> tuple[App, Settings, str]:
     settings: Settings = app_settings(app)
     configure(settings.log_level, settings.log_format.value)
     check_app(app)
-    return app, settings, settings.app_name or app.name
+    name = settings.app_name or app.name
+    try:
+        app.run_as(name)
+    except ConfigError as exc:
+        click.echo(f"lockgate: {exc}", err=True)
+        sys.exit(2)
+    return app, settings, name
 
 
 def echo_err(line: str) -> None:

@@ -91,6 +91,7 @@ class RunnerCore:
         self.app = app
         self.settings = settings
         self.name = settings.app_name or app.name
+        app.run_as(self.name)  # per-app topics (late topics) named before outputs are read
         self.eos = settings.guarantee is Guarantee.EXACTLY_ONCE
         self.metrics = Metrics(self.name, settings.instance_id)
         self._handles = app.stores

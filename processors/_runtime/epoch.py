@@ -531,6 +531,7 @@ class EpochMixin(SavepointMixin):
             "key_groups": self._partitions,
             "stores": self._store_schemas(),
             "state_version": self._state_version(),
+            "operators": self._operator_stores(),
             "instance": self.settings.instance_id,
             "ts": int(time.time() * 1000),
         }

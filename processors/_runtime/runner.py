@@ -372,6 +372,7 @@ class Runner(BarrierMixin):
                 "registry not readable; learning writers from barriers", extra={"error": str(exc)}
             )
             registry = {}
+        self._check_operator_layout(registry.get(self.name))
         self._upstream_writers = {
             t: ws for t in self._inputs for ws in [writers_of(registry, (t,))] if ws
         }

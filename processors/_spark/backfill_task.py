@@ -599,6 +599,7 @@ class BackfillTask:
         self.app = load_app(spec.app_spec)
         check_backfillable(self.app)
         self.name = spec.app_name
+        self.app.run_as(self.name)  # its per-app late topics
         self.g = spec.key_group
         self.inputs = self.app.input_topics
         planned = sorted({r.topic for r in spec.ranges})
@@ -935,9 +936,11 @@ class BackfillTask:
         db = self.kg.db
         for name, handle in sorted(self.handles.items()):
             written = location.write_store(self.spec.job, self.name, self.g, name, db.items(name))
+            op = self.app.store_operator(name)
             stores[name] = {
                 "kind": handle.spec.kind,
                 "codec": handle.spec.codec.name,
+                **(op.store_fields() if op is not None else {}),
                 **written.to_dict(),
             }
         manifest = key_group_manifest(

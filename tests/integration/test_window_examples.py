@@ -376,7 +376,7 @@ class WindowRun:
         )
         self.input = self.env["LOCKGATE_INPUT_TOPIC"]
         self.output = self.env["LOCKGATE_OUTPUT_TOPIC"]
-        self.late_topic = f"{self.output}.late"
+        self.late_topic = f"{self.env['LOCKGATE_APP_NAME']}.late"  # late_topic=True: per app
         create_topic(bootstrap, self.input, partitions)
         self.produced = 0
 

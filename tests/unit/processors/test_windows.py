@@ -514,7 +514,7 @@ def test_event_time_from_the_value_and_the_example_contract() -> None:
         if e.topic == "window-counts"
     )
     assert got == Counter(r.row() for r in model.results)
-    late = [e for e in d.emitted if e.topic == "window-counts.late"]
+    late = [e for e in d.emitted if e.topic == "window-count.late"]  # <app>.late
     assert [orjson.loads(e.value)["ts"] for e in late] == [x.ts for x in model.late]
 
 
