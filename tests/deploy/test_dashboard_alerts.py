@@ -199,3 +199,6 @@ def test_metric_names_of_queries() -> None:
         'histogram_quantile(0.99, sum by (le) (rate(lockgate_alignment_seconds_bucket{app=~"$app"}'
         "[$__rate_interval]))) - time() + max by (pod) (lockgate_joined)"
     ) == {"lockgate_alignment_seconds_bucket", "lockgate_joined"}
+    assert metric_names('label_values(lockgate_key_groups_assigned{app=~"$app"}, pod)') == {
+        "lockgate_key_groups_assigned"
+    }

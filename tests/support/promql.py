@@ -352,14 +352,20 @@ def evaluate(expr: str, store: Store, at: float | None = None) -> Value:
 
 
 def metric_names(expr: str) -> set[str]:
-    """The series names an expression selects (identifiers followed by ``{``, ``[`` or an
-    operator that are not functions, aggregations, keywords or label names)."""
+    """The series names an expression (or a Grafana query variable) selects.
+
+    Every identifier outside label matchers, grouping clauses and range brackets that is
+    not a function, aggregation or keyword; in ``label_values(selector, label)`` the
+    label is left out.
+    """
     words = {"sum", "max", "min", "count", "by", "on", "and", "unless", "or", "rate",
              "increase", "time", "histogram_quantile", "bool", "without", "le"}  # fmt: skip
     names: set[str] = set()
     no_labels = re.sub(r"\{[^}]*\}", "{}", expr)  # label names and values out
     no_labels = re.sub(r"\b(?:by|on|without)\s*\([^)]*\)", "", no_labels)  # grouping labels
     no_labels = re.sub(r"\[[^\]]*\]", "[]", no_labels)
+    # Grafana's label_values(selector, label) in query variables: the label is no series.
+    no_labels = re.sub(r"\blabel_values\(([^,()]*),\s*\w+\s*\)", r"(\1)", no_labels)
     for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", no_labels):
         if m.group(0) not in words:
             names.add(m.group(0))
