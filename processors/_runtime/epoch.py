@@ -840,6 +840,7 @@ class EpochMixin(SavepointMixin):
         comes from the fetches.
         """
         lag = 0
+        per_partition: dict[tuple[str, int], int] = {}
         asked_until = time.monotonic() + 2.0  # the loop waits at most this long for it
         for (topic, g), committed in list(self._committed.items()):
             tp = TopicPartition(topic, g)
@@ -851,8 +852,10 @@ class EpochMixin(SavepointMixin):
             except Exception:  # noqa: BLE001, S112 - a gauge, best effort
                 continue
             if high >= 0 and committed >= 0:
-                lag += max(0, high - committed)
+                per_partition[(topic, g)] = max(0, high - committed)
+                lag += per_partition[(topic, g)]
         self.metrics.consumer_lag = lag
+        self.metrics.partition_lag = per_partition
 
     def _sample_watermark(self) -> None:
         """Set the watermark gauge: the lowest watermark of the owned key groups.
@@ -880,12 +883,16 @@ class EpochMixin(SavepointMixin):
         self.metrics.watermark_ms = min(marks) if marks else None
 
     def _sample_lag(self, offsets: list[Any]) -> None:
+        """Set the lag gauges (summed and per partition) from the offsets just committed."""
         lag = 0
+        per_partition: dict[tuple[str, int], int] = {}
         for tp in offsets:
             try:
                 _, high = self._consumer.get_watermark_offsets(tp, cached=True)
             except Exception:  # noqa: BLE001, S112 - a gauge, best effort
                 continue
             if high >= 0 and tp.offset >= 0:
-                lag += max(0, high - tp.offset)
+                per_partition[(tp.topic, tp.partition)] = max(0, high - tp.offset)
+                lag += per_partition[(tp.topic, tp.partition)]
         self.metrics.consumer_lag = lag
+        self.metrics.partition_lag = per_partition

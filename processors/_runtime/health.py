@@ -190,6 +190,9 @@ class Metrics:
         self.restore_records = 0
         self.restore_remaining = 0
         self.consumer_lag = 0
+        #: Lag per owned input partition, (topic, partition) -> records (published by the
+        #: loop as a new dict with each sample: read whole, never mutated).
+        self.partition_lag: dict[tuple[str, int], int] = {}
         # Durations.
         self.commit_seconds = Histogram(DURATION_BUCKETS)
         self.alignment_seconds = Histogram(DURATION_BUCKETS)
@@ -479,6 +482,15 @@ class MetricsCollector(Collector):
             "(at each commit and every 5 s; also while nothing commits, e.g. halted).",
             m.consumer_lag,
         )
+        partition_lag = GaugeMetricFamily(
+            "lockgate_partition_lag_records",
+            "Records between the committed offset and the end of one owned input partition "
+            "(sampled with lockgate_consumer_lag_records).",
+            labels=[*names, "topic", "partition"],
+        )
+        for (topic, partition), records in sorted(m.partition_lag.items()):
+            partition_lag.add_metric([*labels, topic, str(partition)], records)
+        yield partition_lag
         yield gauge(
             "lockgate_joined",
             "1 once the group was joined and the first assignment processed.",

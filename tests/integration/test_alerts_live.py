@@ -196,6 +196,12 @@ def test_dashboard_and_alert_series_exist_and_each_alert_fires(  # type: ignore[
         wait_fired("LockgateKeyGroupsHalted")
         _produce(kafka_bootstrap, inp, 0, _records(300, int(time.time() * 1000), start=100))
         wait_fired("LockgateConsumerLag", 60)
+        # The dashboard's per-partition lag: all of it on partition 0.
+        by_partition = scraper.firing(
+            f'max by (partition) (lockgate_partition_lag_records{{app="{app}"}})'
+        )
+        assert by_partition[(("partition", "0"),)] >= 300, by_partition
+        assert by_partition[(("partition", "1"),)] == 0, by_partition
         # A halted instance ends idle epochs: it is not reported as missing checkpoints.
         assert "LockgateNoCheckpoint" not in fired()
         assert "LockgateRestoreStuck" not in fired()
