@@ -7,25 +7,30 @@ every 0.5 s with a ``pod`` target label added (as the Prometheus operator adds i
 durations are not waited for: the test asserts the expression itself. LockgateCrashLooping
 uses kube-state-metrics' series and is only render-tested (tests/deploy).
 
-LockgateRestoreStuck is not driven here (a restore that makes no progress needs a broker
-that stops answering mid-restore): it is asserted false throughout.
+LockgateRestoreStuck is driven by its own test: the broker is SIGSTOPped while an instance
+restores (see its docstring for how its 5 minute window is treated).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from confluent_kafka import Producer
 
 from tests.deploy.test_dashboard_alerts import dashboard_queries
 from tests.integration._util import http_get, metric
 from tests.support.helm import CHART_DIR, one_manifest, render
-from tests.support.kafka import create_topic, read_all
+from tests.support.kafka import create_topic, produce_numbers, read_all
 from tests.support.ports import free_port
 from tests.support.procs import AppProcess, lockgate_cli, wait_until
 from tests.support.promql import Store, evaluate, metric_names
@@ -208,3 +213,94 @@ def test_dashboard_and_alert_series_exist_and_each_alert_fires(  # type: ignore[
     finally:
         scraper.stopped.set()
         proc.terminate()
+
+
+def _listener_pid(port: int) -> int | None:
+    """The pid of the process listening on 127.0.0.1:``port`` (``ss``), or None."""
+    try:
+        out = subprocess.run(
+            ["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=False
+        ).stdout
+    except OSError:
+        return None
+    m = re.search(r"pid=(\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def test_restore_stuck_fires_while_the_broker_stops_answering_mid_restore(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """LockgateRestoreStuck: an instance restores a large changelog and the broker is
+    SIGSTOPped mid-restore. Its expression uses ``increase(...[5m]) == 0``: the evaluator is
+    given only the scrapes taken after the stop, standing in for a stall longer than the
+    window (waiting 5 minutes is not worth it here). Once the broker answers again the
+    restore completes and the expression is false."""
+    if os.environ.get("LOCKGATE_TEST_BOOTSTRAP"):
+        pytest.skip("the broker is not ours to stop")
+    broker = _listener_pid(int(kafka_bootstrap.rsplit(":", 1)[1]))
+    if broker is None:
+        pytest.skip("cannot find the broker's pid (ss)")
+    app, inp, out = names("rstuck"), names("rstuck-in"), names("rstuck-out")
+    create_topic(kafka_bootstrap, inp, 2)
+    n = 60_000
+    produce_numbers(kafka_bootstrap, inp, [(f"key-{i}", 1, i) for i in range(n)])
+    expr = _rules(app)["LockgateRestoreStuck"]
+    port = free_port()
+
+    def env(state: str) -> dict[str, str]:
+        return {
+            "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "LOCKGATE_APP_NAME": app,
+            "LOCKGATE_INPUT_TOPIC": inp,
+            "LOCKGATE_OUTPUT_TOPIC": out,
+            "LOCKGATE_INSTANCE_ID": "i1",
+            "LOCKGATE_STATE_DIR": str(tmp_path / state),
+            "LOCKGATE_HTTP_PORT": str(port),
+            "LOCKGATE_HTTP_HOST": "127.0.0.1",
+        }
+
+    first = AppProcess("examples.running_sum:app", env("a"), tmp_path / "a.log").start()
+    try:
+        wait_until(
+            lambda: (metric(http_get(port, "/metrics")[1], "lockgate_records_in_total") or 0) == n,
+            180,
+            what="every record committed",
+        )
+    finally:
+        assert first.terminate() == 0
+    # A new state dir: every key group restores its 60000-key changelog.
+    second = AppProcess("examples.running_sum:app", env("b"), tmp_path / "b.log").start()
+    scraper = _Scraper(port)
+    stopped = False
+    try:
+        wait_until(
+            lambda: (
+                (
+                    metric(
+                        http_get(port, "/metrics", timeout=1)[1], "lockgate_key_groups_restoring"
+                    )
+                    or 0
+                )
+                > 0
+            ),
+            90,
+            interval=0.02,
+            what="a restore under way",
+        )
+        os.kill(broker, signal.SIGSTOP)
+        stopped = True
+        scraper.start()
+        time.sleep(4)
+        restoring = scraper.firing(f'lockgate_key_groups_restoring{{app="{app}"}} > 0')
+        assert restoring, "the restore ended before the broker stopped"
+        assert scraper.firing(expr), expr  # restoring, no changelog record applied since
+        os.kill(broker, signal.SIGCONT)
+        stopped = False
+        wait_until(lambda: http_get(port, "/readyz")[0] == 200, 120, what="restored")
+        time.sleep(1.5)
+        assert not scraper.firing(expr)
+    finally:
+        if stopped:
+            os.kill(broker, signal.SIGCONT)
+        scraper.stopped.set()
+        second.terminate()
