@@ -39,7 +39,7 @@ from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
 from processors._runtime.core import SlowRecordError, where
 from processors._runtime.savepoints import SavepointMixin
-from processors._task.time import TIME_STORE
+from processors._task.time import NO_WATERMARK, TIME_STORE
 from processors.exceptions import FatalKafkaError, UserCodeError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
@@ -218,6 +218,8 @@ class EpochMixin(SavepointMixin):
                 self._barrier_only = True
                 return True
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
+            self.metrics.last_checkpoint_time = time.time()  # everything processed committed
+            self._sample_watermark()
             if self._txn is not None:
                 self._txn.idle()
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
@@ -313,6 +315,8 @@ class EpochMixin(SavepointMixin):
         m = self.metrics
         m.epochs_committed += 1
         m.last_checkpoint_id = ckpt
+        m.last_checkpoint_time = time.time()
+        self._sample_watermark()
         m.observe_commit(took)
         self._sample_lag(
             [TopicPartition(t, g, self._next[(t, g)]) for t, g in self._owned_partitions()]
@@ -867,6 +871,7 @@ class EpochMixin(SavepointMixin):
         comes from the fetches.
         """
         lag = 0
+        per_partition: dict[tuple[str, int], int] = {}
         asked_until = time.monotonic() + 2.0  # the loop waits at most this long for it
         for (topic, g), committed in list(self._committed.items()):
             tp = TopicPartition(topic, g)
@@ -878,16 +883,47 @@ class EpochMixin(SavepointMixin):
             except Exception:  # noqa: BLE001, S112 - a gauge, best effort
                 continue
             if high >= 0 and committed >= 0:
-                lag += max(0, high - committed)
+                per_partition[(topic, g)] = max(0, high - committed)
+                lag += per_partition[(topic, g)]
         self.metrics.consumer_lag = lag
+        self.metrics.partition_lag = per_partition
+
+    def _sample_watermark(self) -> None:
+        """Set the watermark gauge: the lowest watermark of the owned key groups.
+
+        Idle key groups are left out unless every one is idle (as downstream watermarks
+        leave idle writers out); key groups without a watermark yet are left out. None
+        (the series is absent) without event time or without any watermark.
+        """
+        svc = self.app.time_service
+        if svc is None or not svc.strategies:
+            return
+        active: list[int] = []
+        idle: list[int] = []
+        for kg in list(self._kgs.values()):
+            cache = kg.caches.get(TIME_STORE)
+            if cache is None:
+                continue
+            try:
+                wm, is_idle = svc.announce(cache)
+            except Exception:  # noqa: BLE001, S112 - a gauge, best effort
+                continue
+            if wm != NO_WATERMARK:
+                (idle if is_idle else active).append(wm)
+        marks = active or idle
+        self.metrics.watermark_ms = min(marks) if marks else None
 
     def _sample_lag(self, offsets: list[Any]) -> None:
+        """Set the lag gauges (summed and per partition) from the offsets just committed."""
         lag = 0
+        per_partition: dict[tuple[str, int], int] = {}
         for tp in offsets:
             try:
                 _, high = self._consumer.get_watermark_offsets(tp, cached=True)
             except Exception:  # noqa: BLE001, S112 - a gauge, best effort
                 continue
             if high >= 0 and tp.offset >= 0:
-                lag += max(0, high - tp.offset)
+                per_partition[(tp.topic, tp.partition)] = max(0, high - tp.offset)
+                lag += per_partition[(tp.topic, tp.partition)]
         self.metrics.consumer_lag = lag
+        self.metrics.partition_lag = per_partition

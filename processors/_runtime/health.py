@@ -179,10 +179,20 @@ class Metrics:
         self.commits_rolled_forward = 0  # ... that had committed (learned from the broker)
         self.alignments_forced = 0  # alignments switched to unaligned (timeout, bound)
         self.last_checkpoint_id = 0
+        #: Unix time the instance's state was last known checkpointed: the last committed
+        #: epoch, or the last epoch end that found nothing to commit (everything processed
+        #: was committed already). The start time before either.
+        self.last_checkpoint_time = time.time()
+        #: Lowest event-time watermark (ms) over the owned key groups (idle ones left out
+        #: unless all are idle), sampled at each epoch end; None without event time.
+        self.watermark_ms: int | None = None
         self.commit_seconds_max = 0.0
         self.restore_records = 0
         self.restore_remaining = 0
         self.consumer_lag = 0
+        #: Lag per owned input partition, (topic, partition) -> records (published by the
+        #: loop as a new dict with each sample: read whole, never mutated).
+        self.partition_lag: dict[tuple[str, int], int] = {}
         # Durations.
         self.commit_seconds = Histogram(DURATION_BUCKETS)
         self.alignment_seconds = Histogram(DURATION_BUCKETS)
@@ -420,6 +430,22 @@ class MetricsCollector(Collector):
             "Id of the last committed checkpoint.",
             m.last_checkpoint_id,
         )
+        yield gauge(
+            "lockgate_last_checkpoint_timestamp_seconds",
+            "Unix time the state was last known checkpointed: the last committed epoch, or the "
+            "last epoch end with nothing to commit (the start time before either).",
+            round(m.last_checkpoint_time, 3),
+        )
+        watermark = GaugeMetricFamily(
+            "lockgate_watermark_timestamp_seconds",
+            "Lowest event-time watermark of the owned key groups, as Unix time (idle key "
+            "groups left out unless all are idle; absent without event time or a watermark).",
+            labels=names,
+        )
+        wm = m.watermark_ms
+        if wm is not None:
+            watermark.add_metric(labels, wm / 1000)
+        yield watermark
         yield histogram(
             "lockgate_epoch_commit_seconds", "Duration of epoch commits.", m.commit_seconds
         )
@@ -456,6 +482,15 @@ class MetricsCollector(Collector):
             "(at each commit and every 5 s; also while nothing commits, e.g. halted).",
             m.consumer_lag,
         )
+        partition_lag = GaugeMetricFamily(
+            "lockgate_partition_lag_records",
+            "Records between the committed offset and the end of one owned input partition "
+            "(sampled with lockgate_consumer_lag_records).",
+            labels=[*names, "topic", "partition"],
+        )
+        for (topic, partition), records in sorted(m.partition_lag.items()):
+            partition_lag.add_metric([*labels, topic, str(partition)], records)
+        yield partition_lag
         yield gauge(
             "lockgate_joined",
             "1 once the group was joined and the first assignment processed.",

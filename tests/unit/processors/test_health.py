@@ -424,3 +424,21 @@ def test_port_is_released_after_stop() -> None:
 
 def test_stop_without_start_returns() -> None:
     HealthServer(Metrics("app", "app-0"), "127.0.0.1", 0, 60_000).stop()
+
+
+def test_exposition_checkpoint_time_watermark_and_partition_lag() -> None:
+    m = _m()
+    before = time.time()
+    # The start time (rounded to ms in the exposition).
+    assert _value(m, "lockgate_last_checkpoint_timestamp_seconds") <= before + 0.001
+    assert _value(m, "lockgate_last_checkpoint_timestamp_seconds") > before - 60
+    m.last_checkpoint_time = 1_700_000_123.5
+    assert _value(m, "lockgate_last_checkpoint_timestamp_seconds") == 1_700_000_123.5
+    # No event time: the watermark series is absent.
+    with pytest.raises(AssertionError):
+        _value(m, "lockgate_watermark_timestamp_seconds")
+    m.watermark_ms = 1_700_000_000_250
+    assert _value(m, "lockgate_watermark_timestamp_seconds") == 1_700_000_000.25
+    m.partition_lag = {("in", 1): 5, ("in", 0): 3}
+    assert _value(m, "lockgate_partition_lag_records", topic="in", partition="0") == 3
+    assert _value(m, "lockgate_partition_lag_records", topic="in", partition="1") == 5

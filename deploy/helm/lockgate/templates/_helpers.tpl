@@ -427,3 +427,12 @@ KafkaTopic / resource name of a Kafka topic: lower case, characters outside [a-z
 {{- define "lockgate.topicResourceName" -}}
 {{- regexReplaceAll "[^a-z0-9.-]" (lower .) "-" | trunc 253 | trimSuffix "-" | trimSuffix "." }}
 {{- end }}
+
+{{/*
+LockgateNoCheckpoint's threshold in whole seconds: metrics.prometheusRule.noCheckpointIntervals
+checkpoint intervals (processing.checkpointIntervalMs), rounded up.
+*/}}
+{{- define "lockgate.noCheckpointSeconds" -}}
+{{- $ms := mul (int64 .Values.metrics.prometheusRule.noCheckpointIntervals) (int64 .Values.processing.checkpointIntervalMs) -}}
+{{- div (add $ms 999) 1000 -}}
+{{- end }}
