@@ -79,8 +79,9 @@ def checkpoint_rows(
 
     Returns:
         The rows, each with ``duration_ms`` (``ts - checkpoint``; ``None`` without a
-        time) and ``records``: the input records committed between the previous row's
-        checkpoint and this one, over all key groups (``None`` for the oldest row or
+        time or when the id is past the commit time, as after a savepoint) and
+        ``records``: the input records committed between the previous row's checkpoint
+        and this one, over all key groups (``None`` for the oldest row or
         when a key group's records do not reach back that far).
     """
 
@@ -107,10 +108,13 @@ def checkpoint_rows(
                     break
                 total += now_at - then_at
             records = total if total >= 0 else None
+        # After a savepoint the ids run ahead of the clock (its id is a margin past now and
+        # the next ones follow it by 1 ms): such an id is no start time, so no duration.
+        took = int(ts) - c if isinstance(ts, int) else -1
         out.append(
             {
                 **row,
-                "duration_ms": (int(ts) - c) if isinstance(ts, int) else None,
+                "duration_ms": took if took >= 0 else None,
                 "records": records,
             }
         )

@@ -99,6 +99,8 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], attrs: str = "
 
 
 def _num(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     return f'<td class="num">{_e(value)}</td>'
 
 
