@@ -203,11 +203,13 @@ def _check_savepoint(page: Any, topics: Topics) -> None:
     """Refused without the token; with it, the savepoint appears in the list."""
     page.fill("#trigger-pipeline", topics.click_app)
     page.click("#trigger-button")
-    page.wait_for_function("document.getElementById('msg').textContent.includes('401')")
+    msg = page.locator("#msg")
+    # Polled from here: the page's CSP forbids eval, which wait_for_function's strings need.
+    wait_until(lambda: "401" in msg.inner_text(), timeout=10, what="401 without the token")
     assert page.locator("td[data-savepoint]").count() == 0
     page.fill("#token", TOKEN)
     page.click("#trigger-button")
-    page.wait_for_function("document.getElementById('msg').textContent.includes('started')")
+    wait_until(lambda: "started" in msg.inner_text(), timeout=10, what="the trigger accepted")
     page.wait_for_selector("td[data-savepoint]", timeout=120_000)
     sid = page.locator("td[data-savepoint]").first.get_attribute("data-savepoint")
     assert sid
