@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -56,6 +57,8 @@ log = logging.getLogger("lockgate.console")
 RATE_WINDOW_S = 10.0
 #: Completed checkpoints shown per app.
 CHECKPOINTS_SHOWN = 8
+#: Instances asked at once (each request waits 1 s at most).
+PROBE_THREADS = 8
 #: Savepoints are listed again at most this often (a store may be remote).
 SAVEPOINTS_EVERY_S = 3.0
 
@@ -274,10 +277,12 @@ class Snapshotter:
             instances: dict[str, dict[str, Any]] = {}
             for app in order:
                 snap["apps"].append(self._app(ops, registry, app, instances))
-            for iid in sorted(instances):
-                info = instances[iid]
-                status = probe_instance(self._directory.url(info["app"], iid))
-                snap["instances"].append({"id": iid, **info, **status.to_json()})
+            ids = sorted(instances)
+            urls = [self._directory.url(instances[iid]["app"], iid) for iid in ids]
+            with ThreadPoolExecutor(max_workers=PROBE_THREADS) as pool:
+                statuses = list(pool.map(probe_instance, urls))
+            for iid, status in zip(ids, statuses, strict=True):
+                snap["instances"].append({"id": iid, **instances[iid], **status.to_json()})
         except (LockgateError, KafkaException, OSError) as exc:
             log.warning("console snapshot failed", extra={"error": str(exc)})
             snap["error"] = f"{type(exc).__name__}: {exc}"

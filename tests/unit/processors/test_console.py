@@ -9,8 +9,9 @@ import orjson
 import pytest
 
 from processors._config.settings import Settings
+from processors._ops.catalog import OpsError
 from processors._ops.console.command import parse_instances
-from processors._ops.console.data import Rates, checkpoint_rows, partition_lag
+from processors._ops.console.data import Rates, Snapshotter, checkpoint_rows, partition_lag
 from processors._ops.console.graph import pipeline_graph
 from processors._ops.console.instances import InstanceDirectory, parse_metrics
 from processors._ops.console.jobs import _savepoint_of
@@ -229,3 +230,24 @@ def test_actions_are_off_without_a_token() -> None:
         assert orjson.loads(server.get("/api/overview", "n")[2])["generated"] == "now"
     finally:
         server._server.server_close()
+
+
+class _BrokenOps:
+    def registry(self) -> dict[str, Any]:
+        raise OpsError("no broker")
+
+
+class _EmptyOps:
+    def registry(self) -> dict[str, Any]:
+        return {}
+
+
+def test_snapshot_reports_a_failure_instead_of_raising() -> None:
+    settings = Settings(bootstrap_servers="127.0.0.1:1")
+    snaps = Snapshotter(settings, InstanceDirectory({}, None))
+    snap = snaps.collect(_BrokenOps())  # type: ignore[arg-type]
+    assert snap["error"] == "OpsError: no broker" and snap["apps"] == []
+    assert snap["savepoints"]["error"] == "LOCKGATE_SAVEPOINT_DIR is not set"
+    empty = snaps.collect(_EmptyOps())  # type: ignore[arg-type]
+    assert empty["error"] is None and empty["graph"] == {"nodes": [], "edges": []}
+    assert "no app has registered yet" in live_fragment(empty, [])
