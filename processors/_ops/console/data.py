@@ -230,10 +230,15 @@ class Snapshotter:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop refreshing (waits for the current round)."""
+        """Stop refreshing: waits up to 5 s for the current round.
+
+        A round blocked on an unreachable broker is not waited for: the thread is a daemon
+        and ends with the process.
+        """
         self._stop.set()
         self._wake.set()
-        self._thread.join(30)
+        if self._thread.is_alive():
+            self._thread.join(5)
 
     def snapshot(self) -> dict[str, Any]:
         """Return the latest snapshot."""

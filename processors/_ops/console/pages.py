@@ -472,6 +472,11 @@ def live_fragment(snapshot: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
     ]
     if error:
         parts.append(f'<p class="badge bad" id="error">{_e(error)}</p>')
+    if snapshot.get("generated") is None:
+        parts.append(
+            '<p class="badge warn" id="error">reading the registry and the control topics: '
+            "no answer from Kafka yet (check LOCKGATE_BOOTSTRAP_SERVERS)</p>"
+        )
     parts.append(
         '<section class="card"><h2>Pipeline</h2>'
         + _graph_svg(snapshot.get("graph") or {})

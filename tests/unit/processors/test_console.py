@@ -251,3 +251,4 @@ def test_snapshot_reports_a_failure_instead_of_raising() -> None:
     empty = snaps.collect(_EmptyOps())  # type: ignore[arg-type]
     assert empty["error"] is None and empty["graph"] == {"nodes": [], "edges": []}
     assert "no app has registered yet" in live_fragment(empty, [])
+    assert "no answer from Kafka yet" in live_fragment(snaps.snapshot(), [])
