@@ -78,6 +78,9 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# fault tests | [integration] the other integration tests. Both mostly wait (load average
 	@# below 1 when phase 2 ran alone); the Spark lane never runs beside them (chaos tests
 	@# failed when it did on this 2-core machine).
+	@# The console's browser test (phase 2) needs Chromium: tests/support/ensure-chromium.sh
+	@# installs Debian's package when it is missing and we are root (about 35 s, once); the
+	@# test then fails rather than skips without it (LOCKGATE_TEST_REQUIRE_BROWSER).
 	@# Phase 3: the Kubernetes tier when its parts are built (deploy/k8s/cluster.sh build, about
 	@# 40 min cold, cached after) and we are root; else it says how to get it.
 	@# pytest's exit 5 (nothing collected, e.g. a -k in PYTEST_ARGS) is not a failure.
@@ -89,6 +92,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	trap 'kill -- -$$spark 2>/dev/null' INT TERM; \
 	checks=0; \
 	{ $(SUBMAKE) --no-print-directory lint typecheck docs-api && docker/ensure-engine.sh \
+	  && { tests/support/ensure-chromium.sh >/dev/null || [ $$? -eq 3 ]; } \
 	  && { $(call lane_ports,20000-21999,22000-22999) \
 	       $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) \
 	       tests/unit tests/deploy $(CHECKS_LANE_TESTS) || [ $$? -eq 5 ]; }; \
@@ -108,6 +112,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	trap 'kill -- -$$faults 2>/dev/null' INT TERM; \
 	integration=0; \
 	$(call lane_ports,29000-31499,31500-32699) \
+	LOCKGATE_TEST_REQUIRE_BROWSER=$$(tests/support/ensure-chromium.sh >/dev/null 2>&1 && echo 1 || echo 0) \
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 $(PYTEST_ARGS) tests \
 	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark --ignore=tests/k8s \
 	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS) $(FAULTS_LANE_TESTS)) 2>&1 \

@@ -451,6 +451,7 @@ from processors._spark.cli_options import rescale  # noqa: E402
 
 savepoint.add_command(rescale)
 
+from processors._ops.console.command import console  # noqa: E402
 from processors._ops.dlq import dlq  # noqa: E402
 from processors._ops.read import read  # noqa: E402
 from processors._ops.reset import reset  # noqa: E402
@@ -462,3 +463,4 @@ main.add_command(send)
 main.add_command(read)
 main.add_command(dlq)
 main.add_command(reset)
+main.add_command(console)

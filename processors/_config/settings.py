@@ -170,6 +170,8 @@ NON_SETTINGS_ENV: dict[str, str] = {
     "LOCKGATE_DOCKERD_LOG": "docker/ensure-engine.sh",
     "LOCKGATE_DOCKERD_TIMEOUT": "docker/ensure-engine.sh",
     "LOCKGATE_TOOLS_DIR": "deploy/helm/ensure-helm.sh",
+    "LOCKGATE_CONSOLE_HOST": "`lockgate console --host` (processors/_ops/console/command.py)",
+    "LOCKGATE_CONSOLE_PORT": "`lockgate console --port` (processors/_ops/console/command.py)",
 }
 
 #: Prefixes of ``LOCKGATE_*`` variables owned by the test suite (accepted like

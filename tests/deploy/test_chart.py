@@ -353,6 +353,7 @@ def test_every_values_file_is_tested() -> None:
         "single-replica.yaml",
         "strimzi.yaml",
         "queryable-state.yaml",
+        "console.yaml",
     }
 
 
@@ -850,7 +851,7 @@ def test_notes_render(values_file: Path, tmp_path: Path) -> None:
     assert ("retained" in text) is (values_file != SINGLE)
     assert "App name sums" in text
     assert ("Staged rollout" in text) is (values_file == STRIMZI)
-    assert ("Queryable state is on" in text) is (values_file == QUERY)
+    assert ("Queryable state is on" in text) is (values_file.name in (QUERY.name, "console.yaml"))
     assert "sums-query-token" in text if values_file == QUERY else "WARNING" not in text
 
 

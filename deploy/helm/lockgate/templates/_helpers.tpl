@@ -436,3 +436,99 @@ checkpoint intervals (processing.checkpointIntervalMs), rounded up.
 {{- $ms := mul (int64 .Values.metrics.prometheusRule.noCheckpointIntervals) (int64 .Values.processing.checkpointIntervalMs) -}}
 {{- div (add $ms 999) 1000 -}}
 {{- end }}
+
+{{/*
+Volume mounts of the Kafka credentials (SASL password file, TLS files): the processor's and the
+console's containers mount the same.
+*/}}
+{{- define "lockgate.kafkaVolumeMounts" -}}
+{{- if .Values.kafka.sasl.existingSecret }}
+# The SASL password as a file (LOCKGATE_SASL_PASSWORD_FILE), no subPath: the kubelet
+# updates it in place when the Secret is rotated, and each new client reads it.
+- name: kafka-sasl
+  mountPath: {{ .Values.kafka.sasl.mountPath | quote }}
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  mountPath: {{ .Values.kafka.tls.mountPath | quote }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+Volumes of the Kafka credentials, for lockgate.kafkaVolumeMounts.
+*/}}
+{{- define "lockgate.kafkaVolumes" -}}
+{{- with .Values.kafka.sasl }}
+{{- if .existingSecret }}
+# Only the password key, as the file "password", readable by the owner and fsGroup.
+- name: kafka-sasl
+  secret:
+    secretName: {{ .existingSecret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ .passwordKey | quote }}
+        path: password
+{{- end }}
+{{- end }}
+{{- with .Values.kafka.tls }}
+{{- if .existingSecret }}
+{{- if .clientSecret }}
+# The CA and the client certificate come from two Secrets (e.g. Strimzi's cluster CA and
+# KafkaUser Secrets), projected into one read-only directory.
+- name: kafka-tls
+  projected:
+    defaultMode: 0440
+    sources:
+      - secret:
+          name: {{ .existingSecret | quote }}
+          items:
+            - key: {{ .caKey | quote }}
+              path: ca.crt
+      - secret:
+          name: {{ .clientSecret | quote }}
+          items:
+            - key: {{ .certKey | quote }}
+              path: tls.crt
+            - key: {{ .keyKey | quote }}
+              path: tls.key
+{{- else }}
+- name: kafka-tls
+  secret:
+    secretName: {{ .existingSecret | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ .caKey | quote }}
+        path: ca.crt
+      {{- if and .certKey .keyKey }}
+      - key: {{ .certKey | quote }}
+        path: tls.crt
+      - key: {{ .keyKey | quote }}
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels of the console's pods: a name of their own, so that nothing of the processors
+selects them.
+*/}}
+{{- define "lockgate.consoleSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-console" (include "lockgate.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Labels of the console's resources.
+*/}}
+{{- define "lockgate.consoleLabels" -}}
+helm.sh/chart: {{ include "lockgate.chart" . }}
+{{ include "lockgate.consoleSelectorLabels" . }}
+app.kubernetes.io/version: {{ include "lockgate.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/component: console
+app.kubernetes.io/part-of: lockgate
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
