@@ -167,7 +167,7 @@ def test_read_savepoint_returns_what_was_written(spark: Any, tmp_path: Path) -> 
     assert {r.key_text for r in timers if r.key_text} == {f"key-{i}" for i in range(40)}
 
     # A corrupt file fails the read: the tasks verify each file before using it.
-    victim = tmp_path / sp_id / "handmade" / "1" / "totals.lgs"
+    (victim,) = (tmp_path / sp_id / "handmade" / "1").glob("totals.*.lgs")  # its export's token
     data = bytearray(victim.read_bytes())
     data[20] ^= 0xFF
     victim.write_bytes(bytes(data))
