@@ -1053,7 +1053,7 @@ class App:
 
     @property
     def run_name(self) -> str:
-        """The name the app runs under: :meth:`run_as`'s, else its own."""
+        """The name the app runs under (the name given to :meth:`run_as`, else its own)."""
         return self._run_name or self.name
 
     def run_as(self, name: str) -> None:
