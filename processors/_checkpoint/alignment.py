@@ -442,7 +442,9 @@ class Aligner:
         self._last[writer] = checkpoint
         if checkpoint > self._max_last:
             self._max_last = checkpoint
-        if savepoint is not None:
+        if savepoint is not None and checkpoint > self._done:
+            # (A replay from a snapshot taken after this checkpoint completed re-reads the
+            # announcement of a checkpoint already done: nothing will report it.)
             self._savepoints.setdefault(checkpoint, savepoint)
         if self._held:
             self._since.append((offset, writer, checkpoint))
