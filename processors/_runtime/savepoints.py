@@ -91,12 +91,25 @@ def savepoint_to_seed(
 
     Returns:
         The savepoint id to seed from, or ``None`` to keep the key group's state.
+
+    Raises:
+        ConfigError: the key group is to resume from its halt while ``--from-savepoint``
+            (restored from already) is still set: once it descends from the halt's
+            savepoint, the next start would restore the older one over it.
     """
     if seeding is not None:
         return seeding
     if from_savepoint is not None and origin != from_savepoint:
         return from_savepoint
     if resume_halted and halted is not None and origin != halted:
+        if from_savepoint is not None:  # restored from it already (else returned above)
+            raise ConfigError(
+                f"key group halted at savepoint {halted} and LOCKGATE_RESUME_FROM_STOP_SAVEPOINT "
+                f"is set, but LOCKGATE_FROM_SAVEPOINT={from_savepoint} is still set too: after "
+                f"resuming from {halted}, the next start would restore the older "
+                f"{from_savepoint} over it. Remove LOCKGATE_FROM_SAVEPOINT (--from-savepoint); "
+                "the key group descends from it already"
+            )
         return halted
     return None
 

@@ -347,6 +347,22 @@ def test_savepoint_mode_resumes_pods_and_rolls_them_on_every_upgrade() -> None:
     assert "LOCKGATE_FROM_SAVEPOINT" not in _env(docs)
 
 
+@pytest.mark.parametrize(
+    "set_values",
+    [
+        {"env.LOCKGATE_FROM_SAVEPOINT": "sp-20260101T000000Z-abcdef"},
+        {"extraEnv": [{"name": "LOCKGATE_FROM_SAVEPOINT", "value": "sp-20260101T000000Z-abcdef"}]},
+    ],
+    ids=["env", "extraEnv"],
+)
+def test_a_savepoint_id_in_the_release_is_refused_in_savepoint_mode(
+    set_values: dict[str, Any],
+) -> None:
+    with pytest.raises(HelmError, match="LOCKGATE_FROM_SAVEPOINT in env or extraEnv"):
+        render(values_files=[UPGRADE], set_values=set_values)
+    render(values_files=[UPGRADE], set_values={**set_values, "upgrade.mode": "none"})
+
+
 def test_other_releases_of_a_pipeline_resume_without_a_hook() -> None:
     docs = render(values_files=[UPGRADE], set_values={"upgrade.triggerSavepoint": False})
     assert not _hook_docs(docs)

@@ -238,7 +238,13 @@ def test_kubernetes_definitions_are_in_sync() -> None:
 
 
 #: Values passed through to Kubernetes whole: documented as one row.
-_PASS_THROUGH = {"podSecurityContext", "securityContext", "resources"}
+_PASS_THROUGH = {
+    "podSecurityContext",
+    "securityContext",
+    "resources",
+    "savepoints.jobResources",
+    "savepoints.credentials.env",
+}
 
 
 def _value_paths(node: dict[str, Any], prefix: str = "") -> set[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from processors import load_settings
+from processors import ConfigError, load_settings
 from processors._runtime.savepoints import savepoint_to_seed
 
 
@@ -60,10 +60,13 @@ def test_an_explicit_savepoint_not_restored_yet_comes_first() -> None:
     assert _seed(from_savepoint="sp-0", origin="sp-1") == "sp-0"
 
 
-def test_an_explicit_savepoint_restored_long_ago_does_not_hide_a_newer_halt() -> None:
+def test_a_stale_explicit_savepoint_and_a_newer_halt_are_refused() -> None:
     # The release kept LOCKGATE_FROM_SAVEPOINT=sp-0 from an old restore; a later
-    # stop-with-savepoint halted the key group at sp-1: the roll resumes from sp-1.
-    assert _seed(from_savepoint="sp-0", origin="sp-0", halted="sp-1", resume=True) == "sp-1"
+    # stop-with-savepoint halted the key group at sp-1. Resuming from sp-1 would make the
+    # next start restore sp-0 over it (origin sp-1 != sp-0): refused, naming the variable.
+    with pytest.raises(ConfigError, match="LOCKGATE_FROM_SAVEPOINT=sp-0 is still set"):
+        _seed(from_savepoint="sp-0", origin="sp-0", halted="sp-1", resume=True)
+    # Without the setting the key group stays halted, as before.
     assert _seed(from_savepoint="sp-0", origin="sp-0", halted="sp-1") is None
 
 

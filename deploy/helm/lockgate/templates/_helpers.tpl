@@ -361,6 +361,13 @@ Validations that the schema cannot express (relations between values). Renders n
 {{- fail "savepoints.credentials.existingSecret needs savepoints.credentials.env (variable: key in the Secret)" }}
 {{- end }}
 {{- end }}
+{{- if eq .Values.upgrade.mode "savepoint" }}
+{{- $named := keys (.Values.env | default dict) }}
+{{- range .Values.extraEnv }}{{ $named = append $named .name }}{{ end }}
+{{- if has "LOCKGATE_FROM_SAVEPOINT" $named }}
+{{- fail "upgrade.mode=savepoint with LOCKGATE_FROM_SAVEPOINT in env or extraEnv: the pods resume from the savepoint the upgrade's hook halted them at, and a savepoint id left in the release would be restored again over it at a later start. Remove it (restore from an explicit savepoint with upgrade.mode=none, then come back: docs/helm.md, Restore)" }}
+{{- end }}
+{{- end }}
 {{- if and (or (eq .Values.upgrade.mode "savepoint") .Values.savepoints.cronJob.enabled) (not (include "lockgate.savepointDir" .)) }}
 {{- fail "upgrade.mode=savepoint and savepoints.cronJob.enabled need a savepoint location: savepoints.location (e.g. s3://bucket/prefix) or savepoints.persistentVolumeClaim.enabled" }}
 {{- end }}
