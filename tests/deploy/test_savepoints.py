@@ -64,6 +64,7 @@ def test_an_object_store_location_with_credentials_from_a_secret() -> None:
     env = _env(docs)
     assert env["LOCKGATE_SAVEPOINT_DIR"]["value"] == "s3://lockgate-savepoints/sums"
     assert env["AWS_ENDPOINT_URL"]["value"] == "http://minio.storage.svc:9000"
+    assert env["FSSPEC_S3_ENDPOINT_URL"]["value"] == "http://minio.storage.svc:9000"
     assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {
         "secretKeyRef": {"name": "savepoint-store", "key": "access-key"}
     }

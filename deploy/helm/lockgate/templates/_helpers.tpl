@@ -258,7 +258,11 @@ appears twice.
 {{- end }}
 {{- with .Values.savepoints }}
 {{- if .endpointUrl }}
+# The endpoint for botocore (AWS_ENDPOINT_URL, botocore >= 1.31) and for fsspec's s3fs
+# (FSSPEC_S3_ENDPOINT_URL: its endpoint_url argument, whatever botocore's version).
 - name: AWS_ENDPOINT_URL
+  value: {{ .endpointUrl | quote }}
+- name: FSSPEC_S3_ENDPOINT_URL
   value: {{ .endpointUrl | quote }}
 {{- end }}
 {{- if .credentials.existingSecret }}
