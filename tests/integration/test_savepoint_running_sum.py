@@ -376,6 +376,12 @@ def test_a_helm_savepoint_upgrade_rolls_instances_that_resume_from_their_halt(  
         descriptor = json.loads(hook.stdout.strip().splitlines()[-1])
         sp_id = descriptor["savepoint"]
         assert descriptor["stop"] is True, descriptor
+        # A second release's hook on the halted pipeline (docs/helm.md: one hook per
+        # pipeline upgrade) cannot take another savepoint: it fails, and cancels only its own.
+        second = lockgate_cli(
+            base, "savepoint", "trigger", "--pipeline", app, "--stop", "--json", "--timeout", "8"
+        )
+        assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
         # The roll: one instance at a time, the other still the old, halted one.
         for iid in ("i2", "i1"):
             assert old[iid].terminate() == 0, old[iid].log_text()[-3000:]
