@@ -18,7 +18,8 @@
 # (lockgate/kafka:dev), LOCKGATE_BASE_IMAGE (lockgate/base:bookworm), PIP_INDEX_URL (forwarded;
 # default: the host pip's `global.index-url`, else pip's own default in the build),
 # LOCKGATE_PIP_CA (CA bundle for pip inside the build; default: pip's `global.cert`, $PIP_CERT,
-# then /etc/ssl/certs/ca-certificates.crt).
+# then /etc/ssl/certs/ca-certificates.crt), LOCKGATE_EXTRAS (forwarded when set: the optional
+# dependency groups installed, e.g. "s3,gcs"; the Dockerfile's default is "s3").
 set -euo pipefail
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
@@ -182,6 +183,8 @@ if ((want_processor)); then
     fi
     args=()
     [[ -n $index ]] && args+=(--build-arg "PIP_INDEX_URL=$index")
+    # The optional dependency groups (docker/Dockerfile's LOCKGATE_EXTRAS; default there: s3).
+    [[ -n ${LOCKGATE_EXTRAS+set} ]] && args+=(--build-arg "LOCKGATE_EXTRAS=$LOCKGATE_EXTRAS")
     build_image processor "$PROCESSOR_IMAGE" "$ctx" "${args[@]}"
 fi
 

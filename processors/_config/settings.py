@@ -166,6 +166,7 @@ NON_SETTINGS_ENV: dict[str, str] = {
     "LOCKGATE_DOCKER_BUILDKIT": "docker/build-images.sh",
     "LOCKGATE_UID": "docker/Dockerfile (build argument)",
     "LOCKGATE_GID": "docker/Dockerfile (build argument)",
+    "LOCKGATE_EXTRAS": "docker/Dockerfile (build argument) and docker/build-images.sh",
     "LOCKGATE_DOCKERD_ARGS": "docker/ensure-engine.sh",
     "LOCKGATE_DOCKERD_LOG": "docker/ensure-engine.sh",
     "LOCKGATE_DOCKERD_TIMEOUT": "docker/ensure-engine.sh",
@@ -380,6 +381,17 @@ class Settings(BaseSettings):
             "Start every key group from this savepoint id (state, offsets, alignment), once: "
             "key groups already restored from it continue normally. `lockgate run "
             "--from-savepoint ID` sets it."
+        ),
+    )
+    resume_from_stop_savepoint: bool = Field(
+        False,
+        description=(
+            "A key group halted by a stop-with-savepoint is restored from that savepoint when "
+            "an instance with this setting is assigned it (as with --from-savepoint ID, per key "
+            "group, without naming the id), instead of staying halted. The Helm chart's "
+            "upgrade.mode=savepoint sets it: the pre-upgrade hook halts the pipeline at a "
+            "savepoint, the rolled pods resume from it. An explicit from_savepoint the key "
+            "group was not restored from yet comes first."
         ),
     )
     allow_non_restored_state: bool = Field(

@@ -209,8 +209,8 @@ class RebalanceMixin(EpochMixin):
                 self._end_epoch()
             except AbortEpoch as exc:
                 raise FatalKafkaError(
-                    f"committing key groups {seeded} seeded from savepoint "
-                    f"{self.settings.from_savepoint}: {exc} (the restart seeds them again)"
+                    f"committing key groups {seeded} seeded from a savepoint: {exc} (the "
+                    "restart seeds them again)"
                 ) from exc
         start = [
             TopicPartition(tp.topic, tp.partition, self._next[(tp.topic, tp.partition)])
@@ -233,7 +233,7 @@ class RebalanceMixin(EpochMixin):
             log.error(
                 "key groups halted by a stop-with-savepoint stay paused: nothing of theirs is "
                 "processed (/readyz says halted) until the app is started with "
-                "--from-savepoint",
+                "--from-savepoint (or LOCKGATE_RESUME_FROM_STOP_SAVEPOINT=true)",
                 extra={
                     "key_groups": sorted({tp.partition for tp in halted}),
                     "savepoints": sorted({self._halted[tp.partition] for tp in halted}),

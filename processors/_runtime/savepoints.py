@@ -235,6 +235,54 @@ def rename_timers(names: list[str], renames: Mapping[str, str | None]) -> list[s
     return out
 
 
+def savepoint_to_seed(
+    *,
+    seeding: str | None,
+    from_savepoint: str | None,
+    origin: str | None,
+    halted: str | None,
+    resume_halted: bool,
+) -> str | None:
+    """Return the savepoint a key group must be seeded from at its assignment, or ``None``.
+
+    In order: a restore under way (its checkpoint record names it) is finished; then an
+    explicit ``--from-savepoint`` the key group does not descend from yet; then, with
+    ``LOCKGATE_RESUME_FROM_STOP_SAVEPOINT``, the savepoint a stop-with-savepoint halted it
+    at. A key group whose state already descends from the savepoint found is not seeded
+    again (a restart).
+
+    Args:
+        seeding: the savepoint a cut-short restore was seeding, if any.
+        from_savepoint: the ``--from-savepoint`` setting.
+        origin: the savepoint the key group's state descends from, if any.
+        halted: the savepoint a stop-with-savepoint halted the key group at, if any.
+        resume_halted: the ``resume_from_stop_savepoint`` setting.
+
+    Returns:
+        The savepoint id to seed from, or ``None`` to keep the key group's state.
+
+    Raises:
+        ConfigError: the key group is to resume from its halt while ``--from-savepoint``
+            (restored from already) is still set: once it descends from the halt's
+            savepoint, the next start would restore the older one over it.
+    """
+    if seeding is not None:
+        return seeding
+    if from_savepoint is not None and origin != from_savepoint:
+        return from_savepoint
+    if resume_halted and halted is not None and origin != halted:
+        if from_savepoint is not None:  # restored from it already (else returned above)
+            raise ConfigError(
+                f"key group halted at savepoint {halted} and LOCKGATE_RESUME_FROM_STOP_SAVEPOINT "
+                f"is set, but LOCKGATE_FROM_SAVEPOINT={from_savepoint} is still set too: after "
+                f"resuming from {halted}, the next start would restore the older "
+                f"{from_savepoint} over it. Remove LOCKGATE_FROM_SAVEPOINT (--from-savepoint); "
+                "the key group descends from it already"
+            )
+        return halted
+    return None
+
+
 class SavepointMixin(RunnerCore):
     """Savepoint requests, exports, halts and restores (see the module docs)."""
 
@@ -551,13 +599,25 @@ class SavepointMixin(RunnerCore):
                 app's stores (the message names the store), or a file is corrupt.
             AbortEpoch: a chunk's commit failed (the caller stops; a restart redoes it).
         """
-        sp_id = self._marks.seeding(g) or self.settings.from_savepoint
-        if sp_id is None or self._marks.origin(g) == sp_id:
+        sp_id = savepoint_to_seed(
+            seeding=self._marks.seeding(g),
+            from_savepoint=self.settings.from_savepoint,
+            origin=self._marks.origin(g),
+            halted=self._marks.halted.get(g),
+            resume_halted=self.settings.resume_from_stop_savepoint,
+        )
+        if sp_id is None:
             self._marks.end_seeding(g)
             return False
-        if sp_id != self.settings.from_savepoint:
+        if self._marks.seeding(g) == sp_id and sp_id != self.settings.from_savepoint:
             log.warning(
                 "finishing an interrupted restore of this key group from a savepoint",
+                extra={"key_group": g, "savepoint": sp_id},
+            )
+        elif sp_id != self.settings.from_savepoint:
+            log.info(
+                "resuming a key group halted by a stop-with-savepoint from that savepoint "
+                "(LOCKGATE_RESUME_FROM_STOP_SAVEPOINT)",
                 extra={"key_group": g, "savepoint": sp_id},
             )
         manifest = self._savepoint_manifest(sp_id, g)

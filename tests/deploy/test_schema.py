@@ -239,7 +239,14 @@ def test_kubernetes_definitions_are_in_sync() -> None:
 
 #: Values passed through to Kubernetes whole: documented as one row (the dashboard's labels
 #: are the ConfigMap's, default grafana_dashboard: "1").
-_PASS_THROUGH = {"podSecurityContext", "securityContext", "resources", "metrics.dashboard.labels"}
+_PASS_THROUGH = {
+    "podSecurityContext",
+    "securityContext",
+    "resources",
+    "metrics.dashboard.labels",
+    "savepoints.jobResources",
+    "savepoints.credentials.env",
+}
 
 
 def _value_paths(node: dict[str, Any], prefix: str = "") -> set[str]:

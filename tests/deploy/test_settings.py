@@ -41,7 +41,7 @@ QUERY = VALUES_DIR / "queryable-state.yaml"
 NAME = re.compile(r"\bLOCKGATE_[A-Z0-9_]*[A-Z0-9]")
 KAFKA_PREFIX = "LOCKGATE_KAFKA__"
 #: Variables of the development tooling, not of the app (deploy/helm/ensure-helm.sh).
-TOOLING_NAMES = {"LOCKGATE_TOOLS_DIR"}
+TOOLING_NAMES = {"LOCKGATE_TOOLS_DIR", "LOCKGATE_EXTRAS"}  # helm.md: the build argument
 SECRETS = {
     # A password written with a trailing newline (kubectl create secret --from-file, echo).
     "sums-kafka-user": {"username": "user", "password": "secret\n"},

@@ -399,3 +399,64 @@ def test_a_non_stop_savepoint_does_not_restore_a_downstream_app_unless_allowed(
         )
     finally:
         assert proc.terminate() == 0, proc.log_text()[-3000:]
+
+
+def test_helm_style_savepoint_upgrade_of_two_releases_downstream_first_is_exact(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The chart's pipeline upgrade (docs/helm.md) without a cluster, while clicks flow.
+
+    The downstream release's pre-upgrade hook command (``savepoint trigger --pipeline
+    <region app> --stop --json``) halts both apps; the downstream "release" then rolls one
+    instance at a time (same ids and state dirs, ``LOCKGATE_RESUME_FROM_STOP_SAVEPOINT=true``),
+    then the upstream one, with no savepoint id anywhere. Both outputs are exact.
+    """
+    topics = Topics.fresh("sp-helm")
+    create_topic(kafka_bootstrap, topics.clicks, PARTITIONS)
+    create_topic(kafka_bootstrap, topics.counts, PARTITIONS)
+    sp_dir = tmp_path / "savepoints"
+    common = {"LOCKGATE_CHECKPOINT_INTERVAL_MS": "300", "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    feeder = ClickFeeder(kafka_bootstrap, topics.clicks, 10**6, rate=800, users=40, regions=5)
+    click, region = _fleets(kafka_bootstrap, topics, tmp_path, **common)
+    try:
+        click.start_all()
+        region.start_all()
+        _wait_stable(click, region)
+        feeder.start()
+        read_topic(kafka_bootstrap, topics.totals, expected=1500, timeout=90, idle=0)
+        env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+        hook = lockgate_cli(
+            env, "savepoint", "trigger", "--pipeline", topics.region_app, "--stop", "--json"
+        )
+        assert hook.returncode == 0, hook.stderr[-3000:] + click.logs() + region.logs()
+        for fleet in (region, click):  # downstream first, one instance at a time
+            fleet.env["LOCKGATE_RESUME_FROM_STOP_SAVEPOINT"] = "true"
+            for iid in reversed(fleet.ids):
+                old = fleet.procs[iid]
+                old.signal(signal.SIGTERM)
+                assert old.wait(90) == 0, fleet.logs()
+                fleet.start(iid)
+                wait_until(
+                    lambda fleet=fleet, iid=iid: (  # type: ignore[misc]
+                        "seeded from a savepoint" in fleet.procs[iid].log_text()
+                    ),
+                    120,
+                    what=f"{iid} resuming from its halt",
+                )
+        time.sleep(3)
+        feeder.stop()
+        feeder.join(60)
+        assert feeder.error is None
+        total = len(feeder.produced)
+        counts = read_topic(kafka_bootstrap, topics.counts, expected=total, timeout=180, idle=2)
+        totals = read_topic(kafka_bootstrap, topics.totals, expected=total, timeout=60, idle=2)
+    finally:
+        feeder.stop()
+        for fleet in (click, region):
+            for proc in fleet.procs.values():
+                if proc.alive:
+                    proc.terminate()
+    logs = click.logs() + region.logs()
+    stored = read_clicks(kafka_bootstrap, topics.clicks, total)
+    problems = check_pipeline(Model.of(stored), counts, totals)
+    assert problems == [], "\n".join(problems[:20]) + "\n" + logs

@@ -415,3 +415,88 @@ def test_at_least_once_savepoint_whose_epoch_never_committed_restores_without_lo
         assert restored.terminate() == 0, restored.log_text()[-3000:]
     assert "seeded from a savepoint" in restored.log_text(), restored.log_text()[-3000:]
     print(f"sums equal to the model (no duplicate either): {sums == expected}")
+
+
+def test_a_helm_savepoint_upgrade_rolls_instances_that_resume_from_their_halt(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """The chart's ``upgrade.mode=savepoint`` without a cluster: hook command, then a roll.
+
+    While input flows, the pre-upgrade hook's command (``savepoint trigger --pipeline APP
+    --stop --json``) halts both instances at a savepoint; then a rolling update replaces
+    them one at a time (same instance ids and state dirs, as a StatefulSet does) with
+    ``LOCKGATE_RESUME_FROM_STOP_SAVEPOINT=true`` and no savepoint id anywhere: each new
+    instance restores its halted key groups from the savepoint they halted at. A further
+    restart with the same environment does not restore again. The output is exact.
+    """
+    app, inp, out = names("sp-roll"), names("sp-roll-in"), names("sp-roll-out")
+    create_topic(kafka_bootstrap, inp, P)
+    total = 9000
+    base = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_SAVEPOINT_DIR": str(tmp_path / "savepoints"),
+    }
+    feeder = InputFeeder(kafka_bootstrap, inp, total, rate=1500, keys=40)
+    feeder.start()
+
+    def instance(iid: str, generation: str, **extra: str) -> AppProcess:
+        env = {
+            **base,
+            "LOCKGATE_INSTANCE_ID": iid,
+            "LOCKGATE_STATE_DIR": str(tmp_path / f"state-{iid}"),  # the pod's volume
+            **extra,
+        }
+        return AppProcess(
+            "examples.running_sum:app", env, tmp_path / f"{generation}-{iid}.log"
+        ).start()
+
+    resume = {"LOCKGATE_RESUME_FROM_STOP_SAVEPOINT": "true"}
+    old = {i: instance(i, "old") for i in ("i1", "i2")}
+    new: dict[str, AppProcess] = {}
+    again: list[AppProcess] = []
+    try:
+        read_all(kafka_bootstrap, out, expected=1000, timeout=60, idle=0)
+        hook = lockgate_cli(
+            base, "savepoint", "trigger", "--pipeline", app, "--stop", "--json", "--timeout", "90"
+        )
+        assert hook.returncode == 0, hook.stderr[-3000:]
+        descriptor = json.loads(hook.stdout.strip().splitlines()[-1])
+        sp_id = descriptor["savepoint"]
+        assert descriptor["stop"] is True, descriptor
+        # A second release's hook on the halted pipeline (docs/helm.md: one hook per
+        # pipeline upgrade) cannot take another savepoint: it fails, and cancels only its own.
+        second = lockgate_cli(
+            base, "savepoint", "trigger", "--pipeline", app, "--stop", "--json", "--timeout", "8"
+        )
+        assert second.returncode == 1, second.stdout[-2000:] + second.stderr[-2000:]
+        # The roll: one instance at a time, the other still the old, halted one.
+        for iid in ("i2", "i1"):
+            assert old[iid].terminate() == 0, old[iid].log_text()[-3000:]
+            new[iid] = instance(iid, "new", **resume)
+            wait_until(
+                lambda iid=iid: "seeded from a savepoint" in new[iid].log_text(),  # type: ignore[misc]
+                120,
+                what=f"{iid} resuming from {sp_id}",
+            )
+        feeder.join(120)
+        assert feeder.error is None, feeder.error
+        read_all(kafka_bootstrap, out, expected=total, timeout=180, idle=0)
+        codes = [p.terminate() for p in new.values()]
+        assert codes == [0, 0], [p.log_text()[-3000:] for p in new.values()]
+        # A later restart keeps the setting (it stays in the release): no second restore.
+        again = [instance(i, "again", **resume) for i in ("i1", "i2")]
+        msgs = read_all(kafka_bootstrap, out, expected=total, timeout=60, idle=3)
+    finally:
+        for p in [*old.values(), *new.values(), *again]:
+            if p.alive:
+                p.terminate()
+    logs = "".join(p.log_text()[-4000:] for p in new.values())
+    assert "LOCKGATE_RESUME_FROM_STOP_SAVEPOINT" in logs, logs
+    assert not any("seeded from a savepoint" in p.log_text() for p in again)
+    stored = read_inputs(kafka_bootstrap, inp, total)
+    assert len(msgs) == total, (len(msgs), logs)
+    assert check(model(stored), msgs) == [], logs

@@ -246,6 +246,35 @@ appears twice.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- with include "lockgate.savepointDir" . }}
+- name: LOCKGATE_SAVEPOINT_DIR
+  value: {{ . | quote }}
+{{- end }}
+{{- if eq .Values.upgrade.mode "savepoint" }}
+# upgrade.mode=savepoint: key groups halted by the pre-upgrade hook's stop-with-savepoint
+# are restored from it by the rolled pods (no savepoint id in the release).
+- name: LOCKGATE_RESUME_FROM_STOP_SAVEPOINT
+  value: "true"
+{{- end }}
+{{- with .Values.savepoints }}
+{{- if .endpointUrl }}
+# The endpoint for botocore (AWS_ENDPOINT_URL, botocore >= 1.31) and for fsspec's s3fs
+# (FSSPEC_S3_ENDPOINT_URL: its endpoint_url argument, whatever botocore's version).
+- name: AWS_ENDPOINT_URL
+  value: {{ .endpointUrl | quote }}
+- name: FSSPEC_S3_ENDPOINT_URL
+  value: {{ .endpointUrl | quote }}
+{{- end }}
+{{- if .credentials.existingSecret }}
+{{- range $name := keys (.credentials.env | default dict) | sortAlpha }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $.Values.savepoints.credentials.existingSecret | quote }}
+      key: {{ index $.Values.savepoints.credentials.env $name | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 - name: LOCKGATE_QUERY_ENABLED
   value: {{ .Values.query.enabled | toString | quote }}
 {{- with .Values.query }}
@@ -324,6 +353,27 @@ Validations that the schema cannot express (relations between values). Renders n
 {{- if or (eq $sasl $tls) (hasPrefix (printf "%s/" $tls) $sasl) (hasPrefix (printf "%s/" $sasl) $tls) }}
 {{- fail (printf "kafka.sasl.mountPath (%s) and kafka.tls.mountPath (%s) must be separate directories, neither inside the other: each is a Secret volume of its own" $sasl $tls) }}
 {{- end }}
+{{- end }}
+{{- with .Values.savepoints }}
+{{- if and .persistentVolumeClaim.enabled .location }}
+{{- $mount := .persistentVolumeClaim.mountPath | trimSuffix "/" }}
+{{- if not (or (eq (.location | trimSuffix "/") $mount) (hasPrefix (printf "%s/" $mount) .location)) }}
+{{- fail (printf "savepoints.location (%s) must be savepoints.persistentVolumeClaim.mountPath (%s) or a path under it when the claim is enabled (or leave it empty)" .location $mount) }}
+{{- end }}
+{{- end }}
+{{- if and .credentials.existingSecret (not .credentials.env) }}
+{{- fail "savepoints.credentials.existingSecret needs savepoints.credentials.env (variable: key in the Secret)" }}
+{{- end }}
+{{- end }}
+{{- if eq .Values.upgrade.mode "savepoint" }}
+{{- $named := keys (.Values.env | default dict) }}
+{{- range .Values.extraEnv }}{{ $named = append $named .name }}{{ end }}
+{{- if has "LOCKGATE_FROM_SAVEPOINT" $named }}
+{{- fail "upgrade.mode=savepoint with LOCKGATE_FROM_SAVEPOINT in env or extraEnv: the pods resume from the savepoint the upgrade's hook halted them at, and a savepoint id left in the release would be restored again over it at a later start. Remove it (restore from an explicit savepoint with upgrade.mode=none, then come back: docs/helm.md, Restore)" }}
+{{- end }}
+{{- end }}
+{{- if and (or (eq .Values.upgrade.mode "savepoint") .Values.savepoints.cronJob.enabled) (not (include "lockgate.savepointDir" .)) }}
+{{- fail "upgrade.mode=savepoint and savepoints.cronJob.enabled need a savepoint location: savepoints.location (e.g. s3://bucket/prefix) or savepoints.persistentVolumeClaim.enabled" }}
 {{- end }}
 {{- with .Values.query }}
 {{- if and .tokenSecret (not .enabled) }}
@@ -531,4 +581,230 @@ app.kubernetes.io/version: {{ include "lockgate.imageTag" . | trunc 63 | trimSuf
 app.kubernetes.io/component: console
 app.kubernetes.io/part-of: lockgate
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+
+
+{{/*
+LOCKGATE_SAVEPOINT_DIR: savepoints.location, or the claim's mountPath when only the claim is
+set; empty: no savepoint location.
+*/}}
+{{- define "lockgate.savepointDir" -}}
+{{- with .Values.savepoints }}
+{{- if .location }}
+{{- .location }}
+{{- else if .persistentVolumeClaim.enabled }}
+{{- .persistentVolumeClaim.mountPath }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the savepoint claim: existingClaim, else <fullname>-savepoints (rendered by the chart).
+*/}}
+{{- define "lockgate.savepointClaim" -}}
+{{- .Values.savepoints.persistentVolumeClaim.existingClaim | default (printf "%s-savepoints" (include "lockgate.fullname" .)) }}
+{{- end }}
+
+{{/*
+Whether savepoints.location is an object store URL (scheme://...): the NetworkPolicy then
+allows the object store.
+*/}}
+{{- define "lockgate.savepointsRemote" -}}
+{{- if contains "://" .Values.savepoints.location }}true{{ end }}
+{{- end }}
+
+{{/*
+envFrom of the processor container and the savepoint Jobs (YAML list, or nothing):
+savepoints.credentials.envFromSecret first, then envFrom (later sources win on a clash).
+*/}}
+{{- define "lockgate.envFrom" -}}
+{{- $from := list }}
+{{- with .Values.savepoints.credentials.envFromSecret }}
+{{- $from = append $from (dict "secretRef" (dict "name" .)) }}
+{{- end }}
+{{- $from = concat $from (.Values.envFrom | default list) }}
+{{- if $from }}
+{{- toYaml $from }}
+{{- end }}
+{{- end }}
+
+{{/*
+Volume mounts shared by the processor container and the savepoint Jobs: the Kafka credentials
+and the savepoint claim (YAML list items, or nothing).
+*/}}
+{{- define "lockgate.sharedVolumeMounts" -}}
+{{- include "lockgate.kafkaVolumeMounts" . }}
+{{- if .Values.savepoints.persistentVolumeClaim.enabled }}
+- name: savepoints
+  mountPath: {{ .Values.savepoints.persistentVolumeClaim.mountPath | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Volumes shared by the pods and the savepoint Jobs: the Kafka credentials' and the savepoint
+claim (YAML list items, or nothing).
+*/}}
+{{- define "lockgate.sharedVolumes" -}}
+{{- include "lockgate.kafkaVolumes" . }}
+{{- if .Values.savepoints.persistentVolumeClaim.enabled }}
+# The savepoint location, shared by every pod, the savepoint Jobs and (same claim) the
+# other releases of the pipeline.
+- name: savepoints
+  persistentVolumeClaim:
+    claimName: {{ include "lockgate.savepointClaim" . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of the savepoint Jobs' pods: not the release's selector labels (the Service, the PDB,
+the ServiceMonitor and the NetworkPolicy of the processors must not select them).
+*/}}
+{{- define "lockgate.savepointJobLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-savepoint" (include "lockgate.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: savepoint
+app.kubernetes.io/part-of: lockgate
+{{- end }}
+
+{{/*
+The container of a savepoint Job (YAML): `lockgate savepoint trigger --pipeline <appName>`
+with the processors' environment, Kafka credentials and savepoint location. Argument: a dict
+with "root" (the chart context) and "stop" (bool).
+*/}}
+{{- define "lockgate.savepointContainer" -}}
+{{- $ := .root }}
+{{- $env := include "lockgate.env" $ | fromYamlArray }}
+name: savepoint
+image: {{ include "lockgate.image" $ | quote }}
+imagePullPolicy: {{ $.Values.image.pullPolicy }}
+# The image's entrypoint is `lockgate`. The last line of stdout is the descriptor (JSON);
+# exit 1 when a key group fails the savepoint or the timeout passes (with --stop the
+# savepoint is then cancelled: the halted key groups resume).
+args:
+  - savepoint
+  - trigger
+  - --pipeline
+  - {{ include "lockgate.appName" $ | quote }}
+  {{- if .stop }}
+  - --stop
+  {{- end }}
+  - --json
+  - --timeout
+  - {{ int64 $.Values.savepoints.triggerTimeoutSeconds | toString | quote }}
+env:
+  {{- toYaml $env | nindent 2 }}
+{{- with include "lockgate.envFrom" $ | trim }}
+envFrom:
+  {{- . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml $.Values.securityContext | nindent 2 }}
+{{- with $.Values.savepoints.jobResources }}
+resources:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumeMounts:
+  - name: tmp
+    mountPath: /tmp
+  {{- with include "lockgate.sharedVolumeMounts" $ | trim }}
+  {{- . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The pod spec of a savepoint Job (YAML). Argument as lockgate.savepointContainer, plus
+"serviceAccount" (its name). No API token: the Job only talks to Kafka and the savepoint store.
+*/}}
+{{- define "lockgate.savepointPodSpec" -}}
+{{- $ := .root }}
+serviceAccountName: {{ .serviceAccount }}
+automountServiceAccountToken: false
+restartPolicy: Never
+{{- with $.Values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml $.Values.podSecurityContext | nindent 2 }}
+containers:
+  - {{- include "lockgate.savepointContainer" . | nindent 4 }}
+volumes:
+  - name: tmp
+    emptyDir: {}
+  {{- with include "lockgate.sharedVolumes" $ | trim }}
+  {{- . | nindent 2 }}
+  {{- end }}
+{{- with $.Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+
+{{/*
+NetworkPolicy egress rules of the processors and the savepoint Jobs (YAML list items): DNS,
+the brokers, the object store (a URL savepoints.location), the schema registry, extraEgress.
+*/}}
+{{- define "lockgate.egressRules" -}}
+{{- with .Values.networkPolicy }}
+# DNS (cluster DNS resolves the brokers' names).
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+# The Kafka brokers.
+- ports:
+    {{- range .kafkaPorts }}
+    - port: {{ int64 . }}
+      protocol: TCP
+    {{- end }}
+  {{- with .kafkaTo }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- if and (include "lockgate.savepointsRemote" $) .objectStorePorts }}
+# The savepoint object store (savepoints.location).
+- ports:
+    {{- range .objectStorePorts }}
+    - port: {{ int64 . }}
+      protocol: TCP
+    {{- end }}
+  {{- with .objectStoreTo }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- if .schemaRegistryPorts }}
+# The schema registry.
+- ports:
+    {{- range .schemaRegistryPorts }}
+    - port: {{ int64 . }}
+      protocol: TCP
+    {{- end }}
+  {{- with .schemaRegistryTo }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
+{{- with .extraEgress }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of the savepoint Jobs, CronJob and their ServiceAccounts: the release's labels with
+app.kubernetes.io/component: savepoint.
+*/}}
+{{- define "lockgate.savepointResourceLabels" -}}
+{{- $labels := include "lockgate.labels" . | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/component" "savepoint" }}
+{{- toYaml $labels }}
 {{- end }}
