@@ -581,7 +581,7 @@ app.kubernetes.io/version: {{ include "lockgate.imageTag" . | trunc 63 | trimSuf
 app.kubernetes.io/component: console
 app.kubernetes.io/part-of: lockgate
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-
+{{- end }}
 
 {{/*
 LOCKGATE_SAVEPOINT_DIR: savepoints.location, or the claim's mountPath when only the claim is
