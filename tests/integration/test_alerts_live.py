@@ -289,6 +289,16 @@ def test_restore_stuck_fires_while_the_broker_stops_answering_mid_restore(  # ty
         )
         os.kill(broker, signal.SIGSTOP)
         stopped = True
+        # The consumer still applies what it had fetched before the stop (seconds of it on a
+        # loaded machine): the stall starts once the applied count stops moving.
+        applied: list[float] = []
+
+        def stalled() -> bool:
+            text = http_get(port, "/metrics", timeout=2)[1]
+            applied.append(metric(text, "lockgate_restore_records_total") or 0)
+            return len(applied) >= 5 and len(set(applied[-5:])) == 1
+
+        wait_until(stalled, 60, interval=0.5, what="the restore to stall")
         scraper.start()
         time.sleep(4)
         restoring = scraper.firing(f'lockgate_key_groups_restoring{{app="{app}"}} > 0')
