@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -870,23 +871,9 @@ class EpochMixin(SavepointMixin):
         each, 2 s in all per sample; past that the last one fetched counts); the others'
         comes from the fetches.
         """
-        lag = 0
-        per_partition: dict[tuple[str, int], int] = {}
         asked_until = time.monotonic() + 2.0  # the loop waits at most this long for it
-        for (topic, g), committed in list(self._committed.items()):
-            tp = TopicPartition(topic, g)
-            try:
-                if g in self._halted and time.monotonic() < asked_until:
-                    _, high = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
-                else:
-                    _, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            except Exception:  # noqa: BLE001, S112 - a gauge, best effort
-                continue
-            if high >= 0 and committed >= 0:
-                per_partition[(topic, g)] = max(0, high - committed)
-                lag += per_partition[(topic, g)]
-        self.metrics.consumer_lag = lag
-        self.metrics.partition_lag = per_partition
+        positions = [TopicPartition(t, g, c) for (t, g), c in list(self._committed.items())]
+        self._publish_lag(positions, lambda g: g in self._halted and time.monotonic() < asked_until)
 
     def _sample_watermark(self) -> None:
         """Set the watermark gauge: the lowest watermark of the owned key groups.
@@ -915,15 +902,29 @@ class EpochMixin(SavepointMixin):
 
     def _sample_lag(self, offsets: list[Any]) -> None:
         """Set the lag gauges (summed and per partition) from the offsets just committed."""
-        lag = 0
+        self._publish_lag(offsets, lambda g: False)
+
+    def _publish_lag(
+        self, positions: list[TopicPartition], ask_broker: Callable[[int], bool]
+    ) -> None:
+        """Set the lag gauges: each partition's high watermark minus its ``positions`` offset.
+
+        The high watermark is the consumer's cached one (from the fetches), or asked from
+        the broker (1 s at most) where ``ask_broker(partition)`` says so. Partitions whose
+        watermark cannot be had are left out (a gauge, best effort).
+        """
         per_partition: dict[tuple[str, int], int] = {}
-        for tp in offsets:
+        for tp in positions:
             try:
-                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if ask_broker(tp.partition):
+                    _, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(tp.topic, tp.partition), timeout=1.0, cached=False
+                    )
+                else:
+                    _, high = self._consumer.get_watermark_offsets(tp, cached=True)
             except Exception:  # noqa: BLE001, S112 - a gauge, best effort
                 continue
             if high >= 0 and tp.offset >= 0:
                 per_partition[(tp.topic, tp.partition)] = max(0, high - tp.offset)
-                lag += per_partition[(tp.topic, tp.partition)]
-        self.metrics.consumer_lag = lag
+        self.metrics.consumer_lag = sum(per_partition.values())
         self.metrics.partition_lag = per_partition
