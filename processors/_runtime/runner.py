@@ -54,32 +54,29 @@ from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
 from processors._config.settings import GroupProtocol, LeaveGroup, OnError, Settings
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
-from processors._dsl.partitioner import key_group
 from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors._kafka.authz import authorization_error, is_authorization_failure
 from processors._kafka.clients import (
     CHANGELOG_CONFIG,
     PARTITION_EOF,
     Admin,
-    admin_config,
     consumer_config,
     restore_consumer_config,
 )
 from processors._kafka.errors import AbortEpoch, Stopping
-from processors._kafka.group_probe import GroupProbe
 from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
 from processors._runtime.core import where
 from processors._runtime.health import HealthServer
 from processors._runtime.kubernetes import scaled_down
-from processors._runtime.query import Answer, QueryService, StateQuery, valid_owner
+from processors._runtime.membership import GroupWatch
+from processors._runtime.query import QueryService
+from processors._runtime.query_routing import QueryRouter
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
 from processors._task.keygroups import Restorer, with_fetch_limits
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
-from state.base.store import checkpoint_of
-from state.cache import DELETED, changelog_topic
+from state.cache import changelog_topic
 from state.codecs import CodecUnavailable
-from state.primitives import live_value
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -113,8 +110,6 @@ def defer_stop_signals() -> None:
 
 #: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
 _INPUT_CHECK_S = 30.0
-#: How often an instance looks for partitions no member of its (stable) group owns.
-_STRAND_CHECK_S = 10.0
 #: How often the lag gauge is set from the committed offsets between commits.
 _LAG_SAMPLE_S = 5.0
 
@@ -143,10 +138,6 @@ class _Rewind(Exception):  # noqa: N818 - internal control flow
 
 class _TimerRewind(BaseException):  # noqa: N818 - internal control flow (past user code)
     """A timer wrote state its codec cannot encode: replay with the timer dead-lettered."""
-
-
-#: How long a group description answers /state routing before it is asked again.
-_OWNERS_FRESH_S = 10.0
 
 
 def stopped_fields(checkpoint: int) -> dict[str, Any]:
@@ -186,13 +177,9 @@ class Runner(BarrierMixin):
             else None
         )
         self._bp_limit = max(10_000, 4 * settings.consume_batch_size)
-        #: Classic protocol with static members: watch for partitions no member owns.
-        self._heal_group = (
-            settings.group_protocol is GroupProtocol.CLASSIC and settings.static_membership
-        )
-        self._next_strand_check = time.monotonic() + _STRAND_CHECK_S
-        self._stranded_since: float | None = None
-        self._group_probe: GroupProbe | None = None
+        #: The group-probe child's checks: subscriptions at start, stranded partitions.
+        self._group_watch = GroupWatch(self.name, app.subscribed_input, settings, self._waiting)
+        #: Set when the stranded-partition heal elected this member to rejoin.
         self._resubscribe = False
         self._next_input_check = 0.0
         self._next_lag_sample = 0.0
@@ -210,23 +197,26 @@ class Runner(BarrierMixin):
             svc.reads_barriers = True
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
-        #: Queryable state (LOCKGATE_QUERY_ENABLED): the hand-off from the HTTP thread,
-        #: and who owns which key group as the group's last description said.
-        self._query: QueryService | None = None
+        #: Queryable state (LOCKGATE_QUERY_ENABLED): the HTTP thread's hand-off and the
+        #: loop's answers (local key groups, or the owner from the group's description).
+        self._queries: QueryRouter | None = None
         if settings.query_enabled:
             key_codec = app.key_codec
             token = settings.query_token
-            self._query = QueryService(
+            service = QueryService(
                 lambda text: key_codec.encode(text),
                 None if token is None else token.get_secret_value(),
                 settings.query_timeout_ms / 1000,
             )
-        self._owner_probe: GroupProbe | None = None
-        self._owners: dict[int, str] = {}
-        self._owners_at = 0.0
-        self._owners_looked_up = False
-        #: Queryable state keeps the owner map warm: described again at this time.
-        self._owners_next = 0.0
+            self._queries = QueryRouter(
+                service,
+                self.name,
+                app.subscribed_input,
+                settings,
+                self._handles,
+                self._kgs,
+                lambda: self._partitions,
+            )
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -284,7 +274,11 @@ class Runner(BarrierMixin):
             )
         if s.http_port:
             self._http = HealthServer(
-                self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms, self._query
+                self.metrics,
+                s.http_host,
+                s.http_port,
+                s.liveness_timeout_ms,
+                None if self._queries is None else self._queries.service,
             )
             self._http.start()
         unfreeze = False
@@ -403,7 +397,7 @@ class Runner(BarrierMixin):
             stall_timeout_s=self._txn_timeout_s + 30,
             tombstone_retention_ms=self._changelog_retention_ms,
         )
-        self._check_group_subscriptions()
+        self._group_watch.check_subscriptions()
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
         self.metrics.started = True
@@ -470,214 +464,10 @@ class Runner(BarrierMixin):
                 self.metrics.beat()
                 time.sleep(0.1)
 
-    def _heal_stranded_partitions(self) -> None:
-        """Force a rebalance when a stable group leaves partitions to no member.
-
-        Cooperative rebalancing moves a partition in two rounds: its owner revokes it,
-        then rejoins so the next round gives it to another member. A static member
-        killed between the two rejoins as a *replacement* (same instance id) of a stable
-        group, which the coordinator answers with its current assignment and no
-        rebalance: the revoked partitions stay with nobody until the membership changes
-        (seen in the chaos tests: minutes, with records waiting). When two checks in a row
-        see that, the member with the fewest partitions (ties: smallest id) unsubscribes
-        and subscribes again: its join with new metadata makes the coordinator rebalance.
-        """
-        now = time.monotonic()
-        # Never blocks the loop: the description is asked for, and read when it is done,
-        # from a child process (librdkafka may abort a process whose DescribeConsumerGroups
-        # meets a dropped connection: processors/_kafka/group_probe.py).
-        probe = self._group_probe
-        if probe is None:
-            probe = self._group_probe = GroupProbe(admin_config(self.settings))
-        if not probe.request(self.name):
-            self._next_strand_check = now + _STRAND_CHECK_S  # the probe restarts later
-            return
-        answer = probe.result()
-        if answer is None:
-            return
-        self._next_strand_check = now + _STRAND_CHECK_S
-        topic = self.app.subscribed_input
-        if isinstance(answer, str):  # best effort: look again later
-            log.debug("describing the group failed: %s", answer)
-            return
-        state, members = answer
-        owned = {p for parts in members.values() for t, p in parts if t == topic}
-        stranded = sorted(set(range(self._partitions)) - owned)
-        if state != "STABLE" or not stranded or not members:
-            self._stranded_since = None
-            return
-        if self._stranded_since is None:
-            self._stranded_since = now
-            return
-        healer = min(members, key=lambda m: (len(members[m]), m))
-        log.warning(
-            "partitions of a stable group are assigned to no member (a member was killed "
-            "between revoking them and rejoining)",
-            extra={"partitions": stranded, "members": sorted(members), "healer": healer},
-        )
-        self._stranded_since = None
-        if healer == self.settings.instance_id:
-            log.warning("rejoining the group to force a rebalance")
-            self._consumer.unsubscribe()  # the revoke is served by the next consume()
-            self._resubscribe = True
-
-    # -- queryable state --------------------------------------------------------------------
-
-    def _answer_query(self, q: StateQuery) -> Answer | None:
-        """Answer a ``/state`` query from the committed state (the loop thread only).
-
-        The key group's database holds committed state only (an epoch's changes are
-        applied after its transaction committed), so it is read directly, never the
-        epoch cache. ``None``: the owner is being looked up (the query waits for it).
-        """
-        handle = self._handles.get(q.store)
-        if handle is None:
-            return Answer(
-                404, {"status": "unknown store", "store": q.store, "stores": sorted(self._handles)}
-            )
-        if not self._partitions:
-            return Answer(503, {"status": "starting"})
-        g = key_group(q.key, self._partitions)
-        where_ = {"store": q.store, "key": q.key_text, "key_group": g}
-        kg = self._kgs.get(g)
-        if kg is not None:
-            raw = kg.db.get(q.store, q.key)
-            if raw is None:
-                return Answer(404, {"status": "no value", **where_})
-            value = live_value(handle.spec, handle.spec.codec.decode(raw), int(time.time() * 1000))
-            if value is DELETED:  # expired (TTL): what the handle would read
-                return Answer(404, {"status": "no value (expired)", **where_})
-            return Answer(
-                200,
-                {
-                    "status": "ok",
-                    **where_,
-                    "value": value,
-                    "checkpoint": checkpoint_of(kg.db),
-                    "instance": self.settings.instance_id,
-                },
-            )
-        return self._route_query(q, g, where_)
-
-    def _route_query(self, q: StateQuery, g: int, where_: dict[str, Any]) -> Answer | None:
-        """Forward to the owner of key group ``g`` when known and reachable, else say why.
-
-        A stale map (older than ``_OWNERS_FRESH_S``) is used while a new description is
-        asked for; an unknown owner (or this instance, which does not hold ``g`` now)
-        defers the query until the description arrived.
-        """
-        assert self._query is not None
-        owner = self._owners.get(g)
-        if time.monotonic() - self._owners_at >= _OWNERS_FRESH_S:
-            self._query.owners_wanted = True
-        if owner is None or owner == self.settings.instance_id:
-            if self._owners_looked_up:  # asked again after the lookup: nobody owns it now
-                return Answer(503, {"status": "owner unknown (rebalancing?); retry", **where_})
-            self._query.owners_wanted = True
-            return None
-        template = self.settings.query_peer_url
-        if (
-            q.forwarded
-            or template is None
-            or not self.settings.static_membership
-            or not valid_owner(owner)
-        ):
-            return Answer(
-                421, {"status": "not the owner of this key group", "owner": owner, **where_}
-            )
-        return Answer(200, where_, forward_to=template.replace("{instance}", owner))
-
-    def _refresh_owners(self) -> None:
-        """Learn who owns which key group from the group's description (never blocks).
-
-        Uses a :class:`GroupProbe` child (an in-process DescribeConsumerGroups can abort
-        the process: processors/_kafka/group_probe.py); asked every ``_OWNERS_FRESH_S / 2``
-        seconds while queryable state is on (so a query rarely waits for it), and at once
-        when a query finds no owner.
-        """
-        assert self._query is not None
-        probe = self._owner_probe
-        if probe is None:
-            probe = self._owner_probe = GroupProbe(admin_config(self.settings))
-        if not probe.request(self.name):
-            return
-        answer = probe.result()
-        if answer is None:
-            return
-        self._query.owners_wanted = False
-        self._owners_next = time.monotonic() + _OWNERS_FRESH_S / 2
-        if isinstance(answer, str):
-            log.debug("describing the group for a state query failed: %s", answer)
-        else:
-            topic = self.app.subscribed_input
-            _, members = answer
-            self._owners = {p: m for m, parts in members.items() for t, p in parts if t == topic}
-            self._owners_at = time.monotonic()
-        self._owners_looked_up = True  # deferred queries: no second lookup
-        try:
-            self._query.retry_deferred(self._answer_query)
-        finally:
-            self._owners_looked_up = False
-
-    def _check_group_subscriptions(self) -> None:
-        """Refuse to join while live members of the group consume another topic.
-
-        Members that subscribe different topics split key groups between them (each
-        topic's partitions go to its own subscribers): during a rolling update from a
-        version with another subscribed input, an old and a new instance would both own
-        key group ``g``. A change of the subscribed input needs every old instance
-        stopped first.
-
-        Raises:
-            ConfigError: a live member is assigned a topic this version does not subscribe.
-        """
-        mine = self.app.subscribed_input
-        me = self.settings.instance_id
-        # Members of a version stopped cleanly stay listed until their session expires
-        # (static members send no leave): wait that long before refusing.
-        session_ms = int(self.settings.kafka_config().get("session.timeout.ms", 45_000))
-        deadline = time.monotonic() + session_ms / 1000 + 10
-        probe = self._group_probe
-        if probe is None:
-            probe = self._group_probe = GroupProbe(admin_config(self.settings))
-
-        def waiting() -> None:
-            self._check_stop()
-            self.metrics.beat()
-
-        log.info("checking the group's subscriptions", extra={"group": self.name})
-        while True:
-            # In the probe's child process: a DescribeConsumerGroups that meets a dropped
-            # connection can abort the process that sent it (librdkafka #4605).
-            answer = probe.describe(self.name, 10.0, waiting)
-            if isinstance(answer, str):  # best effort: the join goes on
-                log.warning(
-                    "could not describe the group to check its subscriptions; joining anyway",
-                    extra={"reason": answer},
-                )
-                return
-            members = {m: {t for t, _ in parts} for m, parts in answer[1].items()}
-            others = {m: sorted(t - {mine}) for m, t in members.items() if t - {mine} and m != me}
-            if not others or time.monotonic() > deadline:
-                break
-            log.warning(
-                "members of the group consume another topic than this version subscribes; "
-                "waiting for them to leave",
-                extra={"members": others, "subscribes": mine},
-            )
-            until = time.monotonic() + 2.0
-            while time.monotonic() < until:
-                self._check_stop()
-                self.metrics.beat()
-                time.sleep(0.1)
-        if others:
-            raise ConfigError(
-                f"live members of group {self.name!r} consume {others}, but this version of "
-                f"the app subscribes {mine!r} (key group g = partition g of {mine!r}): they "
-                "would own the same key groups. The subscribed input (the first stream "
-                "declared) changed: stop every instance of the old version before starting "
-                "this one (not a rolling update)"
-            )
+    def _waiting(self) -> None:
+        """Called while a start-up check waits: stop when asked, show liveness."""
+        self._check_stop()
+        self.metrics.beat()
 
     def _subscribe(self) -> None:
         conf = with_fetch_limits(consumer_config(self.settings, self.name), self._state_memory.plan)
@@ -866,19 +656,13 @@ class Runner(BarrierMixin):
         if time.monotonic() >= self._next_lag_sample:
             self._next_lag_sample = time.monotonic() + _LAG_SAMPLE_S
             self._sample_group_lag()
-        if self._query is not None:
-            if self._query.pending:
-                self._query.serve(self._answer_query)
-            if (
-                self._query.owners_wanted
-                or self._query.deferred
-                or time.monotonic() >= self._owners_next
-            ):
-                self._refresh_owners()
-        if self._tick_time:
-            self._tick_timers()
-        if self._heal_group and time.monotonic() >= self._next_strand_check:
-            self._heal_stranded_partitions()
+        if self._queries is not None:
+            self._queries.serve()
+        if self._group_watch.heal_due(time.monotonic()) and self._group_watch.stranded_heal(
+            self._partitions
+        ):
+            self._consumer.unsubscribe()  # the revoke is served by the next consume()
+            self._resubscribe = True
         if len(self._halted) != len(self.metrics.halted) or (
             self._halted and dict(self.metrics.halted) != self._halted
         ):
@@ -985,9 +769,9 @@ class Runner(BarrierMixin):
         return code
 
     def _close(self, graceful: bool) -> None:
-        for probe in (self._group_probe, self._owner_probe):
-            if probe is not None:
-                probe.close()
+        self._group_watch.close()
+        if self._queries is not None:
+            self._queries.close()
         if not graceful:
             # Never commit on the way out after a failure, and end the transaction before
             # the consumer leaves the group, so a new owner does not wait for it.
