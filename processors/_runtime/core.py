@@ -39,6 +39,7 @@ from processors._kafka.errors import (
     describe,
     kafka_call,
 )
+from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
@@ -214,6 +215,14 @@ class RunnerCore:
         self._internal_partitions: dict[str, int] = {}
         #: Outputs with cleanup.policy=compact (keyless records are refused there).
         self._compacted_outputs: set[str] = set()
+        self._gauges = ProgressGauges(
+            self.metrics,
+            app.time_service,
+            lambda: self._consumer,
+            self._committed,
+            self._halted,
+            self._kgs,
+        )
 
     # -- bounded waits --------------------------------------------------------------------
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -40,7 +39,7 @@ from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
 from processors._runtime.core import SlowRecordError, where
 from processors._runtime.savepoints import SavepointMixin
-from processors._task.time import NO_WATERMARK, TIME_STORE
+from processors._task.time import TIME_STORE
 from processors.exceptions import FatalKafkaError, UserCodeError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
@@ -220,7 +219,7 @@ class EpochMixin(SavepointMixin):
                 return True
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
             self.metrics.last_checkpoint_time = time.time()  # everything processed committed
-            self._sample_watermark()
+            self._gauges.watermark()
             if self._txn is not None:
                 self._txn.idle()
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
@@ -317,9 +316,8 @@ class EpochMixin(SavepointMixin):
         m.epochs_committed += 1
         m.last_checkpoint_id = ckpt
         m.last_checkpoint_time = time.time()
-        self._sample_watermark()
         m.observe_commit(took)
-        self._sample_lag(
+        self._gauges.at_commit(
             [TopicPartition(t, g, self._next[(t, g)]) for t, g in self._owned_partitions()]
         )
 
@@ -860,71 +858,3 @@ class EpochMixin(SavepointMixin):
                 self._next[(topic, g)] = offset
                 self._rewound.add((topic, g))
                 self._seek(topic, g, offset)
-
-    def _sample_group_lag(self) -> None:
-        """Set the lag gauge from the group's committed offsets, commits or not.
-
-        The gauge is also set at each commit; between commits, and when nothing commits
-        (key groups halted at a stop-with-savepoint, a stuck instance), this keeps it
-        honest: high watermark minus committed offset per owned input partition. Halted
-        partitions are not fetched, so their high watermark is asked for (1 s at most
-        each, 2 s in all per sample; past that the last one fetched counts); the others'
-        comes from the fetches.
-        """
-        asked_until = time.monotonic() + 2.0  # the loop waits at most this long for it
-        positions = [TopicPartition(t, g, c) for (t, g), c in list(self._committed.items())]
-        self._publish_lag(positions, lambda g: g in self._halted and time.monotonic() < asked_until)
-
-    def _sample_watermark(self) -> None:
-        """Set the watermark gauge: the lowest watermark of the owned key groups.
-
-        Idle key groups are left out unless every one is idle (as downstream watermarks
-        leave idle writers out); key groups without a watermark yet are left out. None
-        (the series is absent) without event time or without any watermark.
-        """
-        svc = self.app.time_service
-        if svc is None or not svc.strategies:
-            return
-        active: list[int] = []
-        idle: list[int] = []
-        for kg in list(self._kgs.values()):
-            cache = kg.caches.get(TIME_STORE)
-            if cache is None:
-                continue
-            try:
-                wm, is_idle = svc.announce(cache)
-            except Exception:  # noqa: BLE001, S112 - a gauge, best effort
-                continue
-            if wm != NO_WATERMARK:
-                (idle if is_idle else active).append(wm)
-        marks = active or idle
-        self.metrics.watermark_ms = min(marks) if marks else None
-
-    def _sample_lag(self, offsets: list[Any]) -> None:
-        """Set the lag gauges (summed and per partition) from the offsets just committed."""
-        self._publish_lag(offsets, lambda g: False)
-
-    def _publish_lag(
-        self, positions: list[TopicPartition], ask_broker: Callable[[int], bool]
-    ) -> None:
-        """Set the lag gauges: each partition's high watermark minus its ``positions`` offset.
-
-        The high watermark is the consumer's cached one (from the fetches), or asked from
-        the broker (1 s at most) where ``ask_broker(partition)`` says so. Partitions whose
-        watermark cannot be had are left out (a gauge, best effort).
-        """
-        per_partition: dict[tuple[str, int], int] = {}
-        for tp in positions:
-            try:
-                if ask_broker(tp.partition):
-                    _, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(tp.topic, tp.partition), timeout=1.0, cached=False
-                    )
-                else:
-                    _, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            except Exception:  # noqa: BLE001, S112 - a gauge, best effort
-                continue
-            if high >= 0 and tp.offset >= 0:
-                per_partition[(tp.topic, tp.partition)] = max(0, high - tp.offset)
-        self.metrics.consumer_lag = sum(per_partition.values())
-        self.metrics.partition_lag = per_partition

@@ -69,6 +69,7 @@ from processors._runtime.core import where
 from processors._runtime.health import HealthServer
 from processors._runtime.kubernetes import scaled_down
 from processors._runtime.membership import GroupWatch
+from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
 from processors._task.global_tables import GlobalTables
@@ -110,8 +111,6 @@ def defer_stop_signals() -> None:
 
 #: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
 _INPUT_CHECK_S = 30.0
-#: How often the lag gauge is set from the committed offsets between commits.
-_LAG_SAMPLE_S = 5.0
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -182,7 +181,6 @@ class Runner(BarrierMixin):
         #: Set when the stranded-partition heal elected this member to rejoin.
         self._resubscribe = False
         self._next_input_check = 0.0
-        self._next_lag_sample = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
         svc = app.time_service
@@ -366,7 +364,13 @@ class Runner(BarrierMixin):
                 "registry not readable; learning writers from barriers", extra={"error": str(exc)}
             )
             registry = {}
-        self._check_operator_layout(registry.get(self.name))
+        check_operator_layout(
+            self.name,
+            registry.get(self.name),
+            self.app.operators,
+            from_savepoint=s.from_savepoint,
+            allow_non_restored_state=s.allow_non_restored_state,
+        )
         self._upstream_writers = {
             t: ws for t in self._inputs for ws in [writers_of(registry, (t,))] if ws
         }
@@ -653,9 +657,7 @@ class Runner(BarrierMixin):
             if self._released:
                 self._process([])
         self._poll_requests()
-        if time.monotonic() >= self._next_lag_sample:
-            self._next_lag_sample = time.monotonic() + _LAG_SAMPLE_S
-            self._sample_group_lag()
+        self._gauges.between_commits()
         if self._queries is not None:
             self._queries.serve()
         if self._group_watch.heal_due(time.monotonic()) and self._group_watch.stranded_heal(
