@@ -47,9 +47,10 @@ from processors._config.settings import Settings
 from processors._kafka.clients import PARTITION_EOF, Admin, producer_config, restore_consumer_config
 from processors._kafka.errors import AbortEpoch, CallHung, Stopping
 from processors._kafka.faults import crash_point
-from processors._ops.catalog import OpsError, ms_to_iso
+from processors._ops.catalog import OpsError
 from processors._ops.cli_common import CLI_CLIENT, echo_err, fail, json_out, ops_settings
 from processors.exceptions import FatalKafkaError, LockgateError
+from state.savepoint import ms_to_iso
 
 __all__ = [
     "REPLAYED_FROM",

@@ -80,10 +80,10 @@ class EpochMixin(SavepointMixin):
         pconf = producer_config(s, self.name, tid)
         # Python callbacks for failures only (a callback per record costs ~10%).
         pconf["delivery.report.only.error"] = True
-        pconf["on_delivery"] = self._on_delivery_error
+        pconf["on_delivery"] = self._out.on_delivery
         if not self.eos:
             self._producer = Producer(pconf)
-            self._produce_fast = self._producer.produce
+            self._out.use(self._producer)
             return
         self._txn = TransactionalProducer(
             pconf,
@@ -114,7 +114,7 @@ class EpochMixin(SavepointMixin):
         """Produce through the transactional component's current producer."""
         assert self._txn is not None
         self._producer = self._txn.producer
-        self._produce_fast = self._producer.produce
+        self._out.use(self._producer)
 
     def _begin(self) -> None:
         assert self._txn is not None
@@ -168,7 +168,7 @@ class EpochMixin(SavepointMixin):
             # Nothing of this epoch committed (send_offsets hung, commit never sent): the
             # new producer's init_transactions aborted the old transaction.
             self._use_txn_producer()
-            self._delivery_error = None
+            self._out.delivery_error = None
             raise AbortEpoch(str(exc)) from None
         except FatalKafkaError as exc:
             if not self._timed_out_fence(exc):
@@ -180,7 +180,7 @@ class EpochMixin(SavepointMixin):
             raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
         except AbortEpoch:
             self._producer.poll(0)  # serve delivery reports that explain the abort
-            self._raise_if_undeliverable()
+            self._out.raise_if_undeliverable()
             raise
         self._epoch_committed(ckpt, savepoint, offsets, snaps, writes, manifests)
         self._observe_commit(ckpt, time.monotonic() - started)
@@ -196,10 +196,10 @@ class EpochMixin(SavepointMixin):
         """
         if self._stop_committing or self._callback_failed:
             return False
-        if self._codec_error is not None:
+        if self._out.codec_error is not None:
             # An emit failed for want of a service (user code swallowed it): this epoch
             # misses that output, so it must not commit. Stop; the record is read again.
-            raise self._codec_error
+            raise self._out.codec_error
         if self._ttl_stores:
             # Expired entries nobody reads again: bounded tombstones per epoch (before the
             # idle check, so an idle app is cleaned up too).
@@ -209,8 +209,8 @@ class EpochMixin(SavepointMixin):
         if (
             self._uncommitted == 0
             and not self._epoch_active
-            and self._epoch_out == 0
-            and self._epoch_dlq == 0
+            and self._out.records == 0
+            and self._out.dead_letters == 0
             and (self._sp_request is None or not self._kgs)
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
         ):
@@ -238,7 +238,7 @@ class EpochMixin(SavepointMixin):
         """
         return (
             not self._stop
-            and bool(self._internal_outputs)
+            and bool(self._out.internal_outputs)
             and any(self._live_source(g) for g in self._kgs)
         )
 
@@ -252,12 +252,12 @@ class EpochMixin(SavepointMixin):
             AbortEpoch: it did not commit (the caller aborts and replays).
         """
         timed_out = exc.__cause__ is not None and self._timed_out_fence(exc.__cause__)
-        undelivered = self._delivery_error  # the settle's new producer forgets it
+        undelivered = self._out.delivery_error  # the settle's new producer forgets it
         if not self._settle_unknown_commit(offsets, str(exc)):
             # A record that failed for a permanent reason (e.g. no write permission) made
             # the commit fail: replaying would fail the same way.
-            self._delivery_error = undelivered
-            self._raise_if_undeliverable()
+            self._out.delivery_error = undelivered
+            self._out.raise_if_undeliverable()
             # The coordinator had aborted it on its timeout: a slow record, if any, caused
             # it (dead-lettered on the replay).
             self._timed_out = timed_out
@@ -297,9 +297,10 @@ class EpochMixin(SavepointMixin):
         self._last_epoch_records = self._uncommitted
         m = self.metrics
         m.records_in += self._uncommitted
-        m.records_out += self._epoch_out
-        m.dlq_records += self._epoch_dlq
-        self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        m.records_out += self._out.records
+        m.dlq_records += self._out.dead_letters
+        self._uncommitted = 0
+        self._out.epoch_done()
         self._epoch_bytes = 0
         if self.eos:
             self._begin()
@@ -352,7 +353,7 @@ class EpochMixin(SavepointMixin):
                     try:  # the common case without a Python frame per key
                         produce(topic, value, key, partition=g)
                     except (BufferError, KafkaException):
-                        self._produce(topic, value, key, partition=g)  # waits or raises
+                        self._out.produce(topic, value, key, partition=g)  # waits or raises
             if per_store:
                 writes[g] = per_store
         return writes
@@ -381,8 +382,8 @@ class EpochMixin(SavepointMixin):
             remaining = producer.flush(self._txn_timeout_s)
         # At-least-once: any failed delivery (transient ones too) means the offsets must
         # not be committed past it.
-        err = self._delivery_error
-        self._raise_if_undeliverable()
+        err = self._out.delivery_error
+        self._out.raise_if_undeliverable()
         if err is not None:
             raise AbortEpoch(f"a delivery failed: {err.name()}: {err.str()}")
         if remaining:
@@ -529,8 +530,8 @@ class EpochMixin(SavepointMixin):
         record = {
             "app": self.name,
             "inputs": list(self._inputs),
-            "outputs": sorted(self._outputs),
-            "internal_outputs": sorted(self._internal_outputs),
+            "outputs": sorted(self._out.outputs),
+            "internal_outputs": sorted(self._out.internal_outputs),
             "key_groups": self._partitions,
             "stores": self._store_schemas(),
             "state_version": self._state_version(),
@@ -538,7 +539,9 @@ class EpochMixin(SavepointMixin):
             "instance": self.settings.instance_id,
             "ts": int(time.time() * 1000),
         }
-        self._produce(REGISTRY_TOPIC, orjson.dumps(record), registry_key(self.name), partition=0)
+        self._out.produce(
+            REGISTRY_TOPIC, orjson.dumps(record), registry_key(self.name), partition=0
+        )
 
     def _barrier(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> Barrier:
         """Barrier ``ckpt`` of key group ``g``, with its watermark if the app has event time."""
@@ -567,12 +570,12 @@ class EpochMixin(SavepointMixin):
 
         In the open transaction, after every output of the epoch it ends.
         """
-        if not self._internal_outputs:
+        if not self._out.internal_outputs:
             return
         value, headers = self._barrier(g, ckpt, savepoint).encode()
-        for topic in self._internal_outputs:
+        for topic in self._out.internal_outputs:
             for p in range(self._internal_partitions[topic]):
-                self._produce(topic, value, None, partition=p, headers=headers)
+                self._out.produce(topic, value, None, partition=p, headers=headers)
 
     def _reannounce(self, g: int) -> None:
         """Forward the watermark of a downstream key group again if it moved.
@@ -586,7 +589,7 @@ class EpochMixin(SavepointMixin):
         """
         svc = self.app.time_service
         done = self._marks.done(g)
-        if svc is None or not svc.strategies or not self._internal_outputs or not done:
+        if svc is None or not svc.strategies or not self._out.internal_outputs or not done:
             return
         now = svc.announce(self._kgs[g].caches[TIME_STORE])
         if now != self._announced.get(g):
@@ -659,7 +662,9 @@ class EpochMixin(SavepointMixin):
             }
             if self._globals:
                 record["globals"] = self._globals.snapshot()
-            self._produce(self._control_topic, orjson.dumps(record), checkpoint_key(g), partition=g)
+            self._out.produce(
+                self._control_topic, orjson.dumps(record), checkpoint_key(g), partition=g
+            )
         return manifests
 
     # -- slow records -----------------------------------------------------------------
@@ -674,7 +679,7 @@ class EpochMixin(SavepointMixin):
         assert self._txn is not None
         self._txn.replace(why)
         self._use_txn_producer()
-        self._delivery_error = None  # reports of the old producer's aborted records
+        self._out.delivery_error = None  # reports of the old producer's aborted records
         self._timed_out = timed_out  # then the slow record, if any, caused it
 
     def _settle_unknown_commit(self, offsets: list[TopicPartition], why: str) -> bool:
@@ -800,8 +805,8 @@ class EpochMixin(SavepointMixin):
                 f"{self._consecutive_aborts} epochs aborted in a row without a commit "
                 f"(last: {reason}); stopping instead of replaying forever"
             )
-        self._record_error = None
-        self._producer_error = None
+        self._out.record_error = None
+        self._out.producer_error = None
         if self._txn is not None:
             generation = self._txn.generation
             # Aborts on the producer, or replaces it when it cannot (a commit without an
@@ -809,17 +814,18 @@ class EpochMixin(SavepointMixin):
             timed_out_fence = self._txn.abort()
             if self._txn.generation != generation:
                 self._use_txn_producer()
-                self._delivery_error = None  # reports of the old producer's aborted records
+                self._out.delivery_error = None  # reports of the old producer's aborted records
                 self._timed_out = self._timed_out or timed_out_fence
         timed_out, self._timed_out = self._timed_out, False
         if timed_out and self._slow is not None:
             self._poison_slow_record()
         # A permanent delivery failure would fail the replay the same way: stop now.
-        self._raise_if_undeliverable()  # transient ones: the replay produces them again
+        self._out.raise_if_undeliverable()  # transient ones: the replay produces them again
         for kg in self._kgs.values():
             kg.discard()
         self._rewind(list(self._kgs))
-        self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        self._uncommitted = 0
+        self._out.epoch_done()
         self._epoch_bytes = 0
         self.metrics.epochs_aborted += 1
         if self.eos and not self._stop_committing:  # closing after a failure: nothing begins

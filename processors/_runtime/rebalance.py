@@ -343,7 +343,7 @@ class RebalanceMixin(EpochMixin):
         log.warning("partitions lost: aborting the open epoch", extra={"key_groups": groups})
         self._release(groups)  # first: the rewind below must not touch lost partitions
         try:
-            if self._uncommitted or self._epoch_out or self._epoch_dlq:
+            if self._uncommitted or self._out.records or self._out.dead_letters:
                 self._abort_epoch("partitions lost")
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
             self._failed_in_callback(exc)

@@ -38,8 +38,6 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from processors._checkpoint.alignment import Aligner, Decision, Forced
 from processors._checkpoint.control_topics import (
-    CONTROL_CONFIG,
-    REGISTRY_TOPIC,
     read_registry_and_cancels,
     writers_of,
 )
@@ -54,10 +52,8 @@ from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
 from processors._config.settings import GroupProtocol, LeaveGroup, OnError, Settings
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
-from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors._kafka.authz import authorization_error, is_authorization_failure
 from processors._kafka.clients import (
-    CHANGELOG_CONFIG,
     PARTITION_EOF,
     Admin,
     consumer_config,
@@ -72,11 +68,11 @@ from processors._runtime.membership import GroupWatch
 from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
+from processors._runtime.startup import prepare_topics
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
 from processors._task.keygroups import Restorer, with_fetch_limits
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
-from state.cache import changelog_topic
 from state.codecs import CodecUnavailable
 
 log = logging.getLogger("lockgate.runtime")
@@ -184,12 +180,12 @@ class Runner(BarrierMixin):
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
         svc = app.time_service
-        self._ctx = direct_context(self._emit, None if svc is None else svc.timers)
+        self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
         self._tick_time = svc is not None and svc.needs_tick
         self._record_error_outside: BaseException | None = None
         self._timer_blamable = False  # see timer_started
         if svc is not None:
-            svc.emit = self._emit
+            svc.emit = self._out.emit
             svc.hooks = self  # timer_started / timer_done / timer_failed
             svc.decode_key = app.key_codec.decode
             svc.reads_barriers = True
@@ -324,34 +320,20 @@ class Runner(BarrierMixin):
         s = self.settings  # cross-field rules were checked by the Settings model
         self._admin = admin = Admin(s)
         admin.connect()  # a refused password or certificate: one clear error, at once
-        self._partitions = p = self._wait_for_inputs(admin)
-        topics, replication = output_topic_specs(self.app.outputs.values(), p)
-        changelogs = [changelog_topic(self.name, n) for n in self._handles]
-        topics.update({t: (p, dict(CHANGELOG_CONFIG)) for t in changelogs})
-        topics[self._dlq] = (p, {})
-        topics[self._control_topic] = (p, dict(CONTROL_CONFIG))
-        topics[REGISTRY_TOPIC] = (1, dict(CONTROL_CONFIG))
-        needs = self._access_needed(changelogs)
-        admin.check_access(needs)  # existing topics, before creating any
-        admin.ensure_topics(topics, replication=replication)
-        admin.check_access(needs, group=self.name)  # the topics just created too
-        check_output_topics(admin, output_topic_configs(self.app.outputs.values()))
-        retention = admin.check_changelogs(changelogs)
-        self._changelog_retention_ms = min(retention.values(), default=None)
-        self._internal_partitions = dict(admin.partitions_of(self._internal_outputs))
-        self._compacted_outputs = {
-            t
-            for t in self._outputs
-            if "compact" in admin.topic_config(t).get("cleanup.policy", "").split(",")
-        }
-        compacted_internal = sorted(self._compacted_outputs & self._internal_set)
-        if compacted_internal:
-            raise ConfigError(
-                f"internal outputs {compacted_internal} have cleanup.policy=compact: barriers "
-                "are keyless and a downstream replay needs every record, so internal topics "
-                "must use cleanup.policy=delete"
-            )
-        self._writer_headers = {g: writer_header(self.name, g) for g in range(p)}
+        topology = prepare_topics(
+            admin,
+            self.app,
+            self.name,
+            self._out,
+            self._control_topic,
+            s.input_wait_ms,
+            self._waiting,
+        )
+        self._partitions = p = topology.partitions
+        self._changelog_retention_ms = topology.changelog_retention_ms
+        self._internal_partitions = topology.internal_partitions
+        self._out.compacted = set(topology.compacted)
+        self._out.writer_headers = {g: writer_header(self.name, g) for g in range(p)}
         try:
             registry, cancelled = read_registry_and_cancels(
                 self._control_reader(), admin.end_offsets, timeout_s=self._txn_timeout_s + 30
@@ -417,57 +399,6 @@ class Runner(BarrierMixin):
             },
         )
 
-    def _access_needed(self, changelogs: list[str]) -> dict[str, list[str]]:
-        """The ACL operations the app needs on each topic (docs/security.md).
-
-        Inputs are read; outputs written, and their configuration read (cleanup policy);
-        changelogs restored, written and their configuration read (compaction,
-        tombstone retention); the DLQ written; the control topic and the registry read
-        and written.
-        """
-        needs: dict[str, list[str]] = {t: ["READ"] for t in self._inputs}
-        for t in self._outputs:
-            needs.setdefault(t, []).extend(["WRITE", "DESCRIBE_CONFIGS"])
-        for t in changelogs:
-            needs[t] = ["READ", "WRITE", "DESCRIBE_CONFIGS"]
-        needs[self._dlq] = ["WRITE"]
-        needs[self._control_topic] = ["READ", "WRITE"]
-        needs[REGISTRY_TOPIC] = ["READ", "WRITE"]
-        return needs
-
-    def _wait_for_inputs(self, admin: Admin) -> int:
-        """Wait (``LOCKGATE_INPUT_WAIT_MS``) for missing inputs; return their partition count.
-
-        In a pipeline deployed at once the downstream may start before the upstream
-        created its internal output. Logged once; the stop request and liveness are
-        served while waiting.
-
-        Raises:
-            TopicError: inputs still missing at the deadline, or not co-partitioned.
-            Stopping: a stop was requested while waiting.
-        """
-        deadline = time.monotonic() + self.settings.input_wait_ms / 1000
-        logged = False
-        while True:
-            found = admin.partitions_of(self._inputs)
-            missing = [t for t in self._inputs if t not in found]
-            # A topic the principal may not describe looks missing: say so at once.
-            admin.check_access({t: ["READ"] for t in missing})
-            if not missing or time.monotonic() >= deadline:
-                return admin.input_partitions(self._inputs)
-            if not logged:
-                logged = True
-                log.warning(
-                    "waiting for input topics to be created (an upstream app creates its "
-                    "internal outputs when it starts; `lockgate topics create` makes others)",
-                    extra={"missing": missing, "wait_ms": self.settings.input_wait_ms},
-                )
-            until = min(deadline, time.monotonic() + 1.0)
-            while time.monotonic() < until:
-                self._check_stop()
-                self.metrics.beat()
-                time.sleep(0.1)
-
     def _waiting(self) -> None:
         """Called while a start-up check waits: stop when asked, show liveness."""
         self._check_stop()
@@ -509,7 +440,7 @@ class Runner(BarrierMixin):
         if self._kgs:
             groups = list(self._kgs)
             self._release(groups)  # first: the abort's rewind must not touch them
-            if self._uncommitted or self._epoch_out or self._epoch_dlq:
+            if self._uncommitted or self._out.records or self._out.dead_letters:
                 self._abort_epoch("static member fenced")
         self._rejoin_later(exc)
 
@@ -538,7 +469,7 @@ class Runner(BarrierMixin):
 
     def _epoch_bytes_bound(self) -> int | None:
         """How many fetched bytes end an epoch early (``None``: the interval only)."""
-        if self._internal_set:
+        if self._out.internal_set:
             # Every epoch of a barrier writer is a barrier downstream: early epochs would
             # multiply barriers and make aligned readers hold records for longer (their
             # checkpoint is the slowest writer's). Its epochs follow the interval only.
@@ -878,6 +809,7 @@ class Runner(BarrierMixin):
         released = self._released
         clock = time.monotonic
         metrics = self.metrics
+        out = self._out
         cursor.now_ms = int(time.time() * 1000)
         current = -1  # partition of the fetched records in progress
         bound = -1  # partition whose key group the state handles point at
@@ -885,7 +817,7 @@ class Runner(BarrierMixin):
         aligner: Aligner | None = None  # of ``current``
         last = -1  # offset of the last fetched record handled in ``current``
         count = 0
-        out_before = self._epoch_out
+        out_before = out.records
         deadline = self._epoch_deadline
         budget = self._budget_s
         started = clock()
@@ -935,7 +867,7 @@ class Runner(BarrierMixin):
                     if bound != part:
                         kg.bind()
                         bound = part
-                        self._writer_header = self._writer_headers[part]
+                        out.writer_header = out.writer_headers[part]
                 last = msg.offset()
                 count += 1
                 headers = msg.headers()
@@ -967,7 +899,7 @@ class Runner(BarrierMixin):
                         if bound != msg.g:
                             kgs[msg.g].bind()
                             bound = msg.g
-                            self._writer_header = self._writer_headers[msg.g]
+                            out.writer_header = out.writer_headers[msg.g]
                         self._apply_watermarks(msg)
                     continue
                 part = msg.partition()
@@ -980,7 +912,7 @@ class Runner(BarrierMixin):
                 if bound != part:
                     kgs[part].bind()
                     bound = part
-                    self._writer_header = self._writer_headers[part]
+                    out.writer_header = out.writer_headers[part]
                 if multi:
                     handler = handlers[msg.topic()]
                     kdec, vdec = decoders[msg.topic()]
@@ -990,7 +922,7 @@ class Runner(BarrierMixin):
             if poison:
                 entry = poison.get((msg.topic(), part, msg.offset()))
                 if entry is not None:
-                    self._dead_letter(msg, entry[0], entry[1])
+                    out.dead_letter(msg, entry[0], entry[1])
                     self._commit_now = True  # keep the replay span short
                     continue
             try:
@@ -1008,19 +940,19 @@ class Runner(BarrierMixin):
             except ConfigError:
                 raise  # a programming error (e.g. emit to an undeclared topic): stop
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
-                if self._codec_error is not None:
-                    raise self._codec_error from exc  # a registry outage: not the record
-                if self._producer_error is None:
-                    self._record_error = None
+                if out.codec_error is not None:
+                    raise out.codec_error from exc  # a registry outage: not the record
+                if out.producer_error is None:
+                    out.record_error = None
                     self._bad_input(msg, exc, "process", replay=True)
-            if self._producer_error is not None:
+            if out.producer_error is not None:
                 # The producer refused a record (e.g. the transaction is in an abortable
                 # state): not the record's fault, even if user code swallowed the error.
                 self._raise_producer_error()
-            if self._record_error is not None:
+            if out.record_error is not None:
                 # An output of this record can never be written, and user code caught
                 # the error: the record still failed.
-                rejected, self._record_error = self._record_error, None
+                rejected, out.record_error = out.record_error, None
                 self._bad_input(msg, rejected, "emit", replay=True)
             if self._check_writes:
                 bad = self._state_write_error(kgs[part].caches, raw_key)
@@ -1034,7 +966,7 @@ class Runner(BarrierMixin):
         self._uncommitted += count
         m = self.metrics
         m.records_in_attempts += count
-        m.records_out_attempts += self._epoch_out - out_before
+        m.records_out_attempts += out.records - out_before
         self._producer.poll(0)
 
     def _interleave(self, msgs: list[Any]) -> list[Any]:
@@ -1186,7 +1118,7 @@ class Runner(BarrierMixin):
             FatalKafkaError: the producer is in a fatal state.
             AbortEpoch: otherwise (the transaction went abortable): replay the epoch.
         """
-        err, self._producer_error = self._producer_error, None
+        err, self._out.producer_error = self._out.producer_error, None
         assert err is not None
         if err.fatal():
             raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
@@ -1198,7 +1130,7 @@ class Runner(BarrierMixin):
         assert svc is not None
         if svc.apply_pending(update.topic, update.checkpoint):
             self._epoch_active = True
-        if self._producer_error is not None:  # a timer's output was refused
+        if self._out.producer_error is not None:  # a timer's output was refused
             self._raise_producer_error()
 
     def _tick_timers(self) -> None:
@@ -1211,16 +1143,16 @@ class Runner(BarrierMixin):
         assert svc is not None
         now_ms = int(time.time() * 1000)
         self._cursor.now_ms = now_ms
-        out_before = self._epoch_out
+        out_before = self._out.records
         for g, kg in self._kgs.items():
             if g in self._halted:
                 continue
             kg.bind()
-            self._writer_header = self._writer_headers[g]
+            self._out.key_group(g)
             svc.tick(now_ms)
-            if self._producer_error is not None:
+            if self._out.producer_error is not None:
                 self._raise_producer_error()
-        self.metrics.records_out_attempts += self._epoch_out - out_before
+        self.metrics.records_out_attempts += self._out.records - out_before
 
     # -- timer hooks (processors._task.time.TimerHooks) -----------------------------------------
 
@@ -1235,8 +1167,8 @@ class Runner(BarrierMixin):
             self._timer_failed(raw_key, t, name, poisoned)
             self._commit_now = True  # keep the replay span short
             return False
-        self._record_error_outside = self._record_error
-        self._record_error = None
+        self._record_error_outside = self._out.record_error
+        self._out.record_error = None
         # While replaying to find unencodable state: a key whose state is bad already
         # (written by the record that moved the watermark) is not this timer's doing.
         self._timer_blamable = self._check_writes and self._key_state_error(raw_key) is None
@@ -1268,14 +1200,14 @@ class Runner(BarrierMixin):
             _TimerRewind: while replaying to find unencodable state, this timer wrote
                 some (the epoch is replayed without it).
         """
-        rejected, self._record_error = self._record_error, self._record_error_outside
+        rejected, self._out.record_error = self._out.record_error, self._record_error_outside
         self._check_timer_writes(raw_key, t, name)
-        if rejected is not None and self._producer_error is None:
+        if rejected is not None and self._out.producer_error is None:
             self._timer_failed(raw_key, t, name, rejected)
 
     def timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
         """A timer callback raised (its unencodable writes are found the same way)."""
-        self._record_error = self._record_error_outside
+        self._out.record_error = self._record_error_outside
         self._check_timer_writes(raw_key, t, name)
         self._timer_failed(raw_key, t, name, exc)
 
@@ -1289,8 +1221,8 @@ class Runner(BarrierMixin):
             AbortEpoch: the producer refused a record (not the timer's fault).
             UserCodeError: under ``LOCKGATE_ON_ERROR=fail``.
         """
-        if self._producer_error is not None:
-            raise AbortEpoch(f"produce failed in a timer: {self._producer_error.str()}")
+        if self._out.producer_error is not None:
+            raise AbortEpoch(f"produce failed in a timer: {self._out.producer_error.str()}")
         if self.settings.on_error is OnError.FAIL:
             raise UserCodeError(
                 f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc} "
@@ -1300,8 +1232,8 @@ class Runner(BarrierMixin):
             "timer failed: dead-lettering",
             extra={"timer": name, "time": t, "error": f"{type(exc).__name__}: {exc}"},
         )
-        self._produce(self._dlq, None, raw_key, headers=timer_error_headers(exc, t, name))
-        self._epoch_dlq += 1
+        self._out.produce(self._out.dlq, None, raw_key, headers=timer_error_headers(exc, t, name))
+        self._out.dead_letters += 1
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:
         if self.settings.on_error is OnError.FAIL:
@@ -1318,7 +1250,7 @@ class Runner(BarrierMixin):
             # the epoch and dead-letter this record instead of calling user code.
             self._poison[(msg.topic(), msg.partition(), msg.offset())] = (exc, stage)
             raise _Rewind
-        self._dead_letter(msg, exc, stage)
+        self._out.dead_letter(msg, exc, stage)
 
 
 def run_app(

@@ -293,7 +293,7 @@ class SavepointMixin(RunnerCore):
                     "seconds": round(time.monotonic() - started, 3),
                 },
             )
-        self._produce(
+        self._out.produce(
             self._control_topic, orjson.dumps(manifest), manifest_key(sp_id, g), partition=g
         )
         self.metrics.beat()

@@ -39,7 +39,6 @@ from processors._ops.catalog import (
     Ops,
     checkpoint_summary,
     list_savepoints,
-    ms_to_iso,
     open_store,
     pipeline_closure,
     topo_order,
@@ -48,6 +47,7 @@ from processors._ops.console.graph import pipeline_graph
 from processors._ops.console.instances import InstanceDirectory, probe_instance
 from processors._ops.dlq import dlq_topic
 from processors.exceptions import LockgateError
+from state.savepoint import ms_to_iso
 
 __all__ = ["RATE_WINDOW_S", "Rates", "Snapshotter", "checkpoint_rows", "partition_lag"]
 
