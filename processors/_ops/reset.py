@@ -224,6 +224,8 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
         client = AdminClient(admin_config(settings))
         inputs = list(app.input_topics)
         p = admin.input_partitions(inputs)
+        # READ on the group: describing it (is the app running?) and committing its offsets.
+        admin.check_access({}, group=name)
         _refuse_if_running(settings, name, "resetting it")
         targets = _target_offsets(admin, inputs, p, position)
         logs = [changelog_topic(name, s) for s in app.stores]
