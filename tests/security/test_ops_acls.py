@@ -148,6 +148,7 @@ def test_operator_commands_with_exactly_the_documented_acls(
             return any(a["name"] == app and a.get("checkpoints") for a in apps)
 
         wait_until(lambda: shown() or console.poll() is not None, 60, what="the console")
+        assert console.poll() is None, (tmp_path / "console.log").read_text()[-3000:]
         snap = overview()
         assert snap.get("error") is None, snap.get("error")
         mine = next(a for a in snap["apps"] if a["name"] == app)
