@@ -37,7 +37,14 @@ from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
-from processors._task.keygroups import KeyGroup, Restorer
+from processors._task.keygroups import (
+    KeyGroup,
+    MemoryPlan,
+    Restorer,
+    StateCleaner,
+    StateMemory,
+    cgroup_memory_limit,
+)
 from state.base.store import StateBackend
 from state.cache import DELETED, MISSING
 from state.memory.store import MemoryBackend
@@ -144,6 +151,27 @@ class RunnerCore:
             if settings.state_backend is StateBackendKind.MEMORY
             else RocksDBBackend(settings.state_dir)
         )
+        plan = MemoryPlan.of(settings, cgroup_memory_limit())
+        #: One block cache, write-buffer manager and read-cache budget for every key group.
+        self._state_memory = StateMemory(plan)
+        log.info(
+            "state memory",
+            extra={
+                "memory_limit_bytes": plan.limit_bytes,
+                "limit_from": plan.limit_source,
+                "rocksdb_bytes": plan.rocksdb_bytes,
+                "read_cache_bytes": plan.read_cache_bytes,
+                "consumer_bytes": plan.consumer_bytes,
+            },
+        )
+        #: Removes released key groups' directories when due (swept at each epoch end).
+        self._state_cleaner: StateCleaner | None = None
+        if isinstance(self._backend, RocksDBBackend):
+            # Before any database is opened: all of them share the cache and manager.
+            self._backend.memory = self._state_memory.rocksdb
+            self._state_cleaner = StateCleaner(
+                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
+            )
         self._producer: Any = None
         self._consumer: Any = None
         self._restorer: Restorer | None = None

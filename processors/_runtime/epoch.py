@@ -137,11 +137,9 @@ class EpochMixin(SavepointMixin):
         return [(t, g) for g in self._kgs for t in self._inputs]
 
     def _end_epoch(self) -> None:
-        """Commit the open epoch (no-op when nothing happened since the last one).
+        """Commit the open epoch if anything happened since the last one; sweep state.
 
-        The steps of the epoch protocol (docs/architecture.md): 1. changelogs, 2. barriers
-        and checkpoint records, 3. offsets (``send_offsets_to_transaction``), 4. the commit,
-        then the epoch's state to RocksDB and the next transaction.
+        Then released key groups' directories that are due are removed.
 
         Raises:
             AbortEpoch: the transaction must be aborted (the caller aborts and replays).
@@ -149,8 +147,24 @@ class EpochMixin(SavepointMixin):
             Stopping: a stop was requested while a commit call was retrying.
         """
         self._commit_now = False
-        if not self._epoch_to_commit():
-            return
+        if self._epoch_to_commit():
+            self._commit_epoch()
+        if self._state_cleaner is not None:
+            self._state_cleaner.sweep(self._kgs)
+
+    def _commit_epoch(self) -> None:
+        """Commit the open epoch: the steps of the epoch protocol (docs/architecture.md).
+
+        1. changelogs, 2. barriers and checkpoint records, 3. offsets
+        (``send_offsets_to_transaction``), 4. the commit; then the epoch's state to
+        RocksDB and the next transaction. A commit without an answer is settled from the
+        group's committed offsets, never taken as aborted.
+
+        Raises:
+            AbortEpoch: the transaction must be aborted (the caller aborts and replays).
+            FatalKafkaError: fenced, or a record can never be delivered.
+            Stopping: a stop was requested while a commit call was retrying.
+        """
         started = time.monotonic()
         ckpt, savepoint = self._source_checkpoint_id()
         offsets, snaps = self._commit_positions(ckpt)  # step 3's offsets, with this epoch's token

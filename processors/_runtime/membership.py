@@ -11,6 +11,8 @@ its answers:
   assigns to no member (a static member killed between a cooperative revoke and its
   rejoin) and elects one member to rejoin, which makes the coordinator rebalance.
 
+And a static member's leave at a clean stop (:func:`leave_reason`, :func:`leave_group`).
+
 Neither blocks the loop: the heal asks the child and reads its answer on a later call.
 """
 
@@ -19,10 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
-from processors._config.settings import GroupProtocol, Settings
+from processors._config.settings import GroupProtocol, LeaveGroup, Settings
 from processors._kafka.clients import admin_config
 from processors._kafka.group_probe import GroupProbe
+from processors._runtime.kubernetes import scaled_down
 from processors.exceptions import ConfigError
 
 log = logging.getLogger("lockgate.runtime")
@@ -173,3 +177,78 @@ class GroupWatch:
             return False
         log.warning("rejoining the group to force a rebalance")
         return True
+
+
+def leave_reason(settings: Settings) -> str | None:
+    """Why a static member should leave its group at a clean stop; ``None``: it stays.
+
+    librdkafka never sends LeaveGroup for a static member that closes (KIP-345), so its
+    key groups wait ``session.timeout.ms`` for it. It should leave when it goes for good:
+    ``LOCKGATE_LEAVE_GROUP_ON_STOP=always``, or ``scale-down`` and Kubernetes says the
+    StatefulSet was scaled below this pod. Under ``group.protocol=consumer`` librdkafka
+    leaves a static member only temporarily, so it stays (logged).
+    """
+    if not settings.static_membership or settings.leave_group_on_stop is LeaveGroup.NEVER:
+        return None
+    try:
+        if settings.leave_group_on_stop is LeaveGroup.SCALE_DOWN:
+            verdict = scaled_down(settings.instance_id, sa_dir=settings.kubernetes_token_dir)
+            if not verdict.leave:
+                log.info("keeping the static group membership: %s", verdict.reason)
+                return None
+            reason = verdict.reason
+        else:
+            reason = "LOCKGATE_LEAVE_GROUP_ON_STOP=always"
+    except Exception as exc:  # noqa: BLE001 - best effort: the session timeout remains
+        log.warning("leaving the group failed: %s", exc)
+        return None
+    if settings.group_protocol is not GroupProtocol.CLASSIC:
+        log.info(
+            "not leaving the group (%s): under group.protocol=consumer librdkafka "
+            "leaves a static member only temporarily (the broker's session timeout "
+            "applies)",
+            reason,
+        )
+        return None
+    return reason
+
+
+def leave_group(
+    consumer: Any, reason: str, owns: Callable[[], bool], beat: Callable[[], None], batch: int
+) -> None:
+    """Leave the group now (classic protocol, static member), waiting 10 s at most.
+
+    ``unsubscribe()`` sends the LeaveGroup (after the revoke, which the consumer serves
+    here through its callbacks; ``close()`` afterwards no longer suppresses it). Best
+    effort: any failure keeps the membership (the session timeout applies).
+
+    Args:
+        consumer: the group consumer.
+        reason: why (logged).
+        owns: whether key groups are still owned (the revoke has not run yet).
+        beat: called while waiting (liveness).
+        batch: how many records one ``consume`` call may return (they are dropped).
+    """
+    log.info("leaving the consumer group: %s", reason)
+    started = time.monotonic()
+    try:
+        consumer.unsubscribe()
+        deadline = started + 10.0
+        while time.monotonic() < deadline and (owns() or consumer.assignment()):
+            beat()
+            consumer.consume(batch, 0.1)
+        for _ in range(3):  # the LeaveGroup goes out right after the unassign
+            consumer.poll(0.05)
+        left = not (owns() or consumer.assignment())
+    except Exception as exc:  # noqa: BLE001 - best effort: the session timeout remains
+        log.warning("leaving the group failed: %s", exc)
+        return
+    took = round(time.monotonic() - started, 3)
+    if not left:
+        log.warning(
+            "leaving the group: the revoke did not complete within 10s (the session "
+            "timeout applies to what is left)",
+            extra={"seconds": took},
+        )
+    else:
+        log.info("left the consumer group", extra={"seconds": took})

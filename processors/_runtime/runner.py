@@ -49,7 +49,7 @@ from processors._checkpoint.protocol import (
     writer_header,
 )
 from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
-from processors._config.settings import GroupProtocol, LeaveGroup, OnError, Settings
+from processors._config.settings import OnError, Settings
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
 from processors._kafka.authz import authorization_error, is_authorization_failure
@@ -63,8 +63,7 @@ from processors._kafka.errors import AbortEpoch, Stopping
 from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
 from processors._runtime.core import where
 from processors._runtime.health import HealthServer
-from processors._runtime.kubernetes import scaled_down
-from processors._runtime.membership import GroupWatch
+from processors._runtime.membership import GroupWatch, leave_group, leave_reason
 from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
@@ -616,62 +615,23 @@ class Runner(BarrierMixin):
     def _leave_group_maybe(self) -> None:
         """On a clean stop, make a static member leave the group when it goes for good.
 
-        librdkafka never sends LeaveGroup for a static member that closes (KIP-345), so
-        its key groups wait ``session.timeout.ms`` for it. ``unsubscribe()`` first does
-        send it (classic protocol: the leave follows the revoke, which is served here;
-        ``close()`` afterwards no longer suppresses it). Records fetched meanwhile are
-        dropped unprocessed: every commit (the revoke's included) covers processed
-        records only, so the next owner reads them from the committed offsets. Best
-        effort: any failure keeps the membership (the session timeout applies).
+        See :func:`processors._runtime.membership.leave_group`. Records fetched meanwhile
+        are dropped unprocessed: every commit (the revoke's included) covers processed
+        records only, so the next owner reads them from the committed offsets.
         """
-        s = self.settings
-        if (
-            self._consumer is None
-            or not s.static_membership
-            or s.leave_group_on_stop is LeaveGroup.NEVER
-            or self._fatal is not None
-        ):
+        if self._consumer is None or self._fatal is not None:
             return
-        try:
-            if s.leave_group_on_stop is LeaveGroup.SCALE_DOWN:
-                verdict = scaled_down(s.instance_id, sa_dir=s.kubernetes_token_dir)
-                if not verdict.leave:
-                    log.info("keeping the static group membership: %s", verdict.reason)
-                    return
-                reason = verdict.reason
-            else:
-                reason = "LOCKGATE_LEAVE_GROUP_ON_STOP=always"
-            if s.group_protocol is not GroupProtocol.CLASSIC:
-                log.info(
-                    "not leaving the group (%s): under group.protocol=consumer librdkafka "
-                    "leaves a static member only temporarily (the broker's session timeout "
-                    "applies)",
-                    reason,
-                )
-                return
-            log.info("leaving the consumer group: %s", reason)
-            started = time.monotonic()
-            self._leaving = True
-            self._consumer.unsubscribe()
-            deadline = started + 10.0
-            while time.monotonic() < deadline and (self._kgs or self._consumer.assignment()):
-                self.metrics.beat()
-                self._consumer.consume(self.settings.consume_batch_size, 0.1)
-            for _ in range(3):  # the LeaveGroup goes out right after the unassign
-                self._consumer.poll(0.05)
-            left = not (self._kgs or self._consumer.assignment())
-        except Exception as exc:  # noqa: BLE001 - best effort: the session timeout remains
-            log.warning("leaving the group failed: %s", exc)
+        reason = leave_reason(self.settings)
+        if reason is None:
             return
-        took = round(time.monotonic() - started, 3)
-        if not left:
-            log.warning(
-                "leaving the group: the revoke did not complete within 10s (the session "
-                "timeout applies to what is left)",
-                extra={"seconds": took},
-            )
-        else:
-            log.info("left the consumer group", extra={"seconds": took})
+        self._leaving = True  # the revoke it causes is the leave's
+        leave_group(
+            self._consumer,
+            reason,
+            lambda: bool(self._kgs),
+            self.metrics.beat,
+            self.settings.consume_batch_size,
+        )
 
     def _stopped_while_waiting(self, exc: Stopping) -> int:
         """SIGTERM arrived while a bounded call or a restore waited: stop without it."""
