@@ -35,6 +35,7 @@ from processors._kafka.errors import (
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
+from processors._task.failures import ReplayPoison
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
 from processors._task.keygroups import (
@@ -141,7 +142,7 @@ class RunnerCore:
         #: Timers to dead-letter instead of running on the replay: (key, time, name) -> cause.
         self._poison_timers: dict[tuple[bytes | None, int, str], BaseException] = {}
         #: Records to dead-letter instead of processing on the replay: coords -> cause.
-        self._poison: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
+        self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
         self._commit_now = False
         self._checkpoint = 0
         self._partitions = 0

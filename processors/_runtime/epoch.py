@@ -32,15 +32,15 @@ from processors._checkpoint.alignment import Snapshot
 from processors._checkpoint.control_topics import REGISTRY_TOPIC, checkpoint_key, registry_key
 from processors._checkpoint.protocol import Barrier
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
-from processors._config.settings import OnError
 from processors._kafka.authz import authorization_error
 from processors._kafka.clients import producer_config
 from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
 from processors._runtime.core import SlowRecordError, where
 from processors._runtime.savepoints import SavepointMixin
+from processors._task.failures import stop_error
 from processors._task.time import TIME_STORE
-from processors.exceptions import FatalKafkaError, UserCodeError
+from processors.exceptions import FatalKafkaError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
 from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
@@ -303,10 +303,14 @@ class EpochMixin(SavepointMixin):
             self._savepoint_committed(savepoint, manifests)
         self._marks.commit(list(self._kgs))
         self._poison_timers.clear()  # dead-lettered timers are deleted in this commit
-        if self._poison:  # dead-lettered records behind the committed positions are done
-            self._poison = {
-                k: v for k, v in self._poison.items() if k[2] >= self._committed.get(k[:2], 0)
-            }
+        if self._poison.entries:  # dead-lettered records behind the committed positions are done
+            self._poison.keep(
+                {
+                    k: v
+                    for k, v in self._poison.entries.items()
+                    if k[2] >= self._committed.get(k[:2], 0)
+                }
+            )
         self._checkpoint = ckpt
         self._last_epoch_records = self._uncommitted
         m = self.metrics
@@ -787,15 +791,13 @@ class EpochMixin(SavepointMixin):
             f"epoch budget of {self._budget_s:.1f}s (half of "
             f"LOCKGATE_TRANSACTION_TIMEOUT_MS={self.settings.transaction_timeout_ms})"
         )
-        if self.settings.on_error is OnError.FAIL:
-            raise UserCodeError(
-                f"{text}; raise the timeout or make the handler faster "
-                "(LOCKGATE_ON_ERROR=fail; with dlq the record is dead-lettered)"
-            )
+        slow = SlowRecordError(f"{text}; raise the timeout or make the handler faster")
+        stop = stop_error(self.settings.on_error, f"record {where(msg)}", slow, "process")
+        if stop is not None:
+            raise stop
         log.error("%s: dead-lettering it on the replay", text)
-        self._poison[(msg.topic(), msg.partition(), msg.offset())] = (
-            SlowRecordError(text),
-            "process",
+        self._poison.mark(
+            (msg.topic(), msg.partition(), msg.offset()), SlowRecordError(text), "process"
         )
 
     # -- abort ----------------------------------------------------------------------------

@@ -340,7 +340,7 @@ class RebalanceMixin(EpochMixin):
             self._interleaver.drop(groups)
         gone = set(groups)
         self._bp_paused = {tp for tp in self._bp_paused if tp[1] not in gone}
-        self._poison = {k: v for k, v in self._poison.items() if k[1] not in gone}
+        self._poison.keep({k: v for k, v in self._poison.entries.items() if k[1] not in gone})
         self.metrics.assigned = len(self._kgs)
 
     def _restore_progress(self, new_records: int, remaining: int) -> None:

@@ -49,7 +49,7 @@ from processors._checkpoint.protocol import (
     writer_header,
 )
 from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
-from processors._config.settings import OnError, Settings
+from processors._config.settings import Settings
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
 from processors._kafka.authz import authorization_error, is_authorization_failure
@@ -68,6 +68,7 @@ from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
 from processors._runtime.startup import prepare_topics
+from processors._task.failures import stop_error
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
 from processors._task.keygroups import Restorer, with_fetch_limits
@@ -590,6 +591,8 @@ class Runner(BarrierMixin):
         self._gauges.between_commits()
         if self._queries is not None:
             self._queries.serve()
+        if self._tick_time:
+            self._tick_timers()
         if self._group_watch.heal_due(time.monotonic()) and self._group_watch.stranded_heal(
             self._partitions
         ):
@@ -762,7 +765,7 @@ class Runner(BarrierMixin):
         ctx = self._ctx
         cursor = self._cursor
         kgs = self._kgs
-        poison = self._poison
+        poison = self._poison.entries
         nxt = self._next
         aligners = self._aligners
         halted = self._halted
@@ -1183,11 +1186,9 @@ class Runner(BarrierMixin):
         """
         if self._out.producer_error is not None:
             raise AbortEpoch(f"produce failed in a timer: {self._out.producer_error.str()}")
-        if self.settings.on_error is OnError.FAIL:
-            raise UserCodeError(
-                f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc} "
-                "(LOCKGATE_ON_ERROR=fail; set it to dlq to dead-letter such timers)"
-            ) from exc
+        stop = stop_error(self.settings.on_error, f"timer {name!r} at {t}", exc)
+        if stop is not None:
+            raise stop
         log.warning(
             "timer failed: dead-lettering",
             extra={"timer": name, "time": t, "error": f"{type(exc).__name__}: {exc}"},
@@ -1196,11 +1197,16 @@ class Runner(BarrierMixin):
         self._out.dead_letters += 1
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:
-        if self.settings.on_error is OnError.FAIL:
-            raise UserCodeError(
-                f"record {where(msg)} failed in {stage}: {type(exc).__name__}: {exc} "
-                "(LOCKGATE_ON_ERROR=fail; set it to dlq to dead-letter such records)"
-            ) from exc
+        """Apply the failure policy (processors/_task/failures.py) to input record ``msg``.
+
+        Raises:
+            UserCodeError: under ``LOCKGATE_ON_ERROR=fail``.
+            _Rewind: ``replay``: user code ran for it; the epoch is aborted and replayed
+                with the record dead-lettered.
+        """
+        stop = stop_error(self.settings.on_error, f"record {where(msg)}", exc, stage)
+        if stop is not None:
+            raise stop
         log.warning(
             "bad record: dead-lettering",
             extra={"record": where(msg), "stage": stage, "error": f"{type(exc).__name__}: {exc}"},
@@ -1208,7 +1214,7 @@ class Runner(BarrierMixin):
         if replay:
             # Its partial state changes and emits must not commit: abort, then replay
             # the epoch and dead-letter this record instead of calling user code.
-            self._poison[(msg.topic(), msg.partition(), msg.offset())] = (exc, stage)
+            self._poison.mark((msg.topic(), msg.partition(), msg.offset()), exc, stage)
             raise _Rewind
         self._out.dead_letter(msg, exc, stage)
 
