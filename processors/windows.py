@@ -15,7 +15,9 @@ Everything here runs the same way under the runtime and under
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -152,6 +154,8 @@ class _Agg(Protocol):
     @property
     def merge(self) -> Any: ...
     def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]: ...
+    @property
+    def sliceable(self) -> bool: ...
 
 
 class CountAggregator:
@@ -180,6 +184,9 @@ class _Aggregate:
         self.create = aggregator.create_accumulator
         self.add = aggregator.add
         self.merge = getattr(aggregator, "merge", None)
+        #: Sliding windows keep one accumulator per slice and merge them when a window
+        #: fires: only with the aggregator's own ``merge`` (see :class:`WindowOperator`).
+        self.sliceable = callable(self.merge)
 
     def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]:
         return (WindowResult(start, end, self.aggregator.get_result(acc)),)
@@ -187,6 +194,9 @@ class _Aggregate:
 
 class _Reduce:
     _EMPTY = None
+    #: ``fn`` folds values in arrival order and need not be associative: a sliding
+    #: window keeps its own accumulator (merging slices would fold in another order).
+    sliceable = False
 
     def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
         self.fn = fn
@@ -209,6 +219,9 @@ class _Reduce:
 
 
 class _Process:
+    #: Per-window value lists (arrival order per window, as before slices existed).
+    sliceable = False
+
     def __init__(self, fn: Callable[[Any, WindowResult[list[Any]]], Iterable[Any] | None]) -> None:
         self.fn = fn
 
@@ -316,7 +329,26 @@ class WindowedStream(Generic[S]):
 
 
 class WindowOperator:
-    """The runtime half of a window: what happens per record and per timer."""
+    """The runtime half of a window: what happens per record and per timer.
+
+    State layout (one value per key in ``window-<n>``, a dict for time windows):
+
+    - ``"<start>": [end, acc]`` — one window's accumulator (tumbling windows, sliding
+      windows whose aggregation cannot merge, and state written before slices existed);
+    - ``"s<start>": [end, acc]`` — one *slice* of a sliding window whose aggregation can
+      merge (``count()``, ``aggregate()`` with ``merge``): the windows are cut into
+      slices of ``gcd(size_ms, slide_ms)``, a record updates the one slice it falls in,
+      and a window's result is its slices merged (with its own ``"<start>"`` entry, if
+      an earlier version left one) when it fires or is updated. A slice lives until the
+      last window containing it is purged.
+
+    Timers are the same in both layouts: one ``w<n>:f`` at each open window's
+    ``end - 1`` (until it fires) and, with allowed lateness, one ``w<n>:c`` at
+    ``end - 1 + allowed_lateness_ms``, per key.
+    """
+
+    #: ``on_record(key, value, ctx)``: the chain step (set per assigner at construction).
+    on_record: Callable[[Any, Any, Any], None]
 
     def __init__(
         self,
@@ -350,23 +382,30 @@ class WindowOperator:
         #: ... and as written to (set by the app, :meth:`processors.App.run_as`).
         self.late_topic = late_topic
         self.prefix = f"w{n}"
+        self._fire_name = self.prefix + ":f"
+        self._clean_name = self.prefix + ":c"
         self.store = store
         self.time = time
         for suffix in (":f", ":c"):  # exact names: no parsing per timer
             self.time.add_owner(self.prefix + suffix, self.on_timer)
         self.nxt: Next = lambda k, v, c: None
         self.needs_event_time = isinstance(assigner, (Tumbling, Sliding, Session))
+        #: The slice length of a sliced sliding window (``None``: one entry per window).
+        self.slice_ms: int | None = None
+        if isinstance(assigner, Tumbling):
+            self.on_record = self._on_tumbling_record
+        elif isinstance(assigner, Sliding):
+            if assigner.slide_ms < assigner.size_ms and agg.sliceable:
+                self.slice_ms = math.gcd(assigner.size_ms, assigner.slide_ms)
+                self.on_record = self._on_slice_record
+            else:
+                self.on_record = self._on_sliding_record
+        elif isinstance(assigner, Session):
+            self.on_record = self._on_session_record
+        else:
+            self.on_record = self._on_count_record
 
     # -- per record -------------------------------------------------------------------------
-
-    def on_record(self, key: Any, value: Any, ctx: Any) -> None:
-        a = self.assigner
-        if isinstance(a, (Tumbling, Sliding)):
-            self._on_time_record(key, value, ctx, a.assign(ctx.event_time))
-        elif isinstance(a, Session):
-            self._on_session_record(key, value, ctx, a.gap_ms)
-        else:
-            self._on_count_record(key, value, ctx, a)
 
     def _late(self, ctx: Any, windows: list[tuple[int, int]], wm: int) -> None:
         """Send the input record (once, however many of its values were late) aside."""
@@ -398,9 +437,50 @@ class WindowOperator:
         headers.extend(h for h in msg.headers() or [] if h[0] != WRITER)
         ctx.emit(self.late_topic, msg.key(), msg.value(), headers)
 
+    def _on_tumbling_record(self, key: Any, value: Any, ctx: Any) -> None:
+        a: Tumbling = self.assigner  # type: ignore[assignment]  # set for Tumbling only
+        ts = ctx.event_time
+        size = a.size_ms
+        s = ts - (ts - a.offset_ms) % size
+        e = s + size
+        time = self.time
+        wm = time.operator_watermark()
+        lateness = self.lateness
+        if e - 1 + lateness <= wm:
+            self._late(ctx, [(s, e)], wm)
+            return
+        store = self.store
+        state = store.value()
+        if state is None:
+            state = {}
+        sk = str(s)
+        entry = state.get(sk)
+        agg = self.agg
+        if entry is None:
+            acc = agg.add(value, agg.create())
+            state[sk] = [e, acc]
+            store.update(state)
+            if e - 1 <= wm:
+                # Fired already, within the allowed lateness: an updated result now.
+                self._emit(key, s, e, acc, ctx)
+            else:
+                time.register(_EVENT, e - 1, self._fire_name)
+            if lateness:
+                time.register(_EVENT, e - 1 + lateness, self._clean_name)
+            return
+        entry[1] = acc = agg.add(value, entry[1])
+        store.update(state)
+        if e - 1 <= wm:
+            self._emit(key, s, e, acc, ctx)
+
+    def _on_sliding_record(self, key: Any, value: Any, ctx: Any) -> None:
+        a: Sliding = self.assigner  # type: ignore[assignment]  # set for Sliding only
+        self._on_time_record(key, value, ctx, a.assign(ctx.event_time))
+
     def _on_time_record(
         self, key: Any, value: Any, ctx: Any, windows: list[tuple[int, int]]
     ) -> None:
+        """One accumulator per window (sliding windows whose aggregation cannot merge)."""
         time = self.time
         wm = time.operator_watermark()
         lateness = self.lateness
@@ -420,12 +500,93 @@ class WindowOperator:
                 # Fired already, within the allowed lateness: an updated result now.
                 self._emit(key, s, e, acc, ctx)
             elif entry is None:
-                time.register(_EVENT, e - 1, self.prefix + ":f")
+                time.register(_EVENT, e - 1, self._fire_name)
             if entry is None and lateness:
-                time.register(_EVENT, e - 1 + lateness, self.prefix + ":c")
+                time.register(_EVENT, e - 1 + lateness, self._clean_name)
         store.update(state)
 
-    def _on_session_record(self, key: Any, value: Any, ctx: Any, gap: int) -> None:
+    def _on_slice_record(self, key: Any, value: Any, ctx: Any) -> None:
+        """A record updates the one slice it falls in (see the class docstring).
+
+        The windows containing it are ``[s, s + size)`` for ``s`` on the slide grid from
+        ``first`` to ``last``; those the watermark passed but whose allowed lateness it
+        has not emit their updated result at once, as with one entry per window.
+        """
+        a: Sliding = self.assigner  # type: ignore[assignment]  # set for Sliding only
+        g: int = self.slice_ms  # type: ignore[assignment]  # set with this method
+        ts = ctx.event_time
+        size, slide, offset = a.size_ms, a.slide_ms, a.offset_ms
+        last = ts - (ts - offset) % slide
+        time = self.time
+        wm = time.operator_watermark()
+        lateness = self.lateness
+        if last + size - 1 + lateness <= wm:
+            self._late(ctx, a.assign(ts), wm)
+            return
+        p = ts - (ts - offset) % g
+        pk = "s" + str(p)
+        store = self.store
+        state = store.value()
+        if state is None:
+            state = {}
+        entry = state.get(pk)
+        agg = self.agg
+        if entry is None:
+            state[pk] = [p + g, agg.add(value, agg.create())]
+        else:
+            entry[1] = agg.add(value, entry[1])
+        store.update(state)
+        first = last - slide * ((last - ts + size - 1) // slide)
+        if first + size - 1 <= wm:
+            # Windows that fired already, within the allowed lateness: updated results.
+            for s in range(first, last + 1, slide):
+                e = s + size
+                if e - 1 > wm:
+                    break
+                if e - 1 + lateness > wm:
+                    self._emit(key, s, e, self._window_acc(state, s, e), ctx)
+        if entry is None:
+            # A new slice: the live windows containing it may be new too (setting a
+            # timer that is set already is a no-op).
+            for s in range(first, last + 1, slide):
+                e = s + size
+                if e - 1 + lateness <= wm:
+                    continue
+                if e - 1 > wm:
+                    time.register(_EVENT, e - 1, self._fire_name)
+                if lateness:
+                    time.register(_EVENT, e - 1 + lateness, self._clean_name)
+
+    def _window_parts(self, state: dict[str, Any], s: int, e: int) -> list[Any]:
+        """The stored accumulators of window ``[s, e)``, oldest first."""
+        g: int = self.slice_ms  # type: ignore[assignment]  # sliced operators only
+        old = state.get(str(s))
+        parts = [old[1]] if old is not None and old[0] == e else []
+        get = state.get
+        for p in range(s, e, g):
+            entry = get("s" + str(p))
+            if entry is not None:
+                parts.append(entry[1])
+        return parts
+
+    def _window_acc(self, state: dict[str, Any], s: int, e: int) -> Any:
+        """The accumulator of window ``[s, e)``: its slices (and old entry) merged.
+
+        Starts from a fresh accumulator, so a ``merge`` that changes its first argument
+        never changes a stored slice; one that returns a stored accumulator as it is
+        gets a copy to go on with.
+        """
+        agg = self.agg
+        merge = agg.merge
+        acc = agg.create()
+        for part in self._window_parts(state, s, e):
+            acc = merge(acc, part)
+            if acc is part:
+                acc = copy.deepcopy(acc)
+        return acc
+
+    def _on_session_record(self, key: Any, value: Any, ctx: Any) -> None:
+        gap = self.assigner.gap_ms  # type: ignore[union-attr]  # set for Session only
         time = self.time
         wm = time.operator_watermark()
         lateness = self.lateness
@@ -462,7 +623,8 @@ class WindowOperator:
         if lateness:
             time.register(_EVENT, end - 1 + lateness, self.prefix + ":c")
 
-    def _on_count_record(self, key: Any, value: Any, ctx: Any, a: Count | Global) -> None:
+    def _on_count_record(self, key: Any, value: Any, ctx: Any) -> None:
+        a: Count | Global = self.assigner  # type: ignore[assignment]  # Count/Global only
         ts = ctx.event_time
         state = self.store.value()
         if state is None:
@@ -507,6 +669,9 @@ class WindowOperator:
         state = self.store.value()
         if not state:
             return
+        if self.slice_ms is not None:
+            self._on_slice_timer(t, name == self._fire_name, state, tctx)
+            return
         fire = name.endswith(":f")
         lateness = self.lateness
         key = tctx.key
@@ -532,6 +697,45 @@ class WindowOperator:
                 del state[sk]
                 changed = True
         if changed:
+            if state:
+                self.store.update(state)
+            else:
+                self.store.clear()
+
+    def _on_slice_timer(self, t: int, fire: bool, state: dict[str, Any], tctx: Any) -> None:
+        """Fire the window ending at ``t + 1``; purge what no live window needs.
+
+        Also fires (and purges) ``"<start>"`` entries an earlier version (or window size)
+        left, at their own end, as one entry per window does.
+        """
+        a: Sliding = self.assigner  # type: ignore[assignment]  # sliced: Sliding only
+        size, slide, offset = a.size_ms, a.slide_ms, a.offset_ms
+        lateness = self.lateness
+        key = tctx.key
+        if fire:
+            e = t + 1
+            s = e - size
+            due: list[tuple[int, int, Any]] = []
+            current = (s - offset) % slide == 0
+            for sk, (we, acc) in state.items():
+                if we - 1 == t and sk[0] != "s" and not (current and int(sk) == s):
+                    due.append((int(sk), we, acc))  # an old window of another size
+            if current and self._window_parts(state, s, e):
+                due.append((s, e, self._window_acc(state, s, e)))
+            for ws, we, acc in sorted(due, key=lambda x: x[0]) if len(due) > 1 else due:
+                self._emit(key, ws, we, acc, tctx)
+        drop = []
+        for sk, (we, _acc) in state.items():
+            if sk[0] == "s":
+                p = int(sk[1:])
+                end = p - (p - offset) % slide + size  # the last window containing it
+            else:
+                end = we
+            if end - 1 + lateness <= t:
+                drop.append(sk)
+        if drop:
+            for sk in drop:
+                del state[sk]
             if state:
                 self.store.update(state)
             else:

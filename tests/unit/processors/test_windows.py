@@ -10,6 +10,7 @@ after crashes and replays.
 
 from __future__ import annotations
 
+import math
 import random
 import struct
 from collections import Counter
@@ -233,13 +234,27 @@ def send(d: TestDriver, i: int, rec: Rec) -> list[Emitted]:
     return d.send(rec.key, rec.value, timestamp=rec.ts, headers=headers_of(i))
 
 
-def open_windows_in_state(d: TestDriver, key: str, spec: Spec) -> list[tuple[int, int]]:
+def open_windows_in_state(
+    d: TestDriver, key: str, spec: Spec, lateness: int = 0
+) -> list[tuple[int, int]]:
+    """The windows the key's state holds: its ``"<start>"`` entries, and for a sliced
+    sliding window each live window (not purged yet) containing one of its slices."""
     state = d.state("window-1", key)
     if state is None:
         return []
     if isinstance(spec, SessionSpec):
         return sorted((s, e) for s, e, _ in state)
-    return sorted((int(s), e) for s, (e, _) in state.items())
+    windows = {(int(s), e) for s, (e, _) in state.items() if not s.startswith("s")}
+    slices = [(int(s[1:]), e) for s, (e, _) in state.items() if s.startswith("s")]
+    if slices:
+        assert isinstance(spec, SlidingSpec)
+        wm = d.watermark(partition_of(key, PARTITIONS))
+        for p, pe in slices:
+            assert pe - p == math.gcd(spec.size, spec.slide)
+            for s, e in Sliding(spec.size, spec.slide, spec.offset).assign(p):
+                if e - 1 + lateness > wm:
+                    windows.add((s, e))
+    return sorted(windows)
 
 
 def committed_timers(d: TestDriver) -> Counter[tuple[str, int]]:
@@ -336,7 +351,9 @@ def test_time_windows_match_the_model(kind: str, agg_name: str, lateness: int, s
         if i == check_at:
             # state holds exactly the open windows; the committed timers are theirs
             for key in KEYS:
-                assert open_windows_in_state(d, key, spec) == prefix.open_windows.get(key, [])
+                assert open_windows_in_state(d, key, spec, lateness) == prefix.open_windows.get(
+                    key, []
+                )
             d.commit()
             assert committed_timers(d) == expected_timers(prefix, lateness)
 
