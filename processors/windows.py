@@ -546,16 +546,16 @@ class WindowOperator:
                 if e - 1 + lateness > wm:
                     self._emit(key, s, e, self._window_acc(state, s, e), ctx)
         if entry is None:
-            # A new slice: the live windows containing it may be new too (setting a
-            # timer that is set already is a no-op).
-            for s in range(first, last + 1, slide):
-                e = s + size
-                if e - 1 + lateness <= wm:
-                    continue
-                if e - 1 > wm:
-                    time.register(_EVENT, e - 1, self._fire_name)
-                if lateness:
-                    time.register(_EVENT, e - 1 + lateness, self._clean_name)
+            # A new slice: a timer at the end of its first window that has not fired
+            # (the firing sets the next one: the timers chain through the windows with
+            # data), and one where its last window is purged.
+            e = first + size
+            if e - 1 <= wm:
+                e += ((wm - e + 1) // slide + 1) * slide
+            if e <= last + size:
+                time.register(_EVENT, e - 1, self._fire_name)
+            if lateness:
+                time.register(_EVENT, last + size - 1 + lateness, self._clean_name)
 
     def _window_parts(self, state: dict[str, Any], s: int, e: int) -> list[Any]:
         """The stored accumulators of window ``[s, e)``, oldest first."""
@@ -705,34 +705,48 @@ class WindowOperator:
     def _on_slice_timer(self, t: int, fire: bool, state: dict[str, Any], tctx: Any) -> None:
         """Fire the window ending at ``t + 1``; purge what no live window needs.
 
-        Also fires (and purges) ``"<start>"`` entries an earlier version (or window size)
-        left, at their own end, as one entry per window does.
+        A firing also sets the next ``:f`` timer of the key: the end of the next window
+        that holds a slice (the chain :meth:`_on_slice_record` starts). ``"<start>"``
+        entries an earlier version (or window size) left fire at their own end and are
+        purged as one entry per window is (their timers were set with them).
         """
         a: Sliding = self.assigner  # type: ignore[assignment]  # sliced: Sliding only
         size, slide, offset = a.size_ms, a.slide_ms, a.offset_ms
         lateness = self.lateness
-        key = tctx.key
+        drop = []
+        nxt = None  # the first end of a window after t + 1 that holds a slice
+        old = None  # entries of earlier versions
+        for sk, (we, _acc) in state.items():
+            if sk[0] != "s":
+                if fire and we - 1 == t:
+                    old = [] if old is None else old
+                    old.append(sk)
+                if we - 1 + lateness <= t:
+                    drop.append(sk)
+                continue
+            p = int(sk[1:])
+            last_end = p - (p - offset) % slide + size  # the last window containing it
+            if last_end - 1 + lateness <= t:
+                drop.append(sk)
+            elif fire and last_end > t + 1:
+                first_end = last_end - slide * ((last_end - p - 1) // slide)
+                if nxt is None or first_end < nxt:
+                    nxt = first_end
         if fire:
             e = t + 1
             s = e - size
             due: list[tuple[int, int, Any]] = []
             current = (s - offset) % slide == 0
-            for sk, (we, acc) in state.items():
-                if we - 1 == t and sk[0] != "s" and not (current and int(sk) == s):
-                    due.append((int(sk), we, acc))  # an old window of another size
+            for sk in old or ():
+                if not (current and sk == str(s)):
+                    due.append((int(sk), e, state[sk][1]))  # of another window size
             if current and self._window_parts(state, s, e):
                 due.append((s, e, self._window_acc(state, s, e)))
+            key = tctx.key
             for ws, we, acc in sorted(due, key=lambda x: x[0]) if len(due) > 1 else due:
                 self._emit(key, ws, we, acc, tctx)
-        drop = []
-        for sk, (we, _acc) in state.items():
-            if sk[0] == "s":
-                p = int(sk[1:])
-                end = p - (p - offset) % slide + size  # the last window containing it
-            else:
-                end = we
-            if end - 1 + lateness <= t:
-                drop.append(sk)
+            if nxt is not None:
+                self.time.register(_EVENT, max(nxt, e + slide) - 1, self._fire_name)
         if drop:
             for sk in drop:
                 del state[sk]
@@ -740,6 +754,5 @@ class WindowOperator:
                 self.store.update(state)
             else:
                 self.store.clear()
-
 
 _ = NO_WATERMARK  # re-exported for users of this module
