@@ -392,6 +392,8 @@ class WindowOperator:
         self.needs_event_time = isinstance(assigner, (Tumbling, Sliding, Session))
         #: The slice length of a sliced sliding window (``None``: one entry per window).
         self.slice_ms: int | None = None
+        #: ``count()``: slices merge by summing.
+        self._counts = isinstance(agg, _Aggregate) and type(agg.aggregator) is CountAggregator
         if isinstance(assigner, Tumbling):
             self.on_record = self._on_tumbling_record
         elif isinstance(assigner, Sliding):
@@ -474,13 +476,8 @@ class WindowOperator:
             self._emit(key, s, e, acc, ctx)
 
     def _on_sliding_record(self, key: Any, value: Any, ctx: Any) -> None:
-        a: Sliding = self.assigner  # type: ignore[assignment]  # set for Sliding only
-        self._on_time_record(key, value, ctx, a.assign(ctx.event_time))
-
-    def _on_time_record(
-        self, key: Any, value: Any, ctx: Any, windows: list[tuple[int, int]]
-    ) -> None:
         """One accumulator per window (sliding windows whose aggregation cannot merge)."""
+        windows = self.assigner.assign(ctx.event_time)  # type: ignore[union-attr]  # Sliding
         time = self.time
         wm = time.operator_watermark()
         lateness = self.lateness
@@ -570,16 +567,22 @@ class WindowOperator:
         return parts
 
     def _window_acc(self, state: dict[str, Any], s: int, e: int) -> Any:
-        """The accumulator of window ``[s, e)``: its slices (and old entry) merged.
+        """The accumulator of window ``[s, e)``: its slices (and old entry) merged."""
+        return self._merged(self._window_parts(state, s, e))
+
+    def _merged(self, parts: Iterable[Any]) -> Any:
+        """Stored accumulators merged, oldest first, into a new one.
 
         Starts from a fresh accumulator, so a ``merge`` that changes its first argument
         never changes a stored slice; one that returns a stored accumulator as it is
-        gets a copy to go on with.
+        gets a copy to go on with. Counts (``count()``) are summed.
         """
+        if self._counts:
+            return sum(parts)
         agg = self.agg
         merge = agg.merge
         acc = agg.create()
-        for part in self._window_parts(state, s, e):
+        for part in parts:
             acc = merge(acc, part)
             if acc is part:
                 acc = copy.deepcopy(acc)
@@ -705,22 +708,30 @@ class WindowOperator:
     def _on_slice_timer(self, t: int, fire: bool, state: dict[str, Any], tctx: Any) -> None:
         """Fire the window ending at ``t + 1``; purge what no live window needs.
 
-        A firing also sets the next ``:f`` timer of the key: the end of the next window
-        that holds a slice (the chain :meth:`_on_slice_record` starts). ``"<start>"``
-        entries an earlier version (or window size) left fire at their own end and are
-        purged as one entry per window is (their timers were set with them).
+        One pass over the key's entries finds the window's slices, the ones to purge
+        and the next window end with a slice: a firing sets the key's next ``:f`` timer
+        there (the chain :meth:`_on_slice_record` starts). ``"<start>"`` entries an
+        earlier version (or window size) left fire at their own end and are purged as
+        one entry per window is (their timers were set with them).
         """
         a: Sliding = self.assigner  # type: ignore[assignment]  # sliced: Sliding only
         size, slide, offset = a.size_ms, a.slide_ms, a.offset_ms
         lateness = self.lateness
+        e = t + 1
+        s = e - size
+        current = fire and (s - offset) % slide == 0
         drop = []
-        nxt = None  # the first end of a window after t + 1 that holds a slice
-        old = None  # entries of earlier versions
-        for sk, (we, _acc) in state.items():
+        nxt = None  # the first end of a window after e that holds a slice
+        parts: list[tuple[int, Any]] = []  # (start, accumulator) of the window's entries
+        due: list[tuple[int, int, Any]] = []  # old windows of another size ending at e
+        for sk, (we, acc) in state.items():
             if sk[0] != "s":
-                if fire and we - 1 == t:
-                    old = [] if old is None else old
-                    old.append(sk)
+                if fire and we == e:
+                    ws = int(sk)
+                    if current and ws == s:
+                        parts.append((ws - 1, acc))  # before the slices it shares s with
+                    else:
+                        due.append((ws, we, acc))
                 if we - 1 + lateness <= t:
                     drop.append(sk)
                 continue
@@ -728,22 +739,18 @@ class WindowOperator:
             last_end = p - (p - offset) % slide + size  # the last window containing it
             if last_end - 1 + lateness <= t:
                 drop.append(sk)
-            elif fire and last_end > t + 1:
+            if fire and last_end > e:
                 first_end = last_end - slide * ((last_end - p - 1) // slide)
                 if nxt is None or first_end < nxt:
                     nxt = first_end
+            if current and s <= p < e:
+                parts.append((p, acc))
         if fire:
-            e = t + 1
-            s = e - size
-            due: list[tuple[int, int, Any]] = []
-            current = (s - offset) % slide == 0
-            for sk in old or ():
-                if not (current and sk == str(s)):
-                    due.append((int(sk), e, state[sk][1]))  # of another window size
-            if current and self._window_parts(state, s, e):
-                due.append((s, e, self._window_acc(state, s, e)))
+            if parts:
+                parts.sort(key=_first)
+                due.append((s, e, self._merged(part for _, part in parts)))
             key = tctx.key
-            for ws, we, acc in sorted(due, key=lambda x: x[0]) if len(due) > 1 else due:
+            for ws, we, acc in sorted(due, key=_first) if len(due) > 1 else due:
                 self._emit(key, ws, we, acc, tctx)
             if nxt is not None:
                 self.time.register(_EVENT, max(nxt, e + slide) - 1, self._fire_name)
@@ -754,5 +761,10 @@ class WindowOperator:
                 self.store.update(state)
             else:
                 self.store.clear()
+
+
+def _first(x: tuple[int, Any] | tuple[int, int, Any]) -> int:
+    return x[0]
+
 
 _ = NO_WATERMARK  # re-exported for users of this module
