@@ -156,7 +156,8 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             for name, tree in order:
                 runs[name].append(_child(tree, workload, args))
         outs = {r["outputs"] for rs in runs.values() for r in rs}
-        ratios = [b["cpu_s"] / a["cpu_s"] for b, a in zip(runs["before"], runs["after"], strict=True)]
+        pairs = zip(runs["before"], runs["after"], strict=True)
+        ratios = [b["cpu_s"] / a["cpu_s"] for b, a in pairs]
         per_m = {
             name: statistics.median(r["cpu_s"] for r in rs) / args.records * 1e6
             for name, rs in runs.items()

@@ -2,12 +2,15 @@
 
 A window operator keeps, per key, the accumulator of each open window in one value
 store (``window-<n>``) and sets an event-time timer at each window's last millisecond
-(``end - 1``). When the key group's watermark reaches it, the window's result goes on
-down the chain (its event time is ``end - 1``); its state is purged then, or
-``allowed_lateness_ms`` later, when a late-but-allowed record re-emits an updated
-result. A record whose every window is past that is *late*: it goes, unchanged (the
-input record's bytes and headers), to the late topic with ``lockgate-late-window`` and
-``lockgate-late-watermark`` headers, in the same transaction.
+(``end - 1``); a sliding window whose aggregation merges keeps one accumulator per
+slice of ``gcd(size, slide)`` instead, merged into each window's result when it fires
+(see :class:`WindowOperator`). When the key group's watermark reaches ``end - 1``,
+the window's result goes on down the chain (its event time is ``end - 1``); its state
+is purged then, or ``allowed_lateness_ms`` later, when a late-but-allowed record
+re-emits an updated result. A record whose every window is past that is *late*: it
+goes, unchanged (the input record's bytes and headers), to the late topic with
+``lockgate-late-window`` and ``lockgate-late-watermark`` headers, in the same
+transaction.
 
 Everything here runs the same way under the runtime and under
 :class:`processors.testing.TestDriver`.
@@ -286,7 +289,10 @@ class WindowedStream(Generic[S]):
 
         ``aggregator`` has ``create_accumulator()``, ``add(value, acc)``,
         ``get_result(acc)`` (and ``merge(a, b)`` for session windows); results are
-        :class:`WindowResult` objects.
+        :class:`WindowResult` objects. With ``merge``, sliding windows keep one
+        accumulator per slice of ``gcd(size_ms, slide_ms)`` and merge a window's slices
+        (oldest first, into a fresh accumulator) when it fires: ``merge(a, b)`` must
+        equal adding ``b``'s records to ``a``, whatever order they arrived in.
 
         Raises:
             ConfigError: a session window with an aggregator without ``merge``.

@@ -284,9 +284,7 @@ def expected_timers(outcome: Outcome, lateness: int) -> Counter[tuple[str, int]]
 
 def sliced(spec: Spec, agg_name: str) -> bool:
     """Whether the operator keeps slices (a sliding window whose aggregation merges)."""
-    return (
-        isinstance(spec, SlidingSpec) and spec.slide < spec.size and agg_name in ("count", "sum")
-    )
+    return isinstance(spec, SlidingSpec) and spec.slide < spec.size and agg_name in ("count", "sum")
 
 
 def check_sliced_timers(d: TestDriver, outcome: Outcome, lateness: int, spec: Spec) -> None:
