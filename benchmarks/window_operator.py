@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 WORKLOADS = ("tumbling", "sliding", "sliding-sum", "sliding-reduce")
+#: The first event time (ms): a multiple of every window size used.
+T0 = 1_700_000_000_000
 
 
 class _Sum:
@@ -84,22 +86,30 @@ def _app(workload: str, window_ms: int, delay_ms: int) -> Any:
     return app
 
 
+def make_records(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """The (key, event time) of each input record, in sending order.
+
+    Event time rises over ``windows`` x ``window_ms`` from ``T0``, each moved back by up
+    to ``delay_ms`` (never before ``T0``): no record is late for the watermark.
+    """
+    rng = random.Random(11)
+    span = args.windows * args.window_ms
+    keys = [f"k{i}" for i in range(args.keys)]
+    return [
+        (
+            keys[rng.randrange(args.keys)],
+            max(T0, T0 + seq * span // args.records - rng.randrange(args.delay_ms + 1)),
+        )
+        for seq in range(args.records)
+    ]
+
+
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     """One workload in this process (``processors`` from ``PYTHONPATH``): CPU s and outputs."""
     from processors.testing import TestDriver  # noqa: PLC0415 - the tree's
 
     driver = TestDriver(_app(args.run, args.window_ms, args.delay_ms), partitions=4)
-    rng = random.Random(11)
-    span = args.windows * args.window_ms
-    t0 = 1_700_000_000_000
-    keys = [f"k{i}" for i in range(args.keys)]
-    records = [
-        (
-            keys[rng.randrange(args.keys)],
-            max(t0, t0 + seq * span // args.records - rng.randrange(args.delay_ms + 1)),
-        )
-        for seq in range(args.records)
-    ]
+    records = make_records(args)
     value = {"v": 1}
     outputs = 0
     send, commit = driver.send, driver.commit
