@@ -22,7 +22,9 @@ drawn uniformly, event times rising over ``--windows`` x ``--window-ms`` with up
 - ``sliding-sum``: ``Sliding(window_ms, window_ms // 5)`` with an aggregator that has
   ``merge`` and allowed lateness ``delay_ms`` (timers to purge, updates possible);
 - ``sliding-reduce``: ``Sliding(window_ms, window_ms // 5).reduce(...)`` (not sliced: one
-  entry per window in both trees).
+  entry per window in both trees);
+- ``sliding-process``: ``Sliding(window_ms, window_ms // 10).process(...)`` (every value
+  kept: before, in each of its ten windows; sliced, once).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("tumbling", "sliding", "sliding-sum", "sliding-reduce")
+WORKLOADS = ("tumbling", "sliding", "sliding-sum", "sliding-reduce", "sliding-process")
 #: The first event time (ms): a multiple of every window size used.
 T0 = 1_700_000_000_000
 
@@ -61,6 +63,10 @@ def _reduce(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
     return {"v": a["v"] + b["v"]}
 
 
+def _sizes(key: str, w: Any) -> list[Any]:
+    return [type(w)(w.start, w.end, len(w.value))]
+
+
 def _output(w: Any) -> dict[str, Any]:
     return {"start": w.start, "value": w.value}
 
@@ -80,6 +86,8 @@ def _app(workload: str, window_ms: int, delay_ms: int) -> Any:
         ).aggregate(_Sum())
     elif workload == "sliding-reduce":
         out = stream.window(Sliding(window_ms, window_ms // 5)).reduce(_reduce)
+    elif workload == "sliding-process":
+        out = stream.window(Sliding(window_ms, window_ms // 10)).process(_sizes)
     else:
         raise ValueError(f"unknown workload {workload!r}")
     out.map(_output).to("out")

@@ -19,6 +19,7 @@ Everything here runs the same way under the runtime and under
 from __future__ import annotations
 
 import copy
+import heapq
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -222,8 +223,9 @@ class _Reduce:
 
 
 class _Process:
-    #: Per-window value lists (arrival order per window, as before slices existed).
-    sliceable = False
+    #: Sliding windows keep each value once, in its slice, with its arrival number (the
+    #: window's values are handed over in arrival order, as with one list per window).
+    sliceable = True
 
     def __init__(self, fn: Callable[[Any, WindowResult[list[Any]]], Iterable[Any] | None]) -> None:
         self.fn = fn
@@ -342,15 +344,19 @@ class WindowOperator:
     - ``"<start>": [end, acc]`` — one window's accumulator (tumbling windows, sliding
       windows whose aggregation cannot merge, and state written before slices existed);
     - ``"s<start>": [end, acc]`` — one *slice* of a sliding window whose aggregation can
-      merge (``count()``, ``aggregate()`` with ``merge``): the windows are cut into
-      slices of ``gcd(size_ms, slide_ms)``, a record updates the one slice it falls in,
-      and a window's result is its slices merged (with its own ``"<start>"`` entry, if
-      an earlier version left one) when it fires or is updated. A slice lives until the
-      last window containing it is purged.
+      merge (``count()``, ``aggregate()`` with ``merge``, ``process()``): the windows
+      are cut into slices of ``gcd(size_ms, slide_ms)``, a record updates the one slice
+      it falls in, and a window's result is its slices merged (with its own
+      ``"<start>"`` entry, if an earlier version left one) when it fires or is updated.
+      A slice lives until the last window containing it is purged. For ``process()``
+      ``acc`` is ``[n, value, n, value, ...]`` with ``n`` the key's arrival number
+      (``"n": [0, next n]``), so a window's values come back in arrival order.
 
-    Timers are the same in both layouts: one ``w<n>:f`` at each open window's
+    Timers, per key: with one entry per window, one ``w<n>:f`` at each open window's
     ``end - 1`` (until it fires) and, with allowed lateness, one ``w<n>:c`` at
-    ``end - 1 + allowed_lateness_ms``, per key.
+    ``end - 1 + allowed_lateness_ms``; sliced, a ``w<n>:f`` at the end of the first
+    window with data that has not fired (each firing sets the next one) and a
+    ``w<n>:c`` per slice where its last window is purged.
     """
 
     #: ``on_record(key, value, ctx)``: the chain step (set per assigner at construction).
@@ -400,6 +406,9 @@ class WindowOperator:
         self.slice_ms: int | None = None
         #: ``count()``: slices merge by summing.
         self._counts = isinstance(agg, _Aggregate) and type(agg.aggregator) is CountAggregator
+        #: ``process()``: a slice holds ``[n, value, n, value, ...]`` (``n``: the key's
+        #: arrival number, from its ``"n"`` entry), merged back into arrival order.
+        self._ordered = isinstance(agg, _Process)
         if isinstance(assigner, Tumbling):
             self.on_record = self._on_tumbling_record
         elif isinstance(assigner, Sliding):
@@ -533,11 +542,23 @@ class WindowOperator:
         if state is None:
             state = {}
         entry = state.get(pk)
-        agg = self.agg
-        if entry is None:
-            state[pk] = [p + g, agg.add(value, agg.create())]
+        if self._ordered:
+            n = state.get("n")
+            if n is None:
+                state["n"] = n = [0, 0]
+            seq = n[1]
+            n[1] = seq + 1
+            if entry is None:
+                state[pk] = [p + g, [seq, value]]
+            else:
+                entry[1].append(seq)
+                entry[1].append(value)
         else:
-            entry[1] = agg.add(value, entry[1])
+            agg = self.agg
+            if entry is None:
+                state[pk] = [p + g, agg.add(value, agg.create())]
+            else:
+                entry[1] = agg.add(value, entry[1])
         store.update(state)
         first = last - slide * ((last - ts + size - 1) // slide)
         if first + size - 1 <= wm:
@@ -560,35 +581,48 @@ class WindowOperator:
             if lateness:
                 time.register(_EVENT, last + size - 1 + lateness, self._clean_name)
 
-    def _window_parts(self, state: dict[str, Any], s: int, e: int) -> list[Any]:
-        """The stored accumulators of window ``[s, e)``, oldest first."""
+    def _window_parts(self, state: dict[str, Any], s: int, e: int) -> tuple[Any, list[Any]]:
+        """Window ``[s, e)``'s entry of an earlier version (or ``None``) and its slices.
+
+        The slices' accumulators come oldest first.
+        """
         g: int = self.slice_ms  # type: ignore[assignment]  # sliced operators only
         old = state.get(str(s))
-        parts = [old[1]] if old is not None and old[0] == e else []
         get = state.get
+        parts = []
         for p in range(s, e, g):
             entry = get("s" + str(p))
             if entry is not None:
                 parts.append(entry[1])
-        return parts
+        return (old[1] if old is not None and old[0] == e else None), parts
 
     def _window_acc(self, state: dict[str, Any], s: int, e: int) -> Any:
         """The accumulator of window ``[s, e)``: its slices (and old entry) merged."""
-        return self._merged(self._window_parts(state, s, e))
+        old, parts = self._window_parts(state, s, e)
+        return self._merged(old, parts)
 
-    def _merged(self, parts: Iterable[Any]) -> Any:
-        """Stored accumulators merged, oldest first, into a new one.
+    def _merged(self, old: Any, parts: list[Any]) -> Any:
+        """A window's accumulator: its old entry (or ``None``), then its slices', merged.
 
         Starts from a fresh accumulator, so a ``merge`` that changes its first argument
         never changes a stored slice; one that returns a stored accumulator as it is
-        gets a copy to go on with. Counts (``count()``) are summed.
+        gets a copy to go on with. Counts (``count()``) are summed; ``process()`` values
+        come in arrival order (an old entry's first: they all came before any slice).
         """
         if self._counts:
-            return sum(parts)
+            return sum(parts, 0 if old is None else old)
+        if self._ordered:
+            values = [] if old is None else list(old)
+            if len(parts) == 1:
+                values.extend(parts[0][1::2])
+            elif parts:
+                pairs = (zip(part[0::2], part[1::2], strict=True) for part in parts)
+                values.extend(v for _, v in heapq.merge(*pairs, key=_first))
+            return values
         agg = self.agg
         merge = agg.merge
         acc = agg.create()
-        for part in parts:
+        for part in parts if old is None else [old, *parts]:
             acc = merge(acc, part)
             if acc is part:
                 acc = copy.deepcopy(acc)
@@ -728,14 +762,17 @@ class WindowOperator:
         current = fire and (s - offset) % slide == 0
         drop = []
         nxt = None  # the first end of a window after e that holds a slice
-        parts: list[tuple[int, Any]] = []  # (start, accumulator) of the window's entries
+        parts: list[tuple[int, Any]] = []  # (start, accumulator) of the window's slices
+        old = None  # the window's entry of an earlier version
         due: list[tuple[int, int, Any]] = []  # old windows of another size ending at e
         for sk, (we, acc) in state.items():
             if sk[0] != "s":
+                if sk == "n":
+                    continue  # process(): the key's arrival counter
                 if fire and we == e:
                     ws = int(sk)
                     if current and ws == s:
-                        parts.append((ws - 1, acc))  # before the slices it shares s with
+                        old = acc
                     else:
                         due.append((ws, we, acc))
                 if we - 1 + lateness <= t:
@@ -752,9 +789,9 @@ class WindowOperator:
             if current and s <= p < e:
                 parts.append((p, acc))
         if fire:
-            if parts:
+            if parts or old is not None:
                 parts.sort(key=_first)
-                due.append((s, e, self._merged(part for _, part in parts)))
+                due.append((s, e, self._merged(old, [part for _, part in parts])))
             key = tctx.key
             for ws, we, acc in sorted(due, key=_first) if len(due) > 1 else due:
                 self._emit(key, ws, we, acc, tctx)
@@ -763,13 +800,13 @@ class WindowOperator:
         if drop:
             for sk in drop:
                 del state[sk]
-            if state:
+            if len(state) > 1 or (state and "n" not in state):
                 self.store.update(state)
             else:
-                self.store.clear()
+                self.store.clear()  # nothing left (but perhaps process()'s counter)
 
 
-def _first(x: tuple[int, Any] | tuple[int, int, Any]) -> int:
+def _first(x: tuple[Any, ...]) -> Any:
     return x[0]
 
 

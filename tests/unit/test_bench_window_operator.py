@@ -26,7 +26,9 @@ def _args(workload: str) -> argparse.Namespace:
 
 def _windows(workload: str, ts: int, size: int) -> list[int]:
     """Window starts containing ``ts`` (independent of processors.windows)."""
-    slide = {"tumbling": size, "sliding": size // 10}.get(workload, size // 5)
+    slide = {"tumbling": size, "sliding": size // 10, "sliding-process": size // 10}.get(
+        workload, size // 5
+    )
     return [s for s in range(ts - ts % slide - size, ts + 1, slide) if s <= ts < s + size]
 
 

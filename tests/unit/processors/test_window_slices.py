@@ -85,6 +85,11 @@ def _ordered(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {"v": a["v"] * 3 + b["v"], "id": a["id"]}
 
 
+def _ids_in_order(key: str, w: WindowResult[list[dict[str, int]]]) -> list[WindowResult[Any]]:
+    """process(): the window's ids as they were handed over (arrival order expected)."""
+    return [WindowResult(w.start, w.end, [v["id"] for v in w.value])]
+
+
 AGGS: dict[str, tuple[Any, Any]] = {
     # name -> (WindowedStream -> Stream, the model's fold over a window's values)
     "count": (lambda ws: ws.count(), len),
@@ -92,6 +97,7 @@ AGGS: dict[str, tuple[Any, Any]] = {
     "sum-no-merge": (lambda ws: ws.aggregate(SumNoMerge()), lambda vs: sum(v["v"] for v in vs)),
     "ids": (lambda ws: ws.aggregate(Ids()), lambda vs: sorted(v["id"] for v in vs)),
     "reduce": (lambda ws: ws.reduce(_ordered), lambda vs: reduce(_ordered, vs)),
+    "process": (lambda ws: ws.process(_ids_in_order), lambda vs: [v["id"] for v in vs]),
 }
 
 
@@ -235,6 +241,18 @@ def test_sliced_windows_are_sliced_and_the_others_are_not() -> None:
     d = TestDriver(make_app(SlidingSpec(50, 15), "sum", 0), partitions=1)
     d.send("k", {"v": 4, "id": 0}, timestamp=1003)
     assert d.state("window-1", "k") == {f"s{1003 - 1003 % 5}": [1005, 4]}  # gcd(50, 15) = 5
+    d = TestDriver(make_app(SlidingSpec(60, 20), "process", 0), partitions=1)
+    d.send("k", {"v": 1, "id": 0}, timestamp=1005)
+    d.send("k", {"v": 2, "id": 1}, timestamp=1001)
+    d.send("k", {"v": 3, "id": 2}, timestamp=985)
+    assert d.state("window-1", "k") == {
+        "n": [0, 3],  # the key's next arrival number
+        "s1000": [1020, [0, {"v": 1, "id": 0}, 1, {"v": 2, "id": 1}]],
+        "s980": [1000, [2, {"v": 3, "id": 2}]],
+    }
+    fired = [(e.value["start"], e.value["value"]) for e in d.advance_watermark(FLUSH)]
+    assert fired == [(940, [2]), (960, [0, 1, 2]), (980, [0, 1, 2]), (1000, [0, 1])]
+    assert d.state("window-1", "k") is None
     for agg in ("sum-no-merge", "reduce"):
         d = TestDriver(make_app(SlidingSpec(60, 20), agg, 0), partitions=1)
         d.send("k", {"v": 1, "id": 0}, timestamp=1005)
@@ -250,9 +268,10 @@ def test_sliced_windows_are_sliced_and_the_others_are_not() -> None:
     lateness=st.sampled_from([0, 25]),
     records=inputs(),
     cut=st.integers(0, 70),
+    agg=st.sampled_from(["sum", "count", "process", "ids"]),
 )
 def test_state_with_one_entry_per_window_restores_into_slices(
-    size_slides: tuple[int, int], lateness: int, records: list[Rec], cut: int
+    size_slides: tuple[int, int], lateness: int, records: list[Rec], cut: int, agg: str
 ) -> None:
     """An upgrade: the first records run with one entry per window (as earlier versions
     stored sliding windows), the rest with slices on the same committed state; the output
@@ -266,25 +285,33 @@ def test_state_with_one_entry_per_window_restores_into_slices(
         spec,
         max_delay_ms=DELAY,
         allowed_lateness_ms=lateness,
-        fold=AGGS["sum"][1],
+        fold=AGGS[agg][1],
         flush_to=FLUSH,
     )
-    before = TestDriver(make_app(spec, "sum-no-merge", lateness), partitions=PARTITIONS)
+    before = TestDriver(per_window(make_app(spec, agg, lateness)), partitions=PARTITIONS)
     for i, rec in enumerate(records[:cut]):
         send(before, i, rec)
     before.commit()
     out = [row(e) for e in before.emitted if e.topic == "out"]
-    after = TestDriver(make_app(spec, "sum", lateness), partitions=PARTITIONS)
+    after = TestDriver(make_app(spec, agg, lateness), partitions=PARTITIONS)
     after._backend = before._backend  # noqa: SLF001 - the committed state, as after a restart
     for i, rec in enumerate(records[cut:], cut):
         send(after, i, rec)
     after.advance_watermark(FLUSH)
     after.commit()
     out += [row(e) for e in after.emitted if e.topic == "out"]
-    assert Counter(out) == model.rows()
+    assert Counter(out) == model.rows()  # process(): its values in arrival order, too
     for g in range(PARTITIONS):
         assert list(after.key_group_store(g).items("window-1")) == []
     assert timers_left(after) == 0
+
+
+def per_window(app: App) -> App:
+    """The app's window operator as earlier versions ran it: one entry per window."""
+    (op,) = app._def.windows  # noqa: SLF001 - the operator behind the chain
+    op.slice_ms = None
+    op.on_record = op._on_sliding_record  # noqa: SLF001
+    return app
 
 
 def test_an_upgrade_meets_old_entries_and_slices_in_one_window() -> None:
