@@ -732,7 +732,16 @@ class WindowOperator:
                     self.store.clear()
             return
         changed = False
-        for sk in sorted(state, key=int) if len(state) > 1 else list(state):
+        if len(state) > 1:
+            order = [sk for sk in state if sk[0] != "s" and sk != "n"]
+            if len(order) != len(state):
+                changed = self._drop_slices(state, t)
+            order.sort(key=int)
+        else:
+            order = [sk for sk in state if sk[0] != "s" and sk != "n"]
+            if not order:
+                changed = self._drop_slices(state, t)
+        for sk in order:
             e, acc = state[sk]
             if fire and e - 1 == t:
                 self._emit(key, int(sk), e, acc, tctx)
@@ -744,6 +753,23 @@ class WindowOperator:
                 self.store.update(state)
             else:
                 self.store.clear()
+
+    def _drop_slices(self, state: dict[str, Any], t: int) -> bool:
+        """Purge the slices a sliced window left, once ``t`` passed their end (+ lateness).
+
+        An operator that keeps one entry per window (the app changed the assigner or the
+        aggregation since) cannot tell which of its windows a slice's records belong to:
+        they count in none, and the slice goes when the watermark passes its own end
+        (``process()``'s arrival counter with the last slice). Returns whether anything
+        was purged.
+        """
+        slices = [sk for sk in state if sk[0] == "s"]
+        drop = [sk for sk in slices if state[sk][0] - 1 + self.lateness <= t]
+        if len(drop) == len(slices) and "n" in state:
+            drop.append("n")
+        for sk in drop:
+            del state[sk]
+        return bool(drop)
 
     def _on_slice_timer(self, t: int, fire: bool, state: dict[str, Any], tctx: Any) -> None:
         """Fire the window ending at ``t + 1``; purge what no live window needs.

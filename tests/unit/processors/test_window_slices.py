@@ -19,6 +19,7 @@ from functools import reduce
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -337,3 +338,24 @@ def test_slice_length_is_the_gcd() -> None:
     app = make_app(SlidingSpec(84, 36), "count", 0)
     (op,) = app._def.windows  # noqa: SLF001 - the operator behind the chain
     assert op.slice_ms == math.gcd(84, 36) == 12
+
+
+@pytest.mark.parametrize("agg", ["count", "process"])
+def test_an_operator_with_one_entry_per_window_purges_the_slices_it_finds(agg: str) -> None:
+    """The app went from a sliced sliding window to a tumbling one (state kept, as a
+    new window size keeps it): the slices' records count in no new window, the old
+    timers fire without effect, and the slices (and process()'s counter) are purged."""
+    before = TestDriver(make_app(SlidingSpec(60, 20), agg, 0), partitions=1)
+    for i, ts in enumerate([1001, 1019, 1025, 1041]):
+        before.send("k", {"v": 1, "id": i}, timestamp=ts)
+    before.commit()
+    assert any(k.startswith("s") for k in before.state("window-1", "k"))
+    after = TestDriver(make_app(TumblingSpec(50), agg, 0), partitions=1)
+    after._backend = before._backend  # noqa: SLF001 - the committed state, as after a restart
+    after.send("k", {"v": 1, "id": 10}, timestamp=1060)
+    after.send("k", {"v": 1, "id": 11}, timestamp=1070)
+    fired = [(e.value["start"], e.value["value"]) for e in after.advance_watermark(FLUSH)]
+    assert fired == [(1050, 2 if agg == "count" else [10, 11])]
+    after.commit()
+    assert after.state("window-1", "k") is None
+    assert timers_left(after) == 0
