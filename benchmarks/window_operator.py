@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -134,7 +135,14 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     commit()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     outputs += len(driver._emitted)  # noqa: SLF001
-    return {"workload": args.run, "cpu_s": cpu, "wall_s": wall, "outputs": outputs}
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "workload": args.run,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "outputs": outputs,
+        "peak_rss_mib": round(rss_mib, 1),
+    }
 
 
 def _child(tree: Path, workload: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -185,6 +193,9 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             "after_cpu_s_per_m": round(per_m["after"], 2),
             "speedup_median": round(statistics.median(ratios), 2),
             "speedup_range": [round(min(ratios), 2), round(max(ratios), 2)],
+            "peak_rss_mib": {
+                name: statistics.median(r["peak_rss_mib"] for r in rs) for name, rs in runs.items()
+            },
             "same_outputs": len(outs) == 1,
             "outputs": sorted(outs),
         }

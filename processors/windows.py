@@ -613,9 +613,10 @@ class WindowOperator:
             return sum(parts, 0 if old is None else old)
         if self._ordered:
             values = [] if old is None else list(old)
-            if len(parts) == 1:
-                values.extend(parts[0][1::2])
-            elif parts:
+            if all(parts[i][0] > parts[i - 1][-2] for i in range(1, len(parts))):
+                for part in parts:  # each slice's records came after the previous one's
+                    values.extend(part[1::2])
+            else:
                 pairs = (zip(part[0::2], part[1::2], strict=True) for part in parts)
                 values.extend(v for _, v in heapq.merge(*pairs, key=_first))
             return values
