@@ -19,7 +19,6 @@ Everything here runs the same way under the runtime and under
 from __future__ import annotations
 
 import copy
-import heapq
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -613,12 +612,14 @@ class WindowOperator:
             return sum(parts, 0 if old is None else old)
         if self._ordered:
             values = [] if old is None else list(old)
-            if all(parts[i][0] > parts[i - 1][-2] for i in range(1, len(parts))):
-                for part in parts:  # each slice's records came after the previous one's
-                    values.extend(part[1::2])
-            else:
-                pairs = (zip(part[0::2], part[1::2], strict=True) for part in parts)
-                values.extend(v for _, v in heapq.merge(*pairs, key=_first))
+            if len(parts) == 1:
+                values.extend(parts[0][1::2])
+            elif parts:
+                pairs: list[tuple[int, Any]] = []
+                for part in parts:
+                    pairs.extend(zip(part[0::2], part[1::2], strict=True))
+                pairs.sort(key=_first)  # sorted runs, one per slice: merged in C
+                values.extend([v for _, v in pairs])
             return values
         agg = self.agg
         merge = agg.merge
@@ -733,15 +734,15 @@ class WindowOperator:
                     self.store.clear()
             return
         changed = False
-        if len(state) > 1:
-            order = [sk for sk in state if sk[0] != "s" and sk != "n"]
-            if len(order) != len(state):
-                changed = self._drop_slices(state, t)
-            order.sort(key=int)
-        else:
-            order = [sk for sk in state if sk[0] != "s" and sk != "n"]
-            if not order:
-                changed = self._drop_slices(state, t)
+        try:
+            if len(state) > 1:
+                order = sorted(state, key=int)
+            else:
+                order = list(state)
+                int(order[0])
+        except ValueError:  # slices a sliced window left (see _drop_slices)
+            changed = self._drop_slices(state, t)
+            order = sorted((sk for sk in state if sk[0] != "s" and sk != "n"), key=int)
         for sk in order:
             e, acc = state[sk]
             if fire and e - 1 == t:
