@@ -23,7 +23,9 @@ The contract (independent checkers drive it):
   (``"<start>-<end>,..."``, its windows oldest first), ``lockgate-late-watermark`` and
   ``lockgate-late-event-time``.
 
-Windows keep a count per page (not the views themselves).
+Windows keep a count per page (not the views themselves), in slices of
+``LOCKGATE_SLIDE_MS`` (the aggregator merges): a view updates one slice, and a window's
+counts are its slices' merged when it fires.
 
 Run: ``LOCKGATE_BOOTSTRAP_SERVERS=127.0.0.1:9092 lockgate run examples.top_pages:app``
 """

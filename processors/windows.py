@@ -2,12 +2,15 @@
 
 A window operator keeps, per key, the accumulator of each open window in one value
 store (``window-<n>``) and sets an event-time timer at each window's last millisecond
-(``end - 1``). When the key group's watermark reaches it, the window's result goes on
-down the chain (its event time is ``end - 1``); its state is purged then, or
-``allowed_lateness_ms`` later, when a late-but-allowed record re-emits an updated
-result. A record whose every window is past that is *late*: it goes, unchanged (the
-input record's bytes and headers), to the late topic with ``lockgate-late-window`` and
-``lockgate-late-watermark`` headers, in the same transaction.
+(``end - 1``); a sliding window whose aggregation merges keeps one accumulator per
+slice of ``gcd(size, slide)`` instead, merged into each window's result when it fires
+(see :class:`WindowOperator`). When the key group's watermark reaches ``end - 1``,
+the window's result goes on down the chain (its event time is ``end - 1``); its state
+is purged then, or ``allowed_lateness_ms`` later, when a late-but-allowed record
+re-emits an updated result. A record whose every window is past that is *late*: it
+goes, unchanged (the input record's bytes and headers), to the late topic with
+``lockgate-late-window`` and ``lockgate-late-watermark`` headers, in the same
+transaction.
 
 Everything here runs the same way under the runtime and under
 :class:`processors.testing.TestDriver`.
@@ -15,7 +18,9 @@ Everything here runs the same way under the runtime and under
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -152,6 +157,8 @@ class _Agg(Protocol):
     @property
     def merge(self) -> Any: ...
     def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]: ...
+    @property
+    def sliceable(self) -> bool: ...
 
 
 class CountAggregator:
@@ -180,6 +187,9 @@ class _Aggregate:
         self.create = aggregator.create_accumulator
         self.add = aggregator.add
         self.merge = getattr(aggregator, "merge", None)
+        #: Sliding windows keep one accumulator per slice and merge them when a window
+        #: fires: only with the aggregator's own ``merge`` (see :class:`WindowOperator`).
+        self.sliceable = callable(self.merge)
 
     def results(self, key: Any, start: int, end: int, acc: Any) -> Iterable[Any]:
         return (WindowResult(start, end, self.aggregator.get_result(acc)),)
@@ -187,6 +197,9 @@ class _Aggregate:
 
 class _Reduce:
     _EMPTY = None
+    #: ``fn`` folds values in arrival order and need not be associative: a sliding
+    #: window keeps its own accumulator (merging slices would fold in another order).
+    sliceable = False
 
     def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
         self.fn = fn
@@ -209,6 +222,10 @@ class _Reduce:
 
 
 class _Process:
+    #: Sliding windows keep each value once, in its slice, with its arrival number (the
+    #: window's values are handed over in arrival order, as with one list per window).
+    sliceable = True
+
     def __init__(self, fn: Callable[[Any, WindowResult[list[Any]]], Iterable[Any] | None]) -> None:
         self.fn = fn
 
@@ -273,7 +290,10 @@ class WindowedStream(Generic[S]):
 
         ``aggregator`` has ``create_accumulator()``, ``add(value, acc)``,
         ``get_result(acc)`` (and ``merge(a, b)`` for session windows); results are
-        :class:`WindowResult` objects.
+        :class:`WindowResult` objects. With ``merge``, sliding windows keep one
+        accumulator per slice of ``gcd(size_ms, slide_ms)`` and merge a window's slices
+        (oldest first, into a fresh accumulator) when it fires: ``merge(a, b)`` must
+        equal adding ``b``'s records to ``a``, whatever order they arrived in.
 
         Raises:
             ConfigError: a session window with an aggregator without ``merge``.
@@ -316,7 +336,30 @@ class WindowedStream(Generic[S]):
 
 
 class WindowOperator:
-    """The runtime half of a window: what happens per record and per timer."""
+    """The runtime half of a window: what happens per record and per timer.
+
+    State layout (one value per key in ``window-<n>``, a dict for time windows):
+
+    - ``"<start>": [end, acc]`` — one window's accumulator (tumbling windows, sliding
+      windows whose aggregation cannot merge, and state written before slices existed);
+    - ``"s<start>": [end, acc]`` — one *slice* of a sliding window whose aggregation can
+      merge (``count()``, ``aggregate()`` with ``merge``, ``process()``): the windows
+      are cut into slices of ``gcd(size_ms, slide_ms)``, a record updates the one slice
+      it falls in, and a window's result is its slices merged (with its own
+      ``"<start>"`` entry, if an earlier version left one) when it fires or is updated.
+      A slice lives until the last window containing it is purged. For ``process()``
+      ``acc`` is ``[n, value, n, value, ...]`` with ``n`` the key's arrival number
+      (``"n": [0, next n]``), so a window's values come back in arrival order.
+
+    Timers, per key: with one entry per window, one ``w<n>:f`` at each open window's
+    ``end - 1`` (until it fires) and, with allowed lateness, one ``w<n>:c`` at
+    ``end - 1 + allowed_lateness_ms``; sliced, a ``w<n>:f`` at the end of the first
+    window with data that has not fired (each firing sets the next one) and a
+    ``w<n>:c`` per slice where its last window is purged.
+    """
+
+    #: ``on_record(key, value, ctx)``: the chain step (set per assigner at construction).
+    on_record: Callable[[Any, Any, Any], None]
 
     def __init__(
         self,
@@ -350,23 +393,35 @@ class WindowOperator:
         #: ... and as written to (set by the app, :meth:`processors.App.run_as`).
         self.late_topic = late_topic
         self.prefix = f"w{n}"
+        self._fire_name = self.prefix + ":f"
+        self._clean_name = self.prefix + ":c"
         self.store = store
         self.time = time
         for suffix in (":f", ":c"):  # exact names: no parsing per timer
             self.time.add_owner(self.prefix + suffix, self.on_timer)
         self.nxt: Next = lambda k, v, c: None
         self.needs_event_time = isinstance(assigner, (Tumbling, Sliding, Session))
+        #: The slice length of a sliced sliding window (``None``: one entry per window).
+        self.slice_ms: int | None = None
+        #: ``count()``: slices merge by summing.
+        self._counts = isinstance(agg, _Aggregate) and type(agg.aggregator) is CountAggregator
+        #: ``process()``: a slice holds ``[n, value, n, value, ...]`` (``n``: the key's
+        #: arrival number, from its ``"n"`` entry), merged back into arrival order.
+        self._ordered = isinstance(agg, _Process)
+        if isinstance(assigner, Tumbling):
+            self.on_record = self._on_tumbling_record
+        elif isinstance(assigner, Sliding):
+            if assigner.slide_ms < assigner.size_ms and agg.sliceable:
+                self.slice_ms = math.gcd(assigner.size_ms, assigner.slide_ms)
+                self.on_record = self._on_slice_record
+            else:
+                self.on_record = self._on_sliding_record
+        elif isinstance(assigner, Session):
+            self.on_record = self._on_session_record
+        else:
+            self.on_record = self._on_count_record
 
     # -- per record -------------------------------------------------------------------------
-
-    def on_record(self, key: Any, value: Any, ctx: Any) -> None:
-        a = self.assigner
-        if isinstance(a, (Tumbling, Sliding)):
-            self._on_time_record(key, value, ctx, a.assign(ctx.event_time))
-        elif isinstance(a, Session):
-            self._on_session_record(key, value, ctx, a.gap_ms)
-        else:
-            self._on_count_record(key, value, ctx, a)
 
     def _late(self, ctx: Any, windows: list[tuple[int, int]], wm: int) -> None:
         """Send the input record (once, however many of its values were late) aside."""
@@ -398,9 +453,45 @@ class WindowOperator:
         headers.extend(h for h in msg.headers() or [] if h[0] != WRITER)
         ctx.emit(self.late_topic, msg.key(), msg.value(), headers)
 
-    def _on_time_record(
-        self, key: Any, value: Any, ctx: Any, windows: list[tuple[int, int]]
-    ) -> None:
+    def _on_tumbling_record(self, key: Any, value: Any, ctx: Any) -> None:
+        a: Tumbling = self.assigner  # type: ignore[assignment]  # set for Tumbling only
+        ts = ctx.event_time
+        size = a.size_ms
+        s = ts - (ts - a.offset_ms) % size
+        e = s + size
+        time = self.time
+        wm = time.operator_watermark()
+        lateness = self.lateness
+        if e - 1 + lateness <= wm:
+            self._late(ctx, [(s, e)], wm)
+            return
+        store = self.store
+        state = store.value()
+        if state is None:
+            state = {}
+        sk = str(s)
+        entry = state.get(sk)
+        agg = self.agg
+        if entry is None:
+            acc = agg.add(value, agg.create())
+            state[sk] = [e, acc]
+            store.update(state)
+            if e - 1 <= wm:
+                # Fired already, within the allowed lateness: an updated result now.
+                self._emit(key, s, e, acc, ctx)
+            else:
+                time.register(_EVENT, e - 1, self._fire_name)
+            if lateness:
+                time.register(_EVENT, e - 1 + lateness, self._clean_name)
+            return
+        entry[1] = acc = agg.add(value, entry[1])
+        store.update(state)
+        if e - 1 <= wm:
+            self._emit(key, s, e, acc, ctx)
+
+    def _on_sliding_record(self, key: Any, value: Any, ctx: Any) -> None:
+        """One accumulator per window (sliding windows whose aggregation cannot merge)."""
+        windows = self.assigner.assign(ctx.event_time)  # type: ignore[union-attr]  # Sliding
         time = self.time
         wm = time.operator_watermark()
         lateness = self.lateness
@@ -420,12 +511,127 @@ class WindowOperator:
                 # Fired already, within the allowed lateness: an updated result now.
                 self._emit(key, s, e, acc, ctx)
             elif entry is None:
-                time.register(_EVENT, e - 1, self.prefix + ":f")
+                time.register(_EVENT, e - 1, self._fire_name)
             if entry is None and lateness:
-                time.register(_EVENT, e - 1 + lateness, self.prefix + ":c")
+                time.register(_EVENT, e - 1 + lateness, self._clean_name)
         store.update(state)
 
-    def _on_session_record(self, key: Any, value: Any, ctx: Any, gap: int) -> None:
+    def _on_slice_record(self, key: Any, value: Any, ctx: Any) -> None:
+        """A record updates the one slice it falls in (see the class docstring).
+
+        The windows containing it are ``[s, s + size)`` for ``s`` on the slide grid from
+        ``first`` to ``last``; those the watermark passed but whose allowed lateness it
+        has not emit their updated result at once, as with one entry per window.
+        """
+        a: Sliding = self.assigner  # type: ignore[assignment]  # set for Sliding only
+        g: int = self.slice_ms  # type: ignore[assignment]  # set with this method
+        ts = ctx.event_time
+        size, slide, offset = a.size_ms, a.slide_ms, a.offset_ms
+        last = ts - (ts - offset) % slide
+        time = self.time
+        wm = time.operator_watermark()
+        lateness = self.lateness
+        if last + size - 1 + lateness <= wm:
+            self._late(ctx, a.assign(ts), wm)
+            return
+        p = ts - (ts - offset) % g
+        pk = "s" + str(p)
+        store = self.store
+        state = store.value()
+        if state is None:
+            state = {}
+        entry = state.get(pk)
+        if self._ordered:
+            n = state.get("n")
+            if n is None:
+                state["n"] = n = [0, 0]
+            seq = n[1]
+            n[1] = seq + 1
+            if entry is None:
+                state[pk] = [p + g, [seq, value]]
+            else:
+                entry[1].append(seq)
+                entry[1].append(value)
+        else:
+            agg = self.agg
+            if entry is None:
+                state[pk] = [p + g, agg.add(value, agg.create())]
+            else:
+                entry[1] = agg.add(value, entry[1])
+        store.update(state)
+        first = last - slide * ((last - ts + size - 1) // slide)
+        if first + size - 1 <= wm:
+            # Windows that fired already, within the allowed lateness: updated results.
+            for s in range(first, last + 1, slide):
+                e = s + size
+                if e - 1 > wm:
+                    break
+                if e - 1 + lateness > wm:
+                    self._emit(key, s, e, self._window_acc(state, s, e), ctx)
+        if entry is None:
+            # A new slice: a timer at the end of its first window that has not fired
+            # (the firing sets the next one: the timers chain through the windows with
+            # data), and one where its last window is purged.
+            e = first + size
+            if e - 1 <= wm:
+                e += ((wm - e + 1) // slide + 1) * slide
+            if e <= last + size:
+                time.register(_EVENT, e - 1, self._fire_name)
+            if lateness:
+                time.register(_EVENT, last + size - 1 + lateness, self._clean_name)
+
+    def _window_parts(self, state: dict[str, Any], s: int, e: int) -> tuple[Any, list[Any]]:
+        """Window ``[s, e)``'s entry of an earlier version (or ``None``) and its slices.
+
+        The slices' accumulators come oldest first.
+        """
+        g: int = self.slice_ms  # type: ignore[assignment]  # sliced operators only
+        old = state.get(str(s))
+        get = state.get
+        parts = []
+        for p in range(s, e, g):
+            entry = get("s" + str(p))
+            if entry is not None:
+                parts.append(entry[1])
+        return (old[1] if old is not None and old[0] == e else None), parts
+
+    def _window_acc(self, state: dict[str, Any], s: int, e: int) -> Any:
+        """The accumulator of window ``[s, e)``: its slices (and old entry) merged."""
+        old, parts = self._window_parts(state, s, e)
+        return self._merged(old, parts)
+
+    def _merged(self, old: Any, parts: list[Any]) -> Any:
+        """A window's accumulator: its old entry (or ``None``), then its slices', merged.
+
+        Starts from a fresh accumulator, so a ``merge`` that changes its first argument
+        never changes a stored slice; one that returns a stored accumulator as it is
+        gets a copy to go on with. Counts (``count()``) are summed; ``process()`` values
+        come in arrival order (an old entry's first: they all came before any slice).
+        """
+        if self._counts:
+            return sum(parts, 0 if old is None else old)
+        if self._ordered:
+            values = [] if old is None else list(old)
+            if len(parts) == 1:
+                values.extend(parts[0][1::2])
+            elif parts:
+                pairs: list[tuple[int, Any]] = []
+                for part in parts:
+                    pairs.extend(zip(part[0::2], part[1::2], strict=True))
+                pairs.sort(key=_first)  # sorted runs, one per slice: merged in C
+                values.extend([v for _, v in pairs])
+            return values
+        agg = self.agg
+        merge = agg.merge
+        acc = agg.create()
+        for part in parts if old is None else [old, *parts]:
+            acc = merge(acc, part)
+            if acc is part:
+                acc = copy.deepcopy(acc)
+        return acc
+
+    def _on_session_record(self, key: Any, value: Any, ctx: Any) -> None:
+        gap = self.assigner.gap_ms  # type: ignore[union-attr]  # set for Session only
         time = self.time
         wm = time.operator_watermark()
         lateness = self.lateness
@@ -462,7 +668,8 @@ class WindowOperator:
         if lateness:
             time.register(_EVENT, end - 1 + lateness, self.prefix + ":c")
 
-    def _on_count_record(self, key: Any, value: Any, ctx: Any, a: Count | Global) -> None:
+    def _on_count_record(self, key: Any, value: Any, ctx: Any) -> None:
+        a: Count | Global = self.assigner  # type: ignore[assignment]  # Count/Global only
         ts = ctx.event_time
         state = self.store.value()
         if state is None:
@@ -507,6 +714,9 @@ class WindowOperator:
         state = self.store.value()
         if not state:
             return
+        if self.slice_ms is not None:
+            self._on_slice_timer(t, name == self._fire_name, state, tctx)
+            return
         fire = name.endswith(":f")
         lateness = self.lateness
         key = tctx.key
@@ -524,7 +734,16 @@ class WindowOperator:
                     self.store.clear()
             return
         changed = False
-        for sk in sorted(state, key=int) if len(state) > 1 else list(state):
+        try:
+            if len(state) > 1:
+                order = sorted(state, key=int)
+            else:
+                order = list(state)
+                int(order[0])
+        except ValueError:  # slices a sliced window left (see _drop_slices)
+            changed = self._drop_slices(state, t)
+            order = sorted((sk for sk in state if sk[0] != "s" and sk != "n"), key=int)
+        for sk in order:
             e, acc = state[sk]
             if fire and e - 1 == t:
                 self._emit(key, int(sk), e, acc, tctx)
@@ -536,6 +755,87 @@ class WindowOperator:
                 self.store.update(state)
             else:
                 self.store.clear()
+
+    def _drop_slices(self, state: dict[str, Any], t: int) -> bool:
+        """Purge the slices a sliced window left, once ``t`` passed their end (+ lateness).
+
+        An operator that keeps one entry per window (the app changed the assigner or the
+        aggregation since) cannot tell which of its windows a slice's records belong to:
+        they count in none, and the slice goes when the watermark passes its own end
+        (``process()``'s arrival counter with the last slice). Returns whether anything
+        was purged.
+        """
+        slices = [sk for sk in state if sk[0] == "s"]
+        drop = [sk for sk in slices if state[sk][0] - 1 + self.lateness <= t]
+        if len(drop) == len(slices) and "n" in state:
+            drop.append("n")
+        for sk in drop:
+            del state[sk]
+        return bool(drop)
+
+    def _on_slice_timer(self, t: int, fire: bool, state: dict[str, Any], tctx: Any) -> None:
+        """Fire the window ending at ``t + 1``; purge what no live window needs.
+
+        One pass over the key's entries finds the window's slices, the ones to purge
+        and the next window end with a slice: a firing sets the key's next ``:f`` timer
+        there (the chain :meth:`_on_slice_record` starts). ``"<start>"`` entries an
+        earlier version (or window size) left fire at their own end and are purged as
+        one entry per window is (their timers were set with them).
+        """
+        a: Sliding = self.assigner  # type: ignore[assignment]  # sliced: Sliding only
+        size, slide, offset = a.size_ms, a.slide_ms, a.offset_ms
+        lateness = self.lateness
+        e = t + 1
+        s = e - size
+        current = fire and (s - offset) % slide == 0
+        drop = []
+        nxt = None  # the first end of a window after e that holds a slice
+        parts: list[tuple[int, Any]] = []  # (start, accumulator) of the window's slices
+        old = None  # the window's entry of an earlier version
+        due: list[tuple[int, int, Any]] = []  # old windows of another size ending at e
+        for sk, (we, acc) in state.items():
+            if sk[0] != "s":
+                if sk == "n":
+                    continue  # process(): the key's arrival counter
+                if fire and we == e:
+                    ws = int(sk)
+                    if current and ws == s:
+                        old = acc
+                    else:
+                        due.append((ws, we, acc))
+                if we - 1 + lateness <= t:
+                    drop.append(sk)
+                continue
+            p = int(sk[1:])
+            last_end = p - (p - offset) % slide + size  # the last window containing it
+            if last_end - 1 + lateness <= t:
+                drop.append(sk)
+            if fire and last_end > e:
+                first_end = last_end - slide * ((last_end - p - 1) // slide)
+                if nxt is None or first_end < nxt:
+                    nxt = first_end
+            if current and s <= p < e:
+                parts.append((p, acc))
+        if fire:
+            if parts or old is not None:
+                parts.sort(key=_first)
+                due.append((s, e, self._merged(old, [part for _, part in parts])))
+            key = tctx.key
+            for ws, we, acc in sorted(due, key=_first) if len(due) > 1 else due:
+                self._emit(key, ws, we, acc, tctx)
+            if nxt is not None:
+                self.time.register(_EVENT, max(nxt, e + slide) - 1, self._fire_name)
+        if drop:
+            for sk in drop:
+                del state[sk]
+            if len(state) > 1 or (state and "n" not in state):
+                self.store.update(state)
+            else:
+                self.store.clear()  # nothing left (but perhaps process()'s counter)
+
+
+def _first(x: tuple[Any, ...]) -> Any:
+    return x[0]
 
 
 _ = NO_WATERMARK  # re-exported for users of this module

@@ -66,6 +66,7 @@ _NEVER = 2**63
 _BIAS = 2**63
 _WM_KEY = b"w"
 _BE64 = struct.Struct(">Q")
+_PACK = _BE64.pack
 _EVENT = b"e"
 _PROC = b"p"
 
@@ -120,7 +121,7 @@ class Watermarks:
 
 def timer_key(kind: bytes, time_ms: int, raw_key: bytes) -> bytes:
     """Return the timer store key of a timer (ordered by kind, time, key)."""
-    return b"t" + kind + _BE64.pack(time_ms + _BIAS) + raw_key
+    return b"t" + kind + _PACK(time_ms + _BIAS) + raw_key
 
 
 def _split_timer_key(tk: bytes) -> tuple[int, bytes]:
@@ -433,17 +434,20 @@ class TimeService:
         raw_key = self.cursor.key
         if raw_key is None:
             raise StateError("timers need a record key; this record has none")
-        clock = self.clock()
-        tk = timer_key(kind, time_ms, raw_key)
-        names = clock.live.get(tk)
+        clock: _Clock | None = self.handle._cache.derived  # noqa: SLF001 - our own handle
+        if clock is None:
+            clock = self.clock()
+        tk = b"t" + kind + _PACK(time_ms + _BIAS) + raw_key  # timer_key(), inlined
+        live = clock.live
+        names = live.get(tk)
         if names is None:
-            clock.live[tk] = [name]
+            live[tk] = names = [name]
             heapq.heappush(clock.event if kind == _EVENT else clock.proc, (time_ms, tk))
         elif name in names:
             return
         else:
-            clock.live[tk] = names = [*names, name]
-        clock.cache.put(tk, clock.live[tk])
+            live[tk] = names = [*names, name]
+        clock.cache.put(tk, names)
 
     def delete(self, kind: bytes, time_ms: int, name: str) -> None:
         """Delete a timer of the current key (no-op when not set)."""
@@ -490,7 +494,7 @@ class TimeService:
                 if names is None:
                     continue  # deleted
                 clock.cache.put(tk, DELETED)
-                _, raw_key = _split_timer_key(tk)
+                raw_key = tk[10:]  # after b"t", the kind and the time (see timer_key)
                 cursor.key = raw_key
                 tctx.event_time = t
                 tctx.watermark = clock.wm
@@ -522,7 +526,8 @@ class TimeService:
 
     def operator_watermark(self) -> int:
         """The watermark a window operator judges lateness by (see :meth:`_fire`)."""
-        wm = self.clock().wm
+        clock: _Clock | None = self.handle._cache.derived  # noqa: SLF001 - our own handle
+        wm = (self.clock() if clock is None else clock).wm
         at = self.firing_at
         return wm if at is None else min(wm, at - 1)
 

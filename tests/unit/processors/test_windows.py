@@ -10,6 +10,7 @@ after crashes and replays.
 
 from __future__ import annotations
 
+import math
 import random
 import struct
 from collections import Counter
@@ -233,13 +234,28 @@ def send(d: TestDriver, i: int, rec: Rec) -> list[Emitted]:
     return d.send(rec.key, rec.value, timestamp=rec.ts, headers=headers_of(i))
 
 
-def open_windows_in_state(d: TestDriver, key: str, spec: Spec) -> list[tuple[int, int]]:
+def open_windows_in_state(
+    d: TestDriver, key: str, spec: Spec, lateness: int = 0
+) -> list[tuple[int, int]]:
+    """The windows the key's state holds: its ``"<start>"`` entries, and for a sliced
+    sliding window each live window (not purged yet) containing one of its slices."""
     state = d.state("window-1", key)
     if state is None:
         return []
     if isinstance(spec, SessionSpec):
         return sorted((s, e) for s, e, _ in state)
-    return sorted((int(s), e) for s, (e, _) in state.items())
+    state = {k: v for k, v in state.items() if k != "n"}  # process()'s arrival counter
+    windows = {(int(s), e) for s, (e, _) in state.items() if not s.startswith("s")}
+    slices = [(int(s[1:]), e) for s, (e, _) in state.items() if s.startswith("s")]
+    if slices:
+        assert isinstance(spec, SlidingSpec)
+        wm = d.watermark(partition_of(key, PARTITIONS))
+        for p, pe in slices:
+            assert pe - p == math.gcd(spec.size, spec.slide)
+            for s, e in Sliding(spec.size, spec.slide, spec.offset).assign(p):
+                if e - 1 + lateness > wm:
+                    windows.add((s, e))
+    return sorted(windows)
 
 
 def committed_timers(d: TestDriver) -> Counter[tuple[str, int]]:
@@ -265,6 +281,46 @@ def expected_timers(outcome: Outcome, lateness: int) -> Counter[tuple[str, int]]
             if lateness:
                 out[(key, e - 1 + lateness)] += 1  # and is forgotten then
     return out
+
+
+def sliced(spec: Spec, agg_name: str) -> bool:
+    """Whether the operator keeps slices (sliding windows, count/merging/process)."""
+    sliceable = ("count", "sum", "process")
+    return isinstance(spec, SlidingSpec) and spec.slide < spec.size and agg_name in sliceable
+
+
+def check_sliced_timers(d: TestDriver, outcome: Outcome, lateness: int, spec: Spec) -> None:
+    """The committed timers of a sliced sliding window (its ``:f`` timers chain).
+
+    Per key: every ``:f`` timer is at the end of an open window that has not fired, the
+    earliest such window has one (its firing sets the next), and with allowed lateness
+    each slice has its ``:c`` timer where its last window is purged.
+    """
+    assert isinstance(spec, SlidingSpec)
+    names: Counter[tuple[str, int, str]] = Counter()
+    for g in range(PARTITIONS):
+        for k, raw in d.key_group_store(g).items("lockgate.time"):
+            if k.startswith(b"te"):
+                t = struct.unpack(">Q", k[2:10])[0] - 2**63
+                for name in orjson.loads(raw):
+                    names[(k[10:].decode(), t, name)] += 1
+    assert set(names.values()) <= {1}
+    for key in KEYS:
+        wm = outcome.final_watermarks[partition_of(key, PARTITIONS)]
+        unfired = sorted(e - 1 for _, e in outcome.open_windows.get(key, []) if e - 1 > wm)
+        fires = {t for k, t, n in names if k == key and n == "w1:f"}
+        assert fires <= set(unfired), key
+        assert (min(fires) if fires else None) == (unfired[0] if unfired else None), key
+        cleans = {t for k, t, n in names if k == key and n == "w1:c"}
+        state = d.state("window-1", key) or {}
+        want = set()
+        if lateness:
+            for sk in state:
+                if sk == "n":
+                    continue  # process()'s arrival counter
+                p = int(sk[1:])
+                want.add(p - (p - spec.offset) % spec.slide + spec.size - 1 + lateness)
+        assert cleans == want, key
 
 
 TIME_SPECS = {
@@ -336,9 +392,14 @@ def test_time_windows_match_the_model(kind: str, agg_name: str, lateness: int, s
         if i == check_at:
             # state holds exactly the open windows; the committed timers are theirs
             for key in KEYS:
-                assert open_windows_in_state(d, key, spec) == prefix.open_windows.get(key, [])
+                assert open_windows_in_state(d, key, spec, lateness) == prefix.open_windows.get(
+                    key, []
+                )
             d.commit()
-            assert committed_timers(d) == expected_timers(prefix, lateness)
+            if sliced(spec, agg_name):
+                check_sliced_timers(d, prefix, lateness, spec)
+            else:
+                assert committed_timers(d) == expected_timers(prefix, lateness)
 
     flushed = d.advance_watermark(FLUSH)
     assert Counter(out_row(e) for e in flushed) == Counter(expected_rows(model, agg, at=-1))
