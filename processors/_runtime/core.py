@@ -40,6 +40,7 @@ from processors._kafka.errors import (
     kafka_call,
 )
 from processors._runtime.health import Metrics
+from processors._sinks import Sinks
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
 from processors._task.keygroups import KeyGroup, Restorer
@@ -99,6 +100,8 @@ class RunnerCore:
         self._inputs = app.input_topics
         self._outputs = {t: (spec.key.encode, spec.value.encode) for t, spec in app.outputs.items()}
         self._internal_outputs = [t for t, spec in app.outputs.items() if spec.internal]
+        #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
+        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000)
         self._internal_set = frozenset(self._internal_outputs)
         #: ``lockgate-writer`` header of the key group in progress (internal outputs).
         self._writer_header: list[tuple[str, bytes | str]] = []
@@ -302,6 +305,10 @@ class RunnerCore:
         """
         codecs = self._outputs.get(topic)
         if codecs is None:
+            if topic in self._sinks:  # sink hook: a row for the key group in progress
+                self._sinks.write(topic, self._writer_header, key, value)
+                self._epoch_out += 1
+                return
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
         kenc, venc = codecs
         if topic in self._internal_set:

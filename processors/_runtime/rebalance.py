@@ -193,6 +193,11 @@ class RebalanceMixin(EpochMixin):
             offset = tp.offset if tp.offset >= 0 else log_start[key]
             self._committed[key] = offset
             self._next[key] = offset
+        # sink hook: prepared rows of these key groups are settled by the epoch token their
+        # committed offsets name (that epoch committed; any other did not).
+        self._sinks.settle(
+            {tp.partition: offset_metadata(tp.metadata).get("txn") for tp in committed}
+        )
         self._load_key_group_records(groups, origins)
         try:
             seeded = [g for g in groups if self._seed_from_savepoint(g)]

@@ -1,0 +1,93 @@
+"""The Postgres sink writes each epoch's rows exactly once, also across an aborted epoch.
+
+examples/postgres_sink.py (upsert table + append table) runs against the real broker and
+a real PostgreSQL server. A trigger makes the database refuse one row once (a sequence
+counts attempts: it is not rolled back with the failed transaction), so the epoch holding
+it aborts before its Kafka commit and is replayed. The tables must then equal the model of
+the stored input: every event once, every key's final sum; no prepared transaction left.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from examples.postgres_sink import DSN_ENV, TABLE_ENV, ddl
+from tests.support.kafka import create_topic, produce_numbers, read_inputs, unique
+from tests.support.pg_model import check_tables
+from tests.support.postgres import PostgresServer
+from tests.support.procs import AppProcess, wait_until
+
+RECORDS = 3000
+KEYS = 40
+#: The seq the database refuses once.
+REFUSED_SEQ = 1777
+
+
+def _inputs() -> list[tuple[str, int, int]]:
+    return [(f"k{(s * 13) % KEYS}", (s * 7) % 11, s) for s in range(RECORDS)]
+
+
+def _arm_refusal(pg: PostgresServer, table: str) -> None:
+    """The first insert of event ``REFUSED_SEQ`` fails; its replay succeeds."""
+    pg.execute(f"CREATE SEQUENCE {table}_attempts")
+    pg.execute(
+        f"""
+        CREATE FUNCTION {table}_refuse_once() RETURNS trigger AS $$
+        BEGIN
+            IF NEW.seq = {REFUSED_SEQ} AND nextval('{table}_attempts') = 1 THEN
+                RAISE EXCEPTION 'injected refusal of seq %', NEW.seq;
+            END IF;
+            RETURN NEW;
+        END $$ LANGUAGE plpgsql"""
+    )
+    pg.execute(
+        f"CREATE TRIGGER {table}_refuse BEFORE INSERT ON {table}_events "
+        f"FOR EACH ROW EXECUTE FUNCTION {table}_refuse_once()"
+    )
+
+
+def _count(pg: PostgresServer, table: str) -> int:
+    return int(pg.execute(f"SELECT count(*) FROM {table}_events")[0][0])  # noqa: S608
+
+
+def test_postgres_sink_exactly_once_with_an_aborted_epoch(
+    kafka_bootstrap: str, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    inp, app = unique("pg-in"), unique("pg-sums")
+    table = app.replace("-", "_")
+    create_topic(kafka_bootstrap, inp, 3)
+    postgres.execute(ddl(table))
+    _arm_refusal(postgres, table)
+    produce_numbers(kafka_bootstrap, inp, _inputs())
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
+        "LOCKGATE_INSTANCE_ID": "pg1",
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "200",
+        "LOCKGATE_CONSUME_BATCH_SIZE": "100",
+        DSN_ENV: postgres.dsn,
+        TABLE_ENV: table,
+    }
+    proc = AppProcess("examples.postgres_sink:app", env, tmp_path / "pg1.log").start()
+    started = time.monotonic()
+    try:
+        wait_until(lambda: _count(postgres, table) >= RECORDS, timeout=120, what="all events")
+        time.sleep(1.0)  # anything written twice would show by now
+        problems = check_tables(postgres, table, read_inputs(kafka_bootstrap, inp, RECORDS))
+        code = proc.terminate(60)
+    except BaseException:
+        print(proc.log_text()[-6000:])
+        if proc.alive:
+            proc.kill9()
+        raise
+    log = proc.log_text()
+    print(f"{RECORDS} inputs in {time.monotonic() - started:.1f} s")
+    assert problems == [], "\n".join(problems) + "\n" + log[-6000:]
+    # The refusal aborted an epoch (and only the replay wrote it).
+    assert "injected refusal of seq 1777" in log, log[-6000:]
+    assert "aborting epoch" in log, log[-6000:]
+    assert int(postgres.execute(f"SELECT last_value FROM {table}_attempts")[0][0]) >= 2
+    assert code == 0, log[-6000:]
