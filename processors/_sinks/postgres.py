@@ -202,7 +202,12 @@ class PostgresSink:
         if not self._rows and not self.has_pending():
             return
         rows, self._rows = self._rows, {}
-        self._call(lambda left: self._prepare(token, owned, rows, left), deadline, "prepare")
+        self._call(
+            lambda left: self._prepare(token, owned, rows, left),
+            deadline,
+            "prepare",
+            "; the epoch is replayed",
+        )
 
     def commit(self, deadline: float) -> None:
         """The epoch committed in Kafka: commit its prepared transactions (never raises)."""
@@ -258,11 +263,21 @@ class PostgresSink:
 
         Returns the connection (outside a transaction, timeouts set for ``left``).
         """
+        import psycopg
         from psycopg import sql
 
+        until = time.monotonic() + left
         conn = self._connection(left)
         ms = max(1, int(left * 1000))
-        conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(ms)))
+        timeout = sql.SQL("SET statement_timeout = {}").format(sql.Literal(ms))
+        try:
+            conn.execute(timeout)
+        except psycopg.OperationalError:
+            # A connection the server closed meanwhile (it restarted): nothing was done on
+            # it yet, so a new one may do it all.
+            self._close()
+            conn = self._connection(max(0.1, until - time.monotonic()))
+            conn.execute(timeout)
         conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(ms)))
         for pending, how in ((self._to_commit, "COMMIT"), (self._to_rollback, "ROLLBACK")):
             while pending:
@@ -394,8 +409,10 @@ class PostgresSink:
 
     # -- bounded calls ---------------------------------------------------------------------
 
-    def _call(self, fn: Callable[[float], T], deadline: float, what: str) -> T:
+    def _call(self, fn: Callable[[float], T], deadline: float, what: str, then: str = "") -> T:
         """Run ``fn(time_left)`` on the worker thread, by ``deadline``.
+
+        ``then`` ends the error's message (what happens next).
 
         Raises:
             SinkUnavailable: no time left, the deadline passed (the connection's socket is
@@ -404,8 +421,7 @@ class PostgresSink:
         left = deadline - time.monotonic()
         if left < 0.1:
             raise SinkUnavailable(
-                f"postgres sink {self.spec.name!r}: no time left in the transaction for "
-                f"the {what}; the epoch is replayed"
+                f"postgres sink {self.spec.name!r}: no time left for the {what}{then}"
             )
 
         def run() -> T:
@@ -422,14 +438,14 @@ class PostgresSink:
             self._interrupt()
             raise SinkUnavailable(
                 f"postgres sink {self.spec.name!r}: the {what} took longer than the "
-                f"{left:.1f}s the transaction had left; the epoch is replayed"
+                f"{left:.1f}s it had{then}"
             ) from None
         except SinkUnavailable:
             raise
         except Exception as exc:
             raise SinkUnavailable(
                 f"postgres sink {self.spec.name!r}: the {what} failed "
-                f"({type(exc).__name__}: {str(exc).strip()}); the epoch is replayed"
+                f"({type(exc).__name__}: {str(exc).strip()}){then}"
             ) from exc
 
     def _try(self, fn: Callable[[float], Any], deadline: float, what: str) -> None:
@@ -437,7 +453,8 @@ class PostgresSink:
             self._call(fn, deadline, what)
         except SinkUnavailable as exc:
             log.warning(
-                "postgres sink: retried before the next epoch commits",
+                "postgres sink: %s left pending (done before the next epoch commits)",
+                what,
                 extra={"sink": self.spec.name, "error": str(exc)},
             )
 

@@ -13,7 +13,9 @@ total, every key's final sum, no prepared transaction left behind.
   owner must commit them). A supervisor restarts every dead instance, a quarter of the
   time with its state dir wiped (as an orchestrator would).
 - outage: the database is stopped mid-run (once ``immediate``, like a crash, once
-  ``fast``) for a few seconds and restarted, an instance killed during the first outage.
+  ``fast``) for a few seconds and restarted, an instance killed during the first outage;
+  then every server process is stopped (SIGSTOP) for longer than the transaction
+  timeout, so calls hang rather than fail.
   Epochs abort while it is away (their rows are replayed later); instances that give up
   after too many aborts in a row exit and are restarted.
 """
@@ -182,6 +184,13 @@ def test_postgres_outage_ends_exact(
         pg.stop("fast")
         time.sleep(4.0)
         pg.start()
+        # A database that stops answering (every process stopped) longer than the
+        # transaction timeout: the sink's bound aborts the epochs, Kafka never waits.
+        before = _count(pg, table)
+        wait_until(lambda: _count(pg, table) > before + 300, timeout=90, what="rows again")
+        frozen = pg.freeze()
+        time.sleep(12.0)
+        pg.thaw(frozen)
         problems = _finish(fleet, sup, feeder, pg, table, inp)
     except BaseException:
         print(f"chaos seed: {seed}; restarts {sup.restarts}\n{pg.log_tail()}")
@@ -191,3 +200,5 @@ def test_postgres_outage_ends_exact(
     logs = fleet.logs_full()
     print(f"outage: {logs.count('aborting epoch')} aborted epochs in the current logs")
     assert problems == [], f"seed {seed}\n" + "\n".join(problems) + "\n" + fleet.logs()
+    # The sink's bound ended the epochs the frozen database held, not the coordinator.
+    assert "outlived its timeout" not in logs, fleet.logs()

@@ -1,10 +1,13 @@
-"""The Postgres sink writes each epoch's rows exactly once, also across an aborted epoch.
+"""The Postgres sink writes each epoch's rows exactly once, also across aborted epochs.
 
 examples/postgres_sink.py (upsert table + append table) runs against the real broker and
-a real PostgreSQL server. A trigger makes the database refuse one row once (a sequence
-counts attempts: it is not rolled back with the failed transaction), so the epoch holding
-it aborts before its Kafka commit and is replayed. The tables must then equal the model of
-the stored input: every event once, every key's final sum; no prepared transaction left.
+a real PostgreSQL server. A trigger makes the database refuse one row once, and hang on
+another once for longer than the Kafka transaction may stay open (sequences count the
+attempts: they are not rolled back with the failed transaction). Both epochs abort before
+their Kafka commit and are replayed; the slow one is cut by the sink's bound (the time the
+transaction has left), never by the transaction timeout. The tables must then equal the
+model of the stored input: every event once, every key's final sum; no prepared
+transaction left.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ RECORDS = 3000
 KEYS = 40
 #: The seq the database refuses once.
 REFUSED_SEQ = 1777
+#: The seq whose first insert hangs longer than the transaction timeout.
+SLOW_SEQ = 2444
+TXN_TIMEOUT_MS = 6000
 
 
 def _inputs() -> list[tuple[str, int, int]]:
@@ -29,14 +35,18 @@ def _inputs() -> list[tuple[str, int, int]]:
 
 
 def _arm_refusal(pg: PostgresServer, table: str) -> None:
-    """The first insert of event ``REFUSED_SEQ`` fails; its replay succeeds."""
+    """The first insert of ``REFUSED_SEQ`` fails, the first of ``SLOW_SEQ`` hangs."""
     pg.execute(f"CREATE SEQUENCE {table}_attempts")
+    pg.execute(f"CREATE SEQUENCE {table}_slow")
     pg.execute(
         f"""
         CREATE FUNCTION {table}_refuse_once() RETURNS trigger AS $$
         BEGIN
             IF NEW.seq = {REFUSED_SEQ} AND nextval('{table}_attempts') = 1 THEN
                 RAISE EXCEPTION 'injected refusal of seq %', NEW.seq;
+            END IF;
+            IF NEW.seq = {SLOW_SEQ} AND nextval('{table}_slow') = 1 THEN
+                PERFORM pg_sleep({3 * TXN_TIMEOUT_MS / 1000});
             END IF;
             RETURN NEW;
         END $$ LANGUAGE plpgsql"""
@@ -68,6 +78,7 @@ def test_postgres_sink_exactly_once_with_an_aborted_epoch(
         "LOCKGATE_INSTANCE_ID": "pg1",
         "LOCKGATE_CHECKPOINT_INTERVAL_MS": "200",
         "LOCKGATE_CONSUME_BATCH_SIZE": "100",
+        "LOCKGATE_TRANSACTION_TIMEOUT_MS": str(TXN_TIMEOUT_MS),
         DSN_ENV: postgres.dsn,
         TABLE_ENV: table,
     }
@@ -92,4 +103,9 @@ def test_postgres_sink_exactly_once_with_an_aborted_epoch(
     assert "injected refusal of seq 1777" in log, log[-6000:]
     assert "aborting epoch" in log, log[-6000:]
     assert int(postgres.execute(f"SELECT last_value FROM {table}_attempts")[0][0]) >= 2
+    # The hanging insert was cut within the transaction's time (statement_timeout), the
+    # transaction never outlived its timeout, and the replay wrote the row.
+    assert int(postgres.execute(f"SELECT last_value FROM {table}_slow")[0][0]) >= 2
+    assert "statement timeout" in log, log[-6000:]
+    assert "outlived its timeout" not in log, log[-6000:]
     assert code == 0, log[-6000:]

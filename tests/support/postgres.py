@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -124,6 +125,37 @@ class PostgresServer:
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (``immediate``: like a crash, recovered at the next start)."""
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    def pids(self) -> list[int]:
+        """The postmaster's pid and its children's (``[]`` when it is not running)."""
+        try:
+            main = int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return []
+        out = [main]
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == main:
+                out.append(int(stat.parent.name))
+        return out
+
+    def freeze(self) -> list[int]:
+        """SIGSTOP every process of the server (a database that stops answering)."""
+        pids = self.pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def thaw(self, pids: list[int]) -> None:
+        """SIGCONT what :meth:`freeze` stopped."""
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
     def destroy(self) -> None:
         """Stop and remove everything."""
