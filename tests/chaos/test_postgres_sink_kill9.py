@@ -126,7 +126,7 @@ def test_postgres_sink_exact_under_kill9(
     create_topic(kafka_bootstrap, inp, 4)
     postgres.execute(ddl(table))
     env = _pg_env(kafka_bootstrap, postgres, app, inp, table)
-    env["LOCKGATE_TEST_CRASH_POINTS"] = "before_commit:0.03,before_sink_commit:0.05"
+    env["LOCKGATE_TEST_CRASH_POINTS"] = "before_commit:0.04,before_sink_commit:0.15"
     fleet = Fleet("examples.postgres_sink:app", env, tmp_path, ["p1", "p2"])
     fleet.start_all()
     sup = Supervisor(fleet, rng)
@@ -202,3 +202,47 @@ def test_postgres_outage_ends_exact(
     assert problems == [], f"seed {seed}\n" + "\n".join(problems) + "\n" + fleet.logs()
     # The sink's bound ended the epochs the frozen database held, not the coordinator.
     assert "outlived its timeout" not in logs, fleet.logs()
+
+
+#: How late an injected late commit answers (past the transaction timeout of chaos_env).
+LATE_S = 13
+
+
+def test_postgres_sink_exact_through_commits_without_an_answer(
+    kafka_bootstrap: str, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Kafka commits whose answer comes late (they committed: the rows must commit) or never
+    (EndTxn never sent: the rows must roll back) are settled by the committed offsets' token.
+    """
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    inp, app = unique("pgu-in"), unique("pgu-sums")
+    table = app.replace("-", "_")
+    create_topic(kafka_bootstrap, inp, 4)
+    postgres.execute(ddl(table))
+    env = _pg_env(kafka_bootstrap, postgres, app, inp, table)
+    env["LOCKGATE_TEST_LATE_COMMIT"] = f"0.1:{LATE_S}"
+    env["LOCKGATE_TEST_UNSENT_COMMIT"] = "0.05"
+    env["LOCKGATE_TEST_FAULT_SEED"] = str(seed)
+    fleet = Fleet("examples.postgres_sink:app", env, tmp_path, ["u1", "u2"])
+    fleet.start_all()
+    sup = Supervisor(fleet, rng)
+    sup.start()
+    feeder = InputFeeder(kafka_bootstrap, inp, total=200_000, rate=300, keys=50)
+    feeder.start()
+    try:
+        wait_until(
+            lambda: (
+                fleet.logs_full().count("had committed: going on from it") >= 1
+                and fleet.logs_full().count("did not commit: the epoch is replayed") >= 1
+            ),
+            timeout=300,
+            what="a late commit rolled forward and an unsent one replayed",
+        )
+        problems = _finish(fleet, sup, feeder, postgres, table, inp)
+    except BaseException:
+        print(f"chaos seed: {seed}; restarts {sup.restarts}")
+        sup.halt.set()
+        fleet.report_and_kill()
+        raise
+    assert problems == [], f"seed {seed}\n" + "\n".join(problems) + "\n" + fleet.logs()
