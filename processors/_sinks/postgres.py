@@ -144,6 +144,25 @@ class PostgresSink:
             SinkRowError: not a mapping, a ``None`` in append mode, or no key columns.
         """
         spec = self.spec
+        op = self.operation(key, value)
+        if spec.mode == "append":
+            rows = self._rows.setdefault(g, [])
+            assert isinstance(rows, list)
+            rows.append(op)
+            return
+        by_key = self._rows.setdefault(g, {})
+        assert isinstance(by_key, dict)
+        ident = tuple(_hashable(op[1][c]) for c in spec.key_columns)
+        by_key.pop(ident, None)  # the latest op of a key goes last
+        by_key[ident] = op
+
+    def operation(self, key: Any, value: Any) -> tuple[str, dict[str, Any]]:
+        """What an emit of ``(key, value)`` writes: ``("row", columns)`` or ``("delete", key)``.
+
+        Raises:
+            SinkRowError: see :meth:`add`.
+        """
+        spec = self.spec
         if value is None:
             if spec.mode == "append":
                 raise SinkRowError(f"emit to {spec.name!r}: append mode takes rows, not None")
@@ -159,16 +178,7 @@ class PostgresSink:
                 f"emit to {spec.name!r}: a row is a mapping of column to value, got "
                 f"{type(value).__name__}"
             )
-        if spec.mode == "append":
-            rows = self._rows.setdefault(g, [])
-            assert isinstance(rows, list)
-            rows.append(op)
-            return
-        by_key = self._rows.setdefault(g, {})
-        assert isinstance(by_key, dict)
-        ident = tuple(_hashable(op[1][c]) for c in spec.key_columns)
-        by_key.pop(ident, None)  # the latest op of a key goes last
-        by_key[ident] = op
+        return op
 
     def _key_of(self, key: Any, row: Mapping[str, Any]) -> dict[str, Any]:
         cols = self.spec.key_columns

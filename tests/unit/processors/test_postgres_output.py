@@ -99,3 +99,23 @@ def test_a_database_that_is_down_aborts_the_epoch_within_the_time_left() -> None
     assert isinstance(info.value, AbortEpoch)
     assert 1.0 <= took < 2.5, took  # retried connecting until the time was up, not past it
     sinks.abort()
+
+
+def test_the_test_driver_records_rows_and_checks_them() -> None:
+    from processors.testing import TestDriver
+
+    app = App("pg-driver")
+    app.postgres_output("t", dsn="x", table="t", key_columns=["key"])
+
+    @app.process("in")
+    def handle(key: str, value: dict[str, int], ctx: object) -> None:
+        ctx.emit("t", key, value if value["v"] >= 0 else 5)  # type: ignore[attr-defined]
+
+    driver = TestDriver(app)
+    assert [(e.topic, e.key, e.value) for e in driver.send("a", {"v": 1})] == [("t", "a", {"v": 1})]
+    driver.commit()
+    driver.send("a", {"v": 2})
+    driver.crash()  # lost with the epoch
+    assert [e.value for e in driver.emitted] == [{"v": 1}]
+    assert driver.send("b", {"v": -1}) == []  # not a mapping: dead-lettered
+    assert isinstance(driver.dead_letters[0].error, SinkRowError)
