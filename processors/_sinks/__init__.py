@@ -104,7 +104,7 @@ class Sinks:
         What cannot be committed now (database down) stays pending and is retried by
         :meth:`tidy` and before the next :meth:`prepare`, which aborts until it is done.
         """
-        if self._sinks:
+        if any(sink.has_prepared() for sink in self._sinks.values()):
             # Test crash point: committed in Kafka, prepared rows not committed yet.
             crash_point("before_sink_commit")
         for sink in self._sinks.values():

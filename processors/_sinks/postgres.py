@@ -195,6 +195,10 @@ class PostgresSink:
 
     # -- the protocol -----------------------------------------------------------------------
 
+    def has_prepared(self) -> bool:
+        """Whether the epoch being committed prepared rows here."""
+        return bool(self._prepared)
+
     def has_pending(self) -> bool:
         """Whether settled work (commits, rollbacks, settles) waits for the database."""
         return bool(self._to_commit or self._to_rollback or self._settle)

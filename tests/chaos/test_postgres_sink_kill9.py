@@ -39,6 +39,8 @@ from tests.support.postgres import PostgresServer, PostgresUnavailable
 from tests.support.procs import wait_until
 
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "5"))
+#: Rows prepared, Kafka not committed (roll back) / Kafka committed, rows prepared (commit).
+CRASH_POINTS = ("before_commit", "before_sink_commit")
 
 
 class Supervisor(threading.Thread):
@@ -127,15 +129,27 @@ def test_postgres_sink_exact_under_kill9(
     postgres.execute(ddl(table))
     env = _pg_env(kafka_bootstrap, postgres, app, inp, table)
     env["LOCKGATE_TEST_CRASH_POINTS"] = "before_commit:0.04,before_sink_commit:0.15"
-    fleet = Fleet("examples.postgres_sink:app", env, tmp_path, ["p1", "p2"])
-    fleet.start_all()
-    sup = Supervisor(fleet, rng)
-    sup.start()
     feeder = InputFeeder(kafka_bootstrap, inp, total=200_000, rate=400, keys=50)
     feeder.start()
+    time.sleep(1.0)  # the first epochs have rows
+    # Each hardest point at least once: the first incarnations crash at their first commit
+    # (p1 after the Kafka commit with rows prepared, p2 before it); later ones at random.
+    fleet = Fleet("examples.postgres_sink:app", env, tmp_path, ["p1", "p2"])
+    fleet.env = {**env, "LOCKGATE_TEST_CRASH_POINTS": "before_sink_commit:1"}
+    fleet.start("p1")
+    fleet.env = {**env, "LOCKGATE_TEST_CRASH_POINTS": "before_commit:1"}
+    fleet.start("p2")
+    fleet.env = env
+    sup = Supervisor(fleet, rng)
+    sup.start()
     kills: list[str] = []
     started = time.monotonic()
     try:
+        wait_until(
+            lambda: all(f"crash point {p}" in fleet.logs_full() for p in CRASH_POINTS),
+            timeout=90,
+            what="the first incarnations' crashes",
+        )
         for _ in range(KILLS):
             time.sleep(rng.uniform(0.3, 3.0))
             victim = rng.choice(fleet.ids)
@@ -149,9 +163,10 @@ def test_postgres_sink_exact_under_kill9(
         fleet.report_and_kill()
         raise
     logs = fleet.logs_full()
-    crashed = {p: logs.count(f"crash point {p}") for p in ("before_commit", "before_sink_commit")}
-    print(f"chaos seed {seed}: kills {kills}; crash points (current logs) {crashed}")
+    crashed = {p: logs.count(f"crash point {p}") for p in CRASH_POINTS}
+    print(f"chaos seed {seed}: kills {kills}; crash points {crashed}")
     assert problems == [], f"seed {seed}\n" + "\n".join(problems) + "\n" + fleet.logs()
+    assert crashed["before_commit"] >= 1 and crashed["before_sink_commit"] >= 1, crashed
 
 
 def test_postgres_outage_ends_exact(
