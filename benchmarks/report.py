@@ -887,7 +887,7 @@ def _bounds(profiles: dict[str, Any]) -> str:
         return max(total(fn) for fn in fns)
 
     state_pct = total("ValueState.value") + total("ValueState.update")
-    emit_pct = largest("Context.emit", "RunnerCore._emit")
+    emit_pct = largest("Context.emit", "RunnerCore._emit", "OutputWriter.emit")
     end_pct = largest("Runner._end_epoch", "RebalanceMixin._end_epoch", "EpochMixin._end_epoch")
     parts = [
         f"Per-record path (`Runner._process`, inclusive) {total('Runner._process'):.0f}% of "

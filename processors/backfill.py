@@ -50,7 +50,6 @@ from processors._dsl.partitioner import key_group
 from processors._dsl.record import Record
 from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors._kafka.clients import Admin, producer_config, restore_consumer_config
-from processors._ops.catalog import build_descriptor
 from processors._spark.backfill_task import (
     Range,
     TaskSpec,
@@ -59,7 +58,7 @@ from processors._spark.backfill_task import (
     run_task,
 )
 from processors.exceptions import ConfigError
-from state.savepoint import SavepointStore, check_savepoint_id, new_savepoint_id
+from state.savepoint import SavepointStore, build_descriptor, check_savepoint_id, new_savepoint_id
 
 __all__ = ["BackfillError", "Position", "parse_position", "progress_topic", "run_backfill"]
 

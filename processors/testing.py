@@ -42,8 +42,9 @@ from processors._dsl.context import Context, Headers
 from processors._dsl.partitioner import key_group
 from processors._dsl.record import Record as _Record
 from processors._sinks.postgres import PostgresSink
+from processors._task.failures import ReplayPoison, stop_error
 from processors._task.keygroups import KeyGroup
-from processors.exceptions import ConfigError, UserCodeError
+from processors.exceptions import ConfigError
 from state.base.store import KeyGroupStore
 from state.cache import DELETED
 from state.codecs import CodecUnavailable
@@ -98,6 +99,10 @@ class _WatermarkStep:
     def __init__(self, partition: int | None, to_ms: int) -> None:
         self.partition = partition
         self.to_ms = to_ms
+
+
+def _where(record: _Record) -> str:
+    return f"{record.topic()}[{record.partition()}]@{record.offset()}"
 
 
 class _Failed(Exception):
@@ -246,10 +251,10 @@ class TestDriver:
 
     def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
         """A timer callback raised: as the runtime, dead-letter it (or fail)."""
-        if self.on_error is OnError.FAIL:
+        stop = stop_error(self.on_error, f"timer {name!r} at {t}", exc)
+        if stop is not None:
             self._lose_open_epoch()
-            err = UserCodeError(f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc}")
-            raise err from exc
+            raise stop
         key = None if raw_key is None else self.app.key_codec.decode(raw_key)
         self._dead.append(DeadLetter("", -1, -1, key, None, t, exc, "timer"))
 
@@ -372,9 +377,10 @@ class TestDriver:
         except CodecUnavailable:
             raise  # as the runtime: a service the codec needs is down, not bad input
         except Exception as exc:  # noqa: BLE001 - any decode failure is bad input
-            if self.on_error is OnError.FAIL:
+            stop = stop_error(self.on_error, f"record {_where(record)}", exc, "deserialize")
+            if stop is not None:
                 self._lose_open_epoch()
-                raise self._user_code_error(record, exc, "deserialize") from exc
+                raise stop from exc
             self._dead_letter(record, exc, "deserialize")  # no abort: user code did not run
             return
         try:
@@ -386,10 +392,15 @@ class TestDriver:
 
     def _abort_and_replay(self, failed: _Failed) -> None:
         """Production's answer to a failing record: abort, replay without it, commit."""
-        if self.on_error is OnError.FAIL:
+        stop = stop_error(
+            self.on_error, f"record {_where(failed.record)}", failed.error, failed.stage
+        )
+        if stop is not None:
             self._lose_open_epoch()
-            raise self._user_code_error(failed.record, failed.error, failed.stage)
-        poison = {id(failed.record): failed}
+            raise stop
+        # The records of the open epoch are replayed in order; a record is the key.
+        poison: ReplayPoison[int] = ReplayPoison()
+        poison.mark(id(failed.record), failed.error, failed.stage)
         while True:
             self._drop_uncommitted()
             try:
@@ -397,18 +408,18 @@ class TestDriver:
                     if isinstance(record, _WatermarkStep):
                         self._advance_watermark(record)
                         continue
-                    entry = poison.get(id(record))
+                    entry = poison.entries.get(id(record))
                     if entry is None:
                         self._process(record)
                     else:
-                        self._dead_letter(record, entry.error, entry.stage)
+                        self._dead_letter(record, *entry)
             except _Failed as again:  # failed on replay (non-deterministic user code)
-                poison[id(again.record)] = again
+                poison.mark(id(again.record), again.error, again.stage)
                 continue
             break
         self.commit()
 
-    def _dead_letter(self, record: _Record, error: Exception, stage: str) -> None:
+    def _dead_letter(self, record: _Record, error: BaseException, stage: str) -> None:
         kcodec, vcodec = self.app.input_codecs(record.topic())
         raw_key, raw_value = record.key(), record.value()
         try:
@@ -428,16 +439,6 @@ class TestDriver:
                 stage,
             )
         )
-
-    @staticmethod
-    def _user_code_error(record: _Record, error: Exception, stage: str) -> UserCodeError:
-        where = f"{record.topic()}[{record.partition()}]@{record.offset()}"
-        err = UserCodeError(
-            f"record {where} failed in {stage}: {type(error).__name__}: {error} "
-            "(on_error=fail; use dlq to dead-letter such records)"
-        )
-        err.__cause__ = error
-        return err
 
     # -- epochs -----------------------------------------------------------------------------
 

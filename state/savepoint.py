@@ -51,16 +51,19 @@ import orjson
 
 __all__ = [
     "DESCRIPTOR_FILE",
+    "DESCRIPTOR_FORMAT",
     "MANIFEST_FILE",
     "STORE_FILE_SUFFIX",
     "STORE_FORMAT_VERSION",
     "SavepointError",
     "SavepointStore",
     "StoreFile",
+    "build_descriptor",
     "check_compatible",
     "check_savepoint_id",
     "key_group_manifest",
     "merged_items",
+    "ms_to_iso",
     "new_savepoint_id",
 ]
 
@@ -899,3 +902,89 @@ class SavepointStore:
             if self._fs.exists(f"{savepoint_id}/{app}/{name}/{MANIFEST_FILE}"):
                 groups.append(int(name))
         return sorted(groups)
+
+
+# ------------------------------------------------------------ the descriptor
+
+#: Version of the descriptor layout written by :func:`build_descriptor`.
+DESCRIPTOR_FORMAT = 1
+
+
+def ms_to_iso(ms: int | None) -> str | None:
+    """Return ``ms`` since the Unix epoch as a UTC ISO 8601 string (ms precision)."""
+    if ms is None:
+        return None
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def build_descriptor(
+    savepoint_id: str,
+    checkpoint: int,
+    stop: bool,
+    created_ms: int,
+    requested_ms: int,
+    registry: Mapping[str, Mapping[str, Any]],
+    manifests: Mapping[str, Mapping[int, Mapping[str, Any]]],
+    sources: Iterable[str],
+) -> dict[str, Any]:
+    """Return the savepoint descriptor (``_savepoint.json``).
+
+    Layout (format 1)::
+
+        {"format": 1, "savepoint": id, "checkpoint": C, "stop": bool,
+         "created_ms": ms, "created": iso, "requested_ms": ms,
+         "apps": {app: {"key_groups": P, "inputs": [...], "outputs": [...],
+                        "internal_outputs": [...], "stores": {name: {kind, codec}},
+                        "state_version": str, "source": bool,
+                        "manifests": [{"key_group": g, "checkpoint": c,
+                                       "offsets": {topic: int}, "align": {...},
+                                       "stores": {name: {kind, codec, file, sha256,
+                                                         entries, bytes[, operator,
+                                                         timers]}},
+                                       "ts": ms}, ...]}}}
+
+    Args:
+        savepoint_id: the savepoint id.
+        checkpoint: the requested checkpoint id C.
+        stop: whether the apps halt at the savepoint.
+        created_ms: when the savepoint completed.
+        requested_ms: when the request was written.
+        registry: app -> registration (only the savepoint's apps are read).
+        manifests: app -> key group -> manifest record (every key group present).
+        sources: the apps that received the request.
+    """
+    src = set(sources)
+    apps: dict[str, Any] = {}
+    for app, by_group in manifests.items():
+        reg = registry.get(app, {})
+        apps[app] = {
+            "key_groups": len(by_group),
+            "inputs": list(reg.get("inputs") or ()),
+            "outputs": list(reg.get("outputs") or ()),
+            "internal_outputs": list(reg.get("internal_outputs") or ()),
+            "stores": dict(reg.get("stores") or {}),
+            "state_version": reg.get("state_version"),
+            "source": app in src,
+            "manifests": [
+                {
+                    "key_group": g,
+                    "checkpoint": m.get("checkpoint"),
+                    "offsets": m.get("offsets") or {},
+                    "align": m.get("align") or {},
+                    "stores": m.get("stores") or {},
+                    "ts": m.get("ts"),
+                }
+                for g, m in sorted(by_group.items())
+            ],
+        }
+    return {
+        "format": DESCRIPTOR_FORMAT,
+        "savepoint": savepoint_id,
+        "checkpoint": checkpoint,
+        "stop": stop,
+        "created_ms": created_ms,
+        "created": ms_to_iso(created_ms),
+        "requested_ms": requested_ms,
+        "apps": apps,
+    }

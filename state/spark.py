@@ -31,16 +31,19 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import orjson
 
 from state.codecs import JSON, Codec
+from state.partitioning import key_group
+from state.primitives import StateHandle
 from state.savepoint import (
     SavepointError,
     SavepointStore,
     StoreFile,
     _check_name,
+    build_descriptor,
     check_savepoint_id,
     key_group_manifest,
     new_savepoint_id,
@@ -49,7 +52,41 @@ from state.savepoint import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from processors._dsl.app import App
+
+class _Output(Protocol):
+    @property
+    def internal(self) -> bool: ...
+
+
+class App(Protocol):
+    """What the savepoint tools use of an app (a :class:`processors.App` is one).
+
+    ``state`` never imports ``processors``: this says what is needed instead.
+    """
+
+    @property
+    def name(self) -> str:
+        """The app's declared name."""
+
+    @property
+    def key_codec(self) -> Codec:
+        """The codec of the app's keys."""
+
+    @property
+    def stores(self) -> Mapping[str, StateHandle]:
+        """The app's state stores by name."""
+
+    @property
+    def input_topics(self) -> tuple[str, ...]:
+        """The app's input topics, in declaration order."""
+
+    @property
+    def outputs(self) -> Mapping[str, _Output]:
+        """The app's outputs by topic (``internal``: read by another lockgate app)."""
+
+    def run_as(self, name: str) -> None:
+        """Name the app's per-app topics after ``name`` (its ``LOCKGATE_APP_NAME``)."""
+
 
 __all__ = [
     "TIME_STORE",
@@ -515,7 +552,6 @@ class _Encoder:
         self.key_groups = key_groups
 
     def __call__(self, row: Any) -> tuple[tuple[int, bytes], bytes]:
-        from processors._dsl.partitioner import key_group
 
         key, value = _plain(row[0]), _plain(row[1])
         if key is None:
@@ -640,9 +676,7 @@ def _write_descriptor(
     stop: bool,
     extra: dict[str, Any],
 ) -> None:
-    """Write the descriptor (the layout of ``processors._ops.catalog.build_descriptor``)."""
-    from processors._ops.catalog import build_descriptor
-
+    """Write the descriptor (the layout of :func:`state.savepoint.build_descriptor`)."""
     by_group = {int(m["key_group"]): m for m in manifests}
     now = int(time.time() * 1000)
     descriptor = build_descriptor(
@@ -834,7 +868,6 @@ class _Rekeyer:
         self.new = new
 
     def __call__(self, g: int) -> Iterator[tuple[tuple[int, str, bytes], tuple[int, bytes]]]:
-        from processors._dsl.partitioner import key_group
 
         location = SavepointStore(self.url)
         old, new = self.old, self.new

@@ -124,12 +124,23 @@ def check_topics(
 
 
 def check_group(
-    client: AdminClient, principal: str | None, group: str, timeout: float = 30.0
+    client: AdminClient,
+    principal: str | None,
+    group: str,
+    timeout: float = 30.0,
+    operation: str = "READ",
 ) -> None:
-    """Check that the principal may join and commit to ``group`` (READ).
+    """Check that the principal may perform ``operation`` on ``group``.
+
+    Args:
+        client: an admin client of the principal.
+        principal: its SASL user name (for the message), if any.
+        group: the consumer group.
+        timeout: seconds for the describe call.
+        operation: ``READ`` (join, commit offsets) or ``DESCRIBE`` (read committed offsets).
 
     Raises:
-        AuthorizationError: READ on the group is not allowed.
+        AuthorizationError: ``operation`` on the group is not allowed.
         KafkaException: the broker could not be asked (not an authorization problem).
     """
     future = client.describe_consumer_groups(
@@ -141,10 +152,10 @@ def check_group(
         err = _error_of(exc)
         if err is None or err.code() != KafkaError.GROUP_AUTHORIZATION_FAILED:
             raise
-        raise authorization_error(principal, "READ", "GROUP", group, err.name()) from None
+        raise authorization_error(principal, operation, "GROUP", group, err.name()) from None
     allowed = {op.name for op in description.authorized_operations or ()}
-    if allowed and "READ" not in allowed:
-        raise authorization_error(principal, "READ", "GROUP", group)
+    if allowed and operation not in allowed:
+        raise authorization_error(principal, operation, "GROUP", group)
 
 
 def _raise_missing(

@@ -229,7 +229,11 @@ class Admin:
         return str(user) if user is not None else None
 
     def check_access(
-        self, topics: Mapping[str, Iterable[str]], group: str | None = None, timeout: float = 30.0
+        self,
+        topics: Mapping[str, Iterable[str]],
+        group: str | None = None,
+        timeout: float = 30.0,
+        group_operation: str = "READ",
     ) -> None:
         """Check that the principal may perform the ACL operations the app needs.
 
@@ -237,6 +241,7 @@ class Admin:
             topics: topic -> ACL operation names (``READ``, ``WRITE``, ``DESCRIBE_CONFIGS``).
             group: a consumer group the app joins (READ), if any.
             timeout: seconds for each describe call.
+            group_operation: what is needed on ``group`` (``DESCRIBE``: read its offsets).
 
         Raises:
             AuthorizationError: an ACL is missing (the message names it).
@@ -244,7 +249,7 @@ class Admin:
         """
         check_topics(self._admin, self.principal, topics, timeout)
         if group is not None:
-            check_group(self._admin, self.principal, group, timeout)
+            check_group(self._admin, self.principal, group, timeout, group_operation)
 
     def partitions_of(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int]:
         """Return the partition count of each existing topic among ``topics``."""

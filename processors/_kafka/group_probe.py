@@ -5,11 +5,11 @@ abort the whole process (``rd_kafka_enq_once_del_source_return: Assertion
 eonce->refcnt > 0``) when a coordinator-targeted Admin request — DescribeConsumerGroups —
 meets a dropped connection. The runtime describes its group at start-up (the
 subscription check) and every few seconds to heal stranded partitions
-(``Runner._heal_stranded_partitions``), so under network faults an in-process
-AdminClient took instances down (seen in the network-fault chaos test). The probe runs
-that AdminClient in a child process: if librdkafka aborts there, the child dies, the
-instance logs it and starts another child later. No coordinator-targeted admin request
-runs in the processing process.
+(``GroupWatch.stranded_heal``, processors/_runtime/membership.py), so under network
+faults an in-process AdminClient took instances down (seen in the network-fault chaos
+test). The probe runs that AdminClient in a child process: if librdkafka aborts there,
+the child dies, the instance logs it and starts another child later. No
+coordinator-targeted admin request runs in the processing process.
 
 Use: :meth:`GroupProbe.request` (never blocks), then :meth:`GroupProbe.result` on later
 loop iterations until it returns something.

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -47,15 +46,20 @@ from processors._kafka.clients import (
     restore_consumer_config,
 )
 from processors.exceptions import LockgateError
-from state.savepoint import SavepointError, SavepointStore, check_savepoint_id, new_savepoint_id
+from state.savepoint import (
+    SavepointError,
+    SavepointStore,
+    build_descriptor,
+    check_savepoint_id,
+    ms_to_iso,
+    new_savepoint_id,
+)
 
 __all__ = [
-    "DESCRIPTOR_FORMAT",
     "REQUEST_TTL_MS",
     "SAVEPOINT_MARGIN_MS",
     "Ops",
     "OpsError",
-    "build_descriptor",
     "cancel_savepoint",
     "checkpoint_summary",
     "choose_checkpoint",
@@ -66,7 +70,6 @@ __all__ = [
     "list_savepoints",
     "manifest_problems",
     "missing_key_groups",
-    "ms_to_iso",
     "savepoint_text",
     "open_store",
     "pipeline_closure",
@@ -85,8 +88,6 @@ SAVEPOINT_MARGIN_MS = 60_000
 #: A savepoint request expires this long after it was written, at least (the trigger's
 #: ``--timeout`` when longer: an instance restoring for longer than this still takes it).
 REQUEST_TTL_MS = 50_000
-#: Version of the descriptor layout written by :func:`build_descriptor`.
-DESCRIPTOR_FORMAT = 1
 #: Progress lines on stderr at most this often while waiting for manifests.
 PROGRESS_EVERY_S = 2.0
 
@@ -107,14 +108,6 @@ class OpsError(LockgateError):
 
 
 # ------------------------------------------------------------------ pure logic
-
-
-def ms_to_iso(ms: int | None) -> str | None:
-    """Return ``ms`` since the Unix epoch as a UTC ISO 8601 string (ms precision)."""
-    if ms is None:
-        return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def writers_by_topic(registry: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -378,78 +371,6 @@ def manifest_problems(manifests: Mapping[str, Mapping[int, Mapping[str, Any]]]) 
         for g, m in sorted(manifests[app].items())
         if m.get("error")
     ]
-
-
-def build_descriptor(
-    savepoint_id: str,
-    checkpoint: int,
-    stop: bool,
-    created_ms: int,
-    requested_ms: int,
-    registry: Mapping[str, Mapping[str, Any]],
-    manifests: Mapping[str, Mapping[int, Mapping[str, Any]]],
-    sources: Iterable[str],
-) -> dict[str, Any]:
-    """Return the savepoint descriptor (``_savepoint.json``).
-
-    Layout (format 1)::
-
-        {"format": 1, "savepoint": id, "checkpoint": C, "stop": bool,
-         "created_ms": ms, "created": iso, "requested_ms": ms,
-         "apps": {app: {"key_groups": P, "inputs": [...], "outputs": [...],
-                        "internal_outputs": [...], "stores": {name: {kind, codec}},
-                        "state_version": str, "source": bool,
-                        "manifests": [{"key_group": g, "checkpoint": c,
-                                       "offsets": {topic: int}, "align": {...},
-                                       "stores": {name: {kind, codec, file, sha256,
-                                                         entries, bytes[, operator,
-                                                         timers]}},
-                                       "ts": ms}, ...]}}}
-
-    Args:
-        savepoint_id: the savepoint id.
-        checkpoint: the requested checkpoint id C.
-        stop: whether the apps halt at the savepoint.
-        created_ms: when the savepoint completed.
-        requested_ms: when the request was written.
-        registry: app -> registration (only the savepoint's apps are read).
-        manifests: app -> key group -> manifest record (every key group present).
-        sources: the apps that received the request.
-    """
-    src = set(sources)
-    apps: dict[str, Any] = {}
-    for app, by_group in manifests.items():
-        reg = registry.get(app, {})
-        apps[app] = {
-            "key_groups": len(by_group),
-            "inputs": list(reg.get("inputs") or ()),
-            "outputs": list(reg.get("outputs") or ()),
-            "internal_outputs": list(reg.get("internal_outputs") or ()),
-            "stores": dict(reg.get("stores") or {}),
-            "state_version": reg.get("state_version"),
-            "source": app in src,
-            "manifests": [
-                {
-                    "key_group": g,
-                    "checkpoint": m.get("checkpoint"),
-                    "offsets": m.get("offsets") or {},
-                    "align": m.get("align") or {},
-                    "stores": m.get("stores") or {},
-                    "ts": m.get("ts"),
-                }
-                for g, m in sorted(by_group.items())
-            ],
-        }
-    return {
-        "format": DESCRIPTOR_FORMAT,
-        "savepoint": savepoint_id,
-        "checkpoint": checkpoint,
-        "stop": stop,
-        "created_ms": created_ms,
-        "created": ms_to_iso(created_ms),
-        "requested_ms": requested_ms,
-        "apps": apps,
-    }
 
 
 def checkpoint_summary(

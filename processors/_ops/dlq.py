@@ -44,12 +44,14 @@ from processors._checkpoint.protocol import (
 )
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
 from processors._config.settings import Settings
+from processors._kafka.authz import authorization_error
 from processors._kafka.clients import PARTITION_EOF, Admin, producer_config, restore_consumer_config
-from processors._kafka.errors import AbortEpoch, CallHung, Stopping
+from processors._kafka.errors import AbortEpoch, CallHung, Stopping, cause_code
 from processors._kafka.faults import crash_point
-from processors._ops.catalog import OpsError, ms_to_iso
+from processors._ops.catalog import OpsError
 from processors._ops.cli_common import CLI_CLIENT, echo_err, fail, json_out, ops_settings
 from processors.exceptions import FatalKafkaError, LockgateError
+from state.savepoint import ms_to_iso
 
 __all__ = [
     "REPLAYED_FROM",
@@ -284,6 +286,8 @@ def dlq_list(name: str, limit: int, as_json: bool) -> None:
     topic = dlq_topic(name)
     try:
         admin = Admin(settings)
+        # Without DESCRIBE on the replay group the committed offsets time out after 30 s.
+        admin.check_access({topic: ["READ"]}, replay_group(name), group_operation="DESCRIBE")
         parts, bounds = _dlq_bounds(admin, topic)
         replay = _replay_consumer(settings, name)
         try:
@@ -441,6 +445,17 @@ class _Replayer:
                 "the replay's transactional producer could not initialise within 120 s "
                 "(is the cluster reachable?)"
             ) from exc
+        except FatalKafkaError as exc:
+            if cause_code(exc) != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise
+            user = conf.get("sasl.username")
+            raise authorization_error(
+                str(user) if user is not None else None,
+                "WRITE",
+                "TRANSACTIONAL_ID",
+                replay_group(app),
+                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            ) from None
         self.producer = self.txn.producer
 
     def _leave(self, text: str) -> NoReturn:
@@ -561,6 +576,9 @@ def dlq_replay(name: str, offsets: str | None, all_: bool, dry_run: bool) -> Non
     replayer: _Replayer | None = None
     try:
         admin = Admin(settings)
+        # Refused here, naming the ACL (without READ on the replay group the committed
+        # offsets time out after 30 s); WRITE on the sources is checked once they are known.
+        admin.check_access({topic: ["READ"]}, replay_group(name))
         parts, bounds = _dlq_bounds(admin, topic)
         if not dry_run:
             replayer = _Replayer(settings, name)
@@ -577,6 +595,8 @@ def dlq_replay(name: str, offsets: str | None, all_: bool, dry_run: bool) -> Non
             gone = [t for t in sources if t not in partitions]
             if gone:
                 raise OpsError(f"source topic(s) {', '.join(gone)} do not exist", exit_code=2)
+            if not dry_run:
+                admin.check_access({t: ["WRITE"] for t in sources})
             for text in plan.already:
                 echo_err(f"{text}: already replayed (below the replay position)")
             for text in plan.unreplayable:

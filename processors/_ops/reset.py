@@ -88,6 +88,18 @@ def _members(settings: Settings, group: str, timeout: float = 15.0) -> list[str]
     return sorted(f"{m} ({probe.clients.get(m, 'client ?')})" for m in members)
 
 
+def _access_needed(inputs: Sequence[str], changelogs: Sequence[str]) -> dict[str, list[str]]:
+    """The ACL operations ``reset`` needs on each topic (docs/security.md).
+
+    Committing the group's offsets needs READ on the inputs (and on the group); emptying a
+    changelog reads its policy, adds ``delete`` to it and deletes its records.
+    """
+    needs: dict[str, list[str]] = {t: ["READ"] for t in inputs}
+    for t in changelogs:
+        needs[t] = ["DESCRIBE_CONFIGS", "ALTER_CONFIGS", "DELETE"]
+    return needs
+
+
 def _refuse_if_running(settings: Settings, name: str, what: str) -> None:
     members = _members(settings, name)
     if members:
@@ -212,6 +224,8 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
         client = AdminClient(admin_config(settings))
         inputs = list(app.input_topics)
         p = admin.input_partitions(inputs)
+        # READ on the group: describing it (is the app running?) and committing its offsets.
+        admin.check_access({}, group=name)
         _refuse_if_running(settings, name, "resetting it")
         targets = _target_offsets(admin, inputs, p, position)
         logs = [changelog_topic(name, s) for s in app.stores]
@@ -233,6 +247,11 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
         if dry_run:
             click.echo("dry run: nothing changed")
             return
+        # Refused before anything changes (not after the offsets moved), naming the ACL.
+        admin.check_access(
+            _access_needed(inputs, [t for (t, g), hi in highs.items() if hi > lows[(t, g)]]),
+            group=name,
+        )
         if not yes:
             if not sys.stdin.isatty():
                 raise OpsError(

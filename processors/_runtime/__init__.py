@@ -1,11 +1,15 @@
 """One running instance: ``Runner`` and the layers it is assembled from.
 
 ``runner`` (``Runner``: wiring, life cycle, the per-record loop) is built by linear
-inheritance from ``core`` (the state the layers share, producing) <- ``savepoints``
+inheritance from ``core`` (the state the layers share, bounded waits) <- ``savepoints``
 (requests, exports, halts, restores) <- ``epoch`` (the commit sequence, abort, rewind,
 settling a commit without an answer) <- ``rebalance`` (assign and restore, revoke,
 lost) <- ``barriers`` (barriers read downstream: alignment, completion, watermarks).
-Beside it: ``health`` (probes and metrics over HTTP), ``query`` (queryable state),
-``group_probe`` (group descriptions from a child process), ``kubernetes`` (is this pod
-scaled away?).
+The components the layers use own their state and are given what they read:
+``output`` (``OutputWriter``: everything produced, the epoch's output errors), ``startup``
+(topics and access before joining), ``gauges`` (lag and watermark), ``membership``
+(``GroupWatch``: the group-probe child's checks), ``query_routing`` (``QueryRouter``:
+``/state`` answers), ``operator_plan`` (operator ids onto a savepoint's stores). Beside
+them: ``health`` (probes and metrics over HTTP), ``query`` (the HTTP side of queryable
+state), ``kubernetes`` (is this pod scaled away?).
 """

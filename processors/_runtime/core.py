@@ -19,49 +19,40 @@ import time
 from collections import deque
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from processors._checkpoint.alignment import Aligner, Mode, Snapshot
 from processors._checkpoint.control_topics import control_topic
 from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
-from processors._checkpoint.protocol import record_error_headers
 from processors._checkpoint.txn import WATCHDOG_MARGIN_S, TransactionalProducer
 from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
-from processors._dsl.context import Headers
 from processors._kafka.clients import Admin, restore_consumer_config
 from processors._kafka.errors import (
-    AbortEpoch,
-    Kind,
     Stopping,
-    classify,
-    delivery_is_transient,
-    describe,
     kafka_call,
 )
+from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
+from processors._runtime.output import OutputWriter
 from processors._sinks import Sinks
+from processors._task.failures import ReplayPoison
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
-from processors._task.keygroups import KeyGroup, Restorer
-from processors.exceptions import ConfigError, FatalKafkaError
+from processors._task.keygroups import (
+    KeyGroup,
+    MemoryPlan,
+    Restorer,
+    StateCleaner,
+    StateMemory,
+    cgroup_memory_limit,
+)
 from state.base.store import StateBackend
 from state.cache import DELETED, MISSING
-from state.codecs import CodecUnavailable
 from state.memory.store import MemoryBackend
 from state.rocksdb.store import RocksDBBackend
 
 log = logging.getLogger("lockgate.runtime")
-
-_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}  # noqa: SLF001 - public codes
-
-
-class RecordRejected(Exception):  # noqa: N818 - names what happened to the record
-    """The producer can never write an output of this record (e.g. it is too large).
-
-    Raised from ``ctx.emit`` into user code; the record is dead-lettered (or the app
-    stops under ``LOCKGATE_ON_ERROR=fail``) even if user code catches it.
-    """
 
 
 class StateEncodeError(Exception):
@@ -70,14 +61,6 @@ class StateEncodeError(Exception):
 
 class SlowRecordError(Exception):
     """One record kept user code busy longer than the transaction can stay open."""
-
-
-def _header_list(headers: Headers) -> list[tuple[str, bytes | str]]:
-    if headers is None:
-        return []
-    if isinstance(headers, dict):
-        return list(headers.items())
-    return list(headers)
 
 
 def where(msg: Any) -> str:
@@ -98,14 +81,14 @@ class RunnerCore:
         self._handles = app.stores
         self._ttl_stores = any(h.spec.ttl_ms for h in self._handles.values())
         self._inputs = app.input_topics
-        self._outputs = {t: (spec.key.encode, spec.value.encode) for t, spec in app.outputs.items()}
-        self._internal_outputs = [t for t, spec in app.outputs.items() if spec.internal]
+        self._control_topic = control_topic(self.name)
+        #: Producing into the open transaction: outputs, the runtime's own records, and
+        #: the epoch's tallies and errors of both.
         #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
         self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000)
-        self._internal_set = frozenset(self._internal_outputs)
-        #: ``lockgate-writer`` header of the key group in progress (internal outputs).
-        self._writer_header: list[tuple[str, bytes | str]] = []
-        self._control_topic = control_topic(self.name)
+        self._out = OutputWriter(
+            self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
+        )
         #: Barrier alignment per owned input partition that has upstream lockgate writers.
         self._aligners: dict[tuple[str, int], Aligner] = {}
         #: The alignment snapshot committed last, per aligned input partition.
@@ -136,7 +119,6 @@ class RunnerCore:
         #: Per key group, the (watermark, idle) its barriers carried last (event time).
         self._announced: dict[int, tuple[int, bool]] = {}
         self._reader: Any = None
-        self._writer_headers: dict[int, list[tuple[str, bytes | str]]] = {}
         #: Something besides fetched records happened in the open epoch (a completion,
         #: released records processed, a halt lifted): it must commit even if idle.
         self._epoch_active = False
@@ -150,7 +132,6 @@ class RunnerCore:
         #: Input partitions paused because the interleaver buffers too many of their records.
         self._bp_paused: set[tuple[str, int]] = set()
         self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
-        self._dlq = f"{self.name}.dlq"
         self._stop = False
         self._stop_at: float | None = None  # when the stop was requested (monotonic)
         self._fatal: BaseException | None = None
@@ -160,18 +141,15 @@ class RunnerCore:
         #: The next record to process, per owned input partition (see module docs).
         self._next: dict[tuple[str, int], int] = {}
         self._uncommitted = 0  # records consumed since the last commit
-        self._epoch_out = 0  # records emitted in the open epoch
         self._epoch_bytes = 0  # value bytes fetched in the open epoch
         self._leaving = False  # the stop's explicit group leave is under way
-        self._epoch_dlq = 0  # records dead-lettered in the open epoch
         self._last_epoch_records = 0
         #: Timers to dead-letter instead of running on the replay: (key, time, name) -> cause.
         self._poison_timers: dict[tuple[bytes | None, int, str], BaseException] = {}
         #: Records to dead-letter instead of processing on the replay: coords -> cause.
-        self._poison: dict[tuple[str, int, int], tuple[BaseException, str]] = {}
+        self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
         self._commit_now = False
         self._checkpoint = 0
-        self._delivery_error: KafkaError | None = None
         self._partitions = 0
         self._changelog_retention_ms: int | None = None
         self._backend: StateBackend = (
@@ -179,6 +157,27 @@ class RunnerCore:
             if settings.state_backend is StateBackendKind.MEMORY
             else RocksDBBackend(settings.state_dir)
         )
+        plan = MemoryPlan.of(settings, cgroup_memory_limit())
+        #: One block cache, write-buffer manager and read-cache budget for every key group.
+        self._state_memory = StateMemory(plan)
+        log.info(
+            "state memory",
+            extra={
+                "memory_limit_bytes": plan.limit_bytes,
+                "limit_from": plan.limit_source,
+                "rocksdb_bytes": plan.rocksdb_bytes,
+                "read_cache_bytes": plan.read_cache_bytes,
+                "consumer_bytes": plan.consumer_bytes,
+            },
+        )
+        #: Removes released key groups' directories when due (swept at each epoch end).
+        self._state_cleaner: StateCleaner | None = None
+        if isinstance(self._backend, RocksDBBackend):
+            # Before any database is opened: all of them share the cache and manager.
+            self._backend.memory = self._state_memory.rocksdb
+            self._state_cleaner = StateCleaner(
+                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
+            )
         self._producer: Any = None
         self._consumer: Any = None
         self._restorer: Restorer | None = None
@@ -189,11 +188,6 @@ class RunnerCore:
         #: The epoch being committed has nothing but barriers (an idle writer's epoch).
         self._barrier_only = False
         self._consecutive_aborts = 0
-        self._producer_error: KafkaError | None = None  # set by _emit, checked per record
-        self._record_error: BaseException | None = None  # an emit of this record failed
-        #: An output codec could not reach a service (a schema registry): the instance stops
-        #: before committing, whatever user code did with the exception.
-        self._codec_error: CodecUnavailable | None = None
         #: Processing stops at this time within an epoch (half the transaction timeout).
         self._budget_s = settings.transaction_timeout_ms / 2000
         self._epoch_deadline = time.monotonic() + self._budget_s
@@ -213,10 +207,15 @@ class RunnerCore:
         #: Input partitions rewound while consume() served a callback: records of theirs
         #: in the batch that consume() returns may predate the seek (dropped, re-sought).
         self._rewound: set[tuple[str, int]] = set()
-        self._produce_fast: Any = None
         self._internal_partitions: dict[str, int] = {}
-        #: Outputs with cleanup.policy=compact (keyless records are refused there).
-        self._compacted_outputs: set[str] = set()
+        self._gauges = ProgressGauges(
+            self.metrics,
+            app.time_service,
+            lambda: self._consumer,
+            self._committed,
+            self._halted,
+            self._kgs,
+        )
 
     # -- bounded waits --------------------------------------------------------------------
 
@@ -244,163 +243,6 @@ class RunnerCore:
     def _reset_epoch_deadline(self) -> None:
         self._epoch_deadline = time.monotonic() + self._budget_s
         self._slow = None
-
-    # -- producing ------------------------------------------------------------------------
-
-    def _produce(self, topic: str, value: bytes | None, key: bytes | None, **kw: Any) -> None:
-        """Produce a record the runtime writes (changelog, DLQ, barrier, checkpoint).
-
-        Raises:
-            AbortEpoch: the transaction went abortable; replaying the epoch may succeed.
-            FatalKafkaError: fatal producer state, or a record the runtime itself made
-                cannot be written (e.g. a state value above the topic's size limit).
-        """
-        produce = self._producer.produce
-        deadline = 0.0
-        while True:
-            try:
-                produce(topic, value, key, **kw)
-                return
-            except BufferError:
-                # Queue full: let deliveries drain, bounded by the transaction timeout.
-                now = time.monotonic()
-                deadline = deadline or now + self._txn_timeout_s
-                if now > deadline:
-                    raise AbortEpoch(f"produce to {topic}: the queue stayed full") from None
-                self._producer.poll(0.05)
-            except KafkaException as exc:
-                err = exc.args[0]
-                kind = classify(err) if isinstance(err, KafkaError) else Kind.FATAL
-                if isinstance(err, KafkaError) and err.code() == KafkaError._STATE:  # noqa: SLF001
-                    kind = Kind.ABORT  # the transaction went abortable: produce() has no flags
-                if kind is Kind.ABORT or kind is Kind.RETRY:
-                    raise AbortEpoch(f"produce to {topic}: {describe(err)}") from exc
-                if kind is Kind.RECORD:
-                    size = (len(value) if value else 0) + (len(key) if key else 0)
-                    raise FatalKafkaError(
-                        f"cannot write a {size}-byte record to {topic}: {describe(err)} "
-                        "(for a changelog: a state value outgrew the topic's max.message.bytes;"
-                        " keep per-key state smaller or raise the topic limit and the "
-                        "producer's LOCKGATE_KAFKA__MESSAGE_MAX_BYTES)"
-                    ) from exc
-                raise FatalKafkaError(f"produce to {topic}: {exc}") from exc
-
-    def _dead_letter(self, msg: Any, exc: BaseException, stage: str) -> None:
-        self._produce(
-            self._dlq, msg.value(), msg.key(), headers=record_error_headers(msg, exc, stage)
-        )
-        self._epoch_dlq += 1
-
-    def _emit(
-        self,
-        topic: str,
-        key: Any,
-        value: Any,
-        headers: Headers = None,
-        timestamp: int | None = None,
-    ) -> None:
-        """Encode and produce one output of the current record.
-
-        This is ``ctx.emit`` itself (see :func:`processors._dsl.context.direct_context`).
-        """
-        codecs = self._outputs.get(topic)
-        if codecs is None:
-            if topic in self._sinks:  # sink hook: a row for the key group in progress
-                self._sinks.write(topic, self._writer_header, key, value)
-                self._epoch_out += 1
-                return
-            raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")
-        kenc, venc = codecs
-        if topic in self._internal_set:
-            # Downstream alignment needs the writer (key group) of every record.
-            headers = self._writer_header + _header_list(headers)
-        try:
-            data = None if value is None else venc(value)
-            raw_key = None if key is None else kenc(key)
-        except CodecUnavailable as exc:
-            self._codec_error = exc
-            raise
-        if raw_key is None and topic in self._compacted_outputs:
-            rejected = RecordRejected(
-                f"output to {topic} has no key: the topic is compacted "
-                "(cleanup.policy=compact), so the broker refuses keyless records"
-            )
-            self._record_error = rejected
-            raise rejected
-        produce = self._produce_fast
-        deadline = 0.0
-        while True:
-            try:
-                if timestamp is not None:
-                    produce(topic, data, raw_key, headers=headers, timestamp=timestamp)
-                elif headers is None:
-                    produce(topic, data, raw_key)
-                else:
-                    produce(topic, data, raw_key, headers=headers)
-                break
-            except BufferError:
-                # Queue full: let deliveries drain, bounded by the transaction timeout;
-                # past it the epoch aborts (not the record's fault).
-                now = time.monotonic()
-                deadline = deadline or now + self._txn_timeout_s
-                if now > deadline:
-                    self._producer_error = KafkaError(
-                        KafkaError._QUEUE_FULL,  # noqa: SLF001 - public code
-                        f"the producer queue stayed full for {self._txn_timeout_s:.0f}s",
-                    )
-                    raise KafkaException(self._producer_error) from None
-                self._producer.poll(0.05)
-            except KafkaException as exc:
-                err = exc.args[0]
-                if isinstance(err, KafkaError) and classify(err) is Kind.RECORD:
-                    size = (len(data) if data else 0) + (len(raw_key) if raw_key else 0)
-                    rejected = RecordRejected(
-                        f"output to {topic} ({size} bytes) cannot be written: {describe(err)}"
-                    )
-                    self._record_error = rejected
-                    raise rejected from exc
-                # The producer refused for its own reasons (e.g. the transaction went
-                # abortable): not the record's fault, even if user code swallows it.
-                self._producer_error = err if isinstance(err, KafkaError) else None
-                if self._producer_error is None:
-                    raise FatalKafkaError(f"produce to {topic}: {exc}") from exc
-                raise
-        self._epoch_out += 1
-
-    # -- delivery reports -----------------------------------------------------------------
-
-    def _on_delivery_error(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            if err.code() in _PURGED:
-                return  # our own abort purged it: the replay produces it again
-            if self._delivery_error is None or not delivery_is_transient(err):
-                self._delivery_error = err
-            size = len(msg.value() or b"") + len(msg.key() or b"")
-            log.warning(
-                "delivery failed",
-                extra={
-                    "topic": msg.topic(),
-                    "partition": msg.partition(),
-                    "bytes": size,
-                    "error": err.name(),
-                    "detail": err.str(),
-                },
-            )
-
-    def _raise_if_undeliverable(self) -> None:
-        """A record failed permanently: replaying the epoch would fail the same way.
-
-        Raises:
-            FatalKafkaError: a delivery failed for a permanent reason (by error code).
-        """
-        err, self._delivery_error = self._delivery_error, None
-        if err is not None and not delivery_is_transient(err):
-            raise FatalKafkaError(
-                f"a record could not be delivered ({describe(err)}); replaying would fail "
-                "again, so the instance stops (check the emitted key/value sizes against "
-                "the topic's max.message.bytes, topic ACLs, and that compacted outputs get "
-                "keys)"
-            )
 
     def _state_write_error(self, caches: Any, key: bytes | None) -> BaseException | None:
         """Encode the current key's dirty values in ``caches``; return the codec's error."""

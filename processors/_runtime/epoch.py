@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -33,15 +32,15 @@ from processors._checkpoint.alignment import Snapshot
 from processors._checkpoint.control_topics import REGISTRY_TOPIC, checkpoint_key, registry_key
 from processors._checkpoint.protocol import Barrier
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
-from processors._config.settings import OnError
 from processors._kafka.authz import authorization_error
 from processors._kafka.clients import producer_config
 from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
 from processors._runtime.core import SlowRecordError, where
 from processors._runtime.savepoints import SavepointMixin
-from processors._task.time import NO_WATERMARK, TIME_STORE
-from processors.exceptions import FatalKafkaError, UserCodeError
+from processors._task.failures import stop_error
+from processors._task.time import TIME_STORE
+from processors.exceptions import FatalKafkaError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
 from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
@@ -81,10 +80,10 @@ class EpochMixin(SavepointMixin):
         pconf = producer_config(s, self.name, tid)
         # Python callbacks for failures only (a callback per record costs ~10%).
         pconf["delivery.report.only.error"] = True
-        pconf["on_delivery"] = self._on_delivery_error
+        pconf["on_delivery"] = self._out.on_delivery
         if not self.eos:
             self._producer = Producer(pconf)
-            self._produce_fast = self._producer.produce
+            self._out.use(self._producer)
             return
         self._txn = TransactionalProducer(
             pconf,
@@ -115,7 +114,7 @@ class EpochMixin(SavepointMixin):
         """Produce through the transactional component's current producer."""
         assert self._txn is not None
         self._producer = self._txn.producer
-        self._produce_fast = self._producer.produce
+        self._out.use(self._producer)
 
     def _begin(self) -> None:
         assert self._txn is not None
@@ -138,11 +137,9 @@ class EpochMixin(SavepointMixin):
         return [(t, g) for g in self._kgs for t in self._inputs]
 
     def _end_epoch(self) -> None:
-        """Commit the open epoch (no-op when nothing happened since the last one).
+        """Commit the open epoch if anything happened since the last one; sweep state.
 
-        The steps of the epoch protocol (docs/architecture.md): 1. changelogs, 2. barriers
-        and checkpoint records, 3. offsets (``send_offsets_to_transaction``), 4. the commit,
-        then the epoch's state to RocksDB and the next transaction.
+        Then released key groups' directories that are due are removed.
 
         Raises:
             AbortEpoch: the transaction must be aborted (the caller aborts and replays).
@@ -150,8 +147,24 @@ class EpochMixin(SavepointMixin):
             Stopping: a stop was requested while a commit call was retrying.
         """
         self._commit_now = False
-        if not self._epoch_to_commit():
-            return
+        if self._epoch_to_commit():
+            self._commit_epoch()
+        if self._state_cleaner is not None:
+            self._state_cleaner.sweep(self._kgs)
+
+    def _commit_epoch(self) -> None:
+        """Commit the open epoch: the steps of the epoch protocol (docs/architecture.md).
+
+        1. changelogs, 2. barriers and checkpoint records, 3. offsets
+        (``send_offsets_to_transaction``), 4. the commit; then the epoch's state to
+        RocksDB and the next transaction. A commit without an answer is settled from the
+        group's committed offsets, never taken as aborted.
+
+        Raises:
+            AbortEpoch: the transaction must be aborted (the caller aborts and replays).
+            FatalKafkaError: fenced, or a record can never be delivered.
+            Stopping: a stop was requested while a commit call was retrying.
+        """
         started = time.monotonic()
         ckpt, savepoint = self._source_checkpoint_id()
         offsets, snaps = self._commit_positions(ckpt)  # step 3's offsets, with this epoch's token
@@ -176,7 +189,7 @@ class EpochMixin(SavepointMixin):
             # Nothing of this epoch committed (send_offsets hung, commit never sent): the
             # new producer's init_transactions aborted the old transaction.
             self._use_txn_producer()
-            self._delivery_error = None
+            self._out.delivery_error = None
             raise AbortEpoch(str(exc)) from None
         except FatalKafkaError as exc:
             if not self._timed_out_fence(exc):
@@ -188,7 +201,7 @@ class EpochMixin(SavepointMixin):
             raise AbortEpoch(f"the transaction outlived its timeout ({exc})") from None
         except AbortEpoch:
             self._producer.poll(0)  # serve delivery reports that explain the abort
-            self._raise_if_undeliverable()
+            self._out.raise_if_undeliverable()
             raise
         self._sinks.commit()  # sink hook: committed in Kafka, so the prepared rows commit
         self._epoch_committed(ckpt, savepoint, offsets, snaps, writes, manifests)
@@ -205,10 +218,10 @@ class EpochMixin(SavepointMixin):
         """
         if self._stop_committing or self._callback_failed:
             return False
-        if self._codec_error is not None:
+        if self._out.codec_error is not None:
             # An emit failed for want of a service (user code swallowed it): this epoch
             # misses that output, so it must not commit. Stop; the record is read again.
-            raise self._codec_error
+            raise self._out.codec_error
         if self._ttl_stores:
             # Expired entries nobody reads again: bounded tombstones per epoch (before the
             # idle check, so an idle app is cleaned up too).
@@ -218,8 +231,8 @@ class EpochMixin(SavepointMixin):
         if (
             self._uncommitted == 0
             and not self._epoch_active
-            and self._epoch_out == 0
-            and self._epoch_dlq == 0
+            and self._out.records == 0
+            and self._out.dead_letters == 0
             and (self._sp_request is None or not self._kgs)
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
         ):
@@ -228,7 +241,7 @@ class EpochMixin(SavepointMixin):
                 return True
             self._reset_epoch_deadline()  # nothing open: the next epoch starts now
             self.metrics.last_checkpoint_time = time.time()  # everything processed committed
-            self._sample_watermark()
+            self._gauges.watermark()
             if self._txn is not None:
                 self._txn.idle()
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
@@ -248,7 +261,7 @@ class EpochMixin(SavepointMixin):
         """
         return (
             not self._stop
-            and bool(self._internal_outputs)
+            and bool(self._out.internal_outputs)
             and any(self._live_source(g) for g in self._kgs)
         )
 
@@ -262,12 +275,12 @@ class EpochMixin(SavepointMixin):
             AbortEpoch: it did not commit (the caller aborts and replays).
         """
         timed_out = exc.__cause__ is not None and self._timed_out_fence(exc.__cause__)
-        undelivered = self._delivery_error  # the settle's new producer forgets it
+        undelivered = self._out.delivery_error  # the settle's new producer forgets it
         if not self._settle_unknown_commit(offsets, str(exc)):
             # A record that failed for a permanent reason (e.g. no write permission) made
             # the commit fail: replaying would fail the same way.
-            self._delivery_error = undelivered
-            self._raise_if_undeliverable()
+            self._out.delivery_error = undelivered
+            self._out.raise_if_undeliverable()
             # The coordinator had aborted it on its timeout: a slow record, if any, caused
             # it (dead-lettered on the replay).
             self._timed_out = timed_out
@@ -299,17 +312,22 @@ class EpochMixin(SavepointMixin):
             self._savepoint_committed(savepoint, manifests)
         self._marks.commit(list(self._kgs))
         self._poison_timers.clear()  # dead-lettered timers are deleted in this commit
-        if self._poison:  # dead-lettered records behind the committed positions are done
-            self._poison = {
-                k: v for k, v in self._poison.items() if k[2] >= self._committed.get(k[:2], 0)
-            }
+        if self._poison.entries:  # dead-lettered records behind the committed positions are done
+            self._poison.keep(
+                {
+                    k: v
+                    for k, v in self._poison.entries.items()
+                    if k[2] >= self._committed.get(k[:2], 0)
+                }
+            )
         self._checkpoint = ckpt
         self._last_epoch_records = self._uncommitted
         m = self.metrics
         m.records_in += self._uncommitted
-        m.records_out += self._epoch_out
-        m.dlq_records += self._epoch_dlq
-        self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        m.records_out += self._out.records
+        m.dlq_records += self._out.dead_letters
+        self._uncommitted = 0
+        self._out.epoch_done()
         self._epoch_bytes = 0
         if self.eos:
             self._begin()
@@ -326,9 +344,8 @@ class EpochMixin(SavepointMixin):
         m.epochs_committed += 1
         m.last_checkpoint_id = ckpt
         m.last_checkpoint_time = time.time()
-        self._sample_watermark()
         m.observe_commit(took)
-        self._sample_lag(
+        self._gauges.at_commit(
             [TopicPartition(t, g, self._next[(t, g)]) for t, g in self._owned_partitions()]
         )
 
@@ -363,7 +380,7 @@ class EpochMixin(SavepointMixin):
                     try:  # the common case without a Python frame per key
                         produce(topic, value, key, partition=g)
                     except (BufferError, KafkaException):
-                        self._produce(topic, value, key, partition=g)  # waits or raises
+                        self._out.produce(topic, value, key, partition=g)  # waits or raises
             if per_store:
                 writes[g] = per_store
         return writes
@@ -392,8 +409,8 @@ class EpochMixin(SavepointMixin):
             remaining = producer.flush(self._txn_timeout_s)
         # At-least-once: any failed delivery (transient ones too) means the offsets must
         # not be committed past it.
-        err = self._delivery_error
-        self._raise_if_undeliverable()
+        err = self._out.delivery_error
+        self._out.raise_if_undeliverable()
         if err is not None:
             raise AbortEpoch(f"a delivery failed: {err.name()}: {err.str()}")
         if remaining:
@@ -540,8 +557,8 @@ class EpochMixin(SavepointMixin):
         record = {
             "app": self.name,
             "inputs": list(self._inputs),
-            "outputs": sorted(self._outputs),
-            "internal_outputs": sorted(self._internal_outputs),
+            "outputs": sorted(self._out.outputs),
+            "internal_outputs": sorted(self._out.internal_outputs),
             "key_groups": self._partitions,
             "stores": self._store_schemas(),
             "state_version": self._state_version(),
@@ -549,7 +566,9 @@ class EpochMixin(SavepointMixin):
             "instance": self.settings.instance_id,
             "ts": int(time.time() * 1000),
         }
-        self._produce(REGISTRY_TOPIC, orjson.dumps(record), registry_key(self.name), partition=0)
+        self._out.produce(
+            REGISTRY_TOPIC, orjson.dumps(record), registry_key(self.name), partition=0
+        )
 
     def _barrier(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> Barrier:
         """Barrier ``ckpt`` of key group ``g``, with its watermark if the app has event time."""
@@ -578,12 +597,12 @@ class EpochMixin(SavepointMixin):
 
         In the open transaction, after every output of the epoch it ends.
         """
-        if not self._internal_outputs:
+        if not self._out.internal_outputs:
             return
         value, headers = self._barrier(g, ckpt, savepoint).encode()
-        for topic in self._internal_outputs:
+        for topic in self._out.internal_outputs:
             for p in range(self._internal_partitions[topic]):
-                self._produce(topic, value, None, partition=p, headers=headers)
+                self._out.produce(topic, value, None, partition=p, headers=headers)
 
     def _reannounce(self, g: int) -> None:
         """Forward the watermark of a downstream key group again if it moved.
@@ -597,7 +616,7 @@ class EpochMixin(SavepointMixin):
         """
         svc = self.app.time_service
         done = self._marks.done(g)
-        if svc is None or not svc.strategies or not self._internal_outputs or not done:
+        if svc is None or not svc.strategies or not self._out.internal_outputs or not done:
             return
         now = svc.announce(self._kgs[g].caches[TIME_STORE])
         if now != self._announced.get(g):
@@ -670,7 +689,9 @@ class EpochMixin(SavepointMixin):
             }
             if self._globals:
                 record["globals"] = self._globals.snapshot()
-            self._produce(self._control_topic, orjson.dumps(record), checkpoint_key(g), partition=g)
+            self._out.produce(
+                self._control_topic, orjson.dumps(record), checkpoint_key(g), partition=g
+            )
         return manifests
 
     # -- slow records -----------------------------------------------------------------
@@ -685,7 +706,7 @@ class EpochMixin(SavepointMixin):
         assert self._txn is not None
         self._txn.replace(why)
         self._use_txn_producer()
-        self._delivery_error = None  # reports of the old producer's aborted records
+        self._out.delivery_error = None  # reports of the old producer's aborted records
         self._timed_out = timed_out  # then the slow record, if any, caused it
 
     def _settle_unknown_commit(self, offsets: list[TopicPartition], why: str) -> bool:
@@ -779,15 +800,13 @@ class EpochMixin(SavepointMixin):
             f"epoch budget of {self._budget_s:.1f}s (half of "
             f"LOCKGATE_TRANSACTION_TIMEOUT_MS={self.settings.transaction_timeout_ms})"
         )
-        if self.settings.on_error is OnError.FAIL:
-            raise UserCodeError(
-                f"{text}; raise the timeout or make the handler faster "
-                "(LOCKGATE_ON_ERROR=fail; with dlq the record is dead-lettered)"
-            )
+        slow = SlowRecordError(f"{text}; raise the timeout or make the handler faster")
+        stop = stop_error(self.settings.on_error, f"record {where(msg)}", slow, "process")
+        if stop is not None:
+            raise stop
         log.error("%s: dead-lettering it on the replay", text)
-        self._poison[(msg.topic(), msg.partition(), msg.offset())] = (
-            SlowRecordError(text),
-            "process",
+        self._poison.mark(
+            (msg.topic(), msg.partition(), msg.offset()), SlowRecordError(text), "process"
         )
 
     # -- abort ----------------------------------------------------------------------------
@@ -811,8 +830,8 @@ class EpochMixin(SavepointMixin):
                 f"{self._consecutive_aborts} epochs aborted in a row without a commit "
                 f"(last: {reason}); stopping instead of replaying forever"
             )
-        self._record_error = None
-        self._producer_error = None
+        self._out.record_error = None
+        self._out.producer_error = None
         if self._txn is not None:
             generation = self._txn.generation
             # Aborts on the producer, or replaces it when it cannot (a commit without an
@@ -820,18 +839,19 @@ class EpochMixin(SavepointMixin):
             timed_out_fence = self._txn.abort()
             if self._txn.generation != generation:
                 self._use_txn_producer()
-                self._delivery_error = None  # reports of the old producer's aborted records
+                self._out.delivery_error = None  # reports of the old producer's aborted records
                 self._timed_out = self._timed_out or timed_out_fence
         timed_out, self._timed_out = self._timed_out, False
         if timed_out and self._slow is not None:
             self._poison_slow_record()
         # A permanent delivery failure would fail the replay the same way: stop now.
-        self._raise_if_undeliverable()  # transient ones: the replay produces them again
+        self._out.raise_if_undeliverable()  # transient ones: the replay produces them again
         for kg in self._kgs.values():
             kg.discard()
         self._sinks.abort()  # sink hook: drop the epoch's rows, roll back what was prepared
         self._rewind(list(self._kgs))
-        self._uncommitted = self._epoch_out = self._epoch_dlq = 0
+        self._uncommitted = 0
+        self._out.epoch_done()
         self._epoch_bytes = 0
         self.metrics.epochs_aborted += 1
         if self.eos and not self._stop_committing:  # closing after a failure: nothing begins
@@ -870,71 +890,3 @@ class EpochMixin(SavepointMixin):
                 self._next[(topic, g)] = offset
                 self._rewound.add((topic, g))
                 self._seek(topic, g, offset)
-
-    def _sample_group_lag(self) -> None:
-        """Set the lag gauge from the group's committed offsets, commits or not.
-
-        The gauge is also set at each commit; between commits, and when nothing commits
-        (key groups halted at a stop-with-savepoint, a stuck instance), this keeps it
-        honest: high watermark minus committed offset per owned input partition. Halted
-        partitions are not fetched, so their high watermark is asked for (1 s at most
-        each, 2 s in all per sample; past that the last one fetched counts); the others'
-        comes from the fetches.
-        """
-        asked_until = time.monotonic() + 2.0  # the loop waits at most this long for it
-        positions = [TopicPartition(t, g, c) for (t, g), c in list(self._committed.items())]
-        self._publish_lag(positions, lambda g: g in self._halted and time.monotonic() < asked_until)
-
-    def _sample_watermark(self) -> None:
-        """Set the watermark gauge: the lowest watermark of the owned key groups.
-
-        Idle key groups are left out unless every one is idle (as downstream watermarks
-        leave idle writers out); key groups without a watermark yet are left out. None
-        (the series is absent) without event time or without any watermark.
-        """
-        svc = self.app.time_service
-        if svc is None or not svc.strategies:
-            return
-        active: list[int] = []
-        idle: list[int] = []
-        for kg in list(self._kgs.values()):
-            cache = kg.caches.get(TIME_STORE)
-            if cache is None:
-                continue
-            try:
-                wm, is_idle = svc.announce(cache)
-            except Exception:  # noqa: BLE001, S112 - a gauge, best effort
-                continue
-            if wm != NO_WATERMARK:
-                (idle if is_idle else active).append(wm)
-        marks = active or idle
-        self.metrics.watermark_ms = min(marks) if marks else None
-
-    def _sample_lag(self, offsets: list[Any]) -> None:
-        """Set the lag gauges (summed and per partition) from the offsets just committed."""
-        self._publish_lag(offsets, lambda g: False)
-
-    def _publish_lag(
-        self, positions: list[TopicPartition], ask_broker: Callable[[int], bool]
-    ) -> None:
-        """Set the lag gauges: each partition's high watermark minus its ``positions`` offset.
-
-        The high watermark is the consumer's cached one (from the fetches), or asked from
-        the broker (1 s at most) where ``ask_broker(partition)`` says so. Partitions whose
-        watermark cannot be had are left out (a gauge, best effort).
-        """
-        per_partition: dict[tuple[str, int], int] = {}
-        for tp in positions:
-            try:
-                if ask_broker(tp.partition):
-                    _, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(tp.topic, tp.partition), timeout=1.0, cached=False
-                    )
-                else:
-                    _, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            except Exception:  # noqa: BLE001, S112 - a gauge, best effort
-                continue
-            if high >= 0 and tp.offset >= 0:
-                per_partition[(tp.topic, tp.partition)] = max(0, high - tp.offset)
-        self.metrics.consumer_lag = sum(per_partition.values())
-        self.metrics.partition_lag = per_partition

@@ -11,15 +11,15 @@
 * **State budgets** (hooks into the above): every key group of the process shares one
   RocksDB block cache and write-buffer manager and one read-cache budget
   (``processors._task.keygroups.StateMemory``); a released key group's directory is removed
-  after ``state_cleanup_delay_ms`` unless it comes back (``StateCleaner``, swept after
-  each epoch end).
+  after ``state_cleanup_delay_ms`` unless it comes back (``StateCleaner``, swept at
+  each epoch end); both are made in ``core``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -28,49 +28,14 @@ from processors._checkpoint.control_topics import checkpoint_key, latest_records
 from processors._kafka.errors import AbortEpoch
 from processors._kafka.faults import crash_point
 from processors._runtime.epoch import EpochMixin, offset_metadata
-from processors._task.keygroups import MemoryPlan, StateCleaner, StateMemory, cgroup_memory_limit
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import checkpoint_of
-from state.rocksdb.store import RocksDBBackend
-
-if TYPE_CHECKING:
-    from processors._config.settings import Settings
-    from processors._dsl.app import App
 
 log = logging.getLogger("lockgate.runtime")
 
 
 class RebalanceMixin(EpochMixin):
     """Handles the consumer's assign / revoke / lost callbacks."""
-
-    def __init__(self, app: App, settings: Settings) -> None:
-        """Build the core, then the process's state memory and released-state cleaner."""
-        super().__init__(app, settings)
-        plan = MemoryPlan.of(settings, cgroup_memory_limit())
-        self._state_memory = StateMemory(plan)
-        log.info(
-            "state memory",
-            extra={
-                "memory_limit_bytes": plan.limit_bytes,
-                "limit_from": plan.limit_source,
-                "rocksdb_bytes": plan.rocksdb_bytes,
-                "read_cache_bytes": plan.read_cache_bytes,
-                "consumer_bytes": plan.consumer_bytes,
-            },
-        )
-        self._state_cleaner: StateCleaner | None = None
-        if isinstance(self._backend, RocksDBBackend):
-            # Before any database is opened: all of them share the cache and manager.
-            self._backend.memory = self._state_memory.rocksdb
-            self._state_cleaner = StateCleaner(
-                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
-            )
-
-    def _end_epoch(self) -> None:
-        """End the epoch (:class:`EpochMixin`), then remove released state that is due."""
-        super()._end_epoch()
-        if self._state_cleaner is not None:
-            self._state_cleaner.sweep(self._kgs)
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         if self._callback_failed:
@@ -348,7 +313,7 @@ class RebalanceMixin(EpochMixin):
         log.warning("partitions lost: aborting the open epoch", extra={"key_groups": groups})
         self._release(groups)  # first: the rewind below must not touch lost partitions
         try:
-            if self._uncommitted or self._epoch_out or self._epoch_dlq:
+            if self._uncommitted or self._out.records or self._out.dead_letters:
                 self._abort_epoch("partitions lost")
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
             self._failed_in_callback(exc)
@@ -380,7 +345,7 @@ class RebalanceMixin(EpochMixin):
             self._interleaver.drop(groups)
         gone = set(groups)
         self._bp_paused = {tp for tp in self._bp_paused if tp[1] not in gone}
-        self._poison = {k: v for k, v in self._poison.items() if k[1] not in gone}
+        self._poison.keep({k: v for k, v in self._poison.entries.items() if k[1] not in gone})
         self.metrics.assigned = len(self._kgs)
 
     def _restore_progress(self, new_records: int, remaining: int) -> None:

@@ -38,8 +38,6 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from processors._checkpoint.alignment import Aligner, Decision, Forced
 from processors._checkpoint.control_topics import (
-    CONTROL_CONFIG,
-    REGISTRY_TOPIC,
     read_registry_and_cancels,
     writers_of,
 )
@@ -51,35 +49,31 @@ from processors._checkpoint.protocol import (
     writer_header,
 )
 from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
-from processors._config.settings import GroupProtocol, LeaveGroup, OnError, Settings
+from processors._config.settings import Settings
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
-from processors._dsl.partitioner import key_group
-from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors._kafka.authz import authorization_error, is_authorization_failure
 from processors._kafka.clients import (
-    CHANGELOG_CONFIG,
     PARTITION_EOF,
     Admin,
-    admin_config,
     consumer_config,
     restore_consumer_config,
 )
 from processors._kafka.errors import AbortEpoch, Stopping
-from processors._kafka.group_probe import GroupProbe
 from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
 from processors._runtime.core import where
 from processors._runtime.health import HealthServer
-from processors._runtime.kubernetes import scaled_down
-from processors._runtime.query import Answer, QueryService, StateQuery, valid_owner
+from processors._runtime.membership import GroupWatch, leave_group, leave_reason
+from processors._runtime.operator_plan import check_operator_layout
+from processors._runtime.query import QueryService
+from processors._runtime.query_routing import QueryRouter
+from processors._runtime.startup import prepare_topics
+from processors._task.failures import stop_error
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
 from processors._task.keygroups import Restorer, with_fetch_limits
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
-from state.base.store import checkpoint_of
-from state.cache import DELETED, changelog_topic
 from state.codecs import CodecUnavailable
-from state.primitives import live_value
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -113,10 +107,6 @@ def defer_stop_signals() -> None:
 
 #: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
 _INPUT_CHECK_S = 30.0
-#: How often an instance looks for partitions no member of its (stable) group owns.
-_STRAND_CHECK_S = 10.0
-#: How often the lag gauge is set from the committed offsets between commits.
-_LAG_SAMPLE_S = 5.0
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -143,10 +133,6 @@ class _Rewind(Exception):  # noqa: N818 - internal control flow
 
 class _TimerRewind(BaseException):  # noqa: N818 - internal control flow (past user code)
     """A timer wrote state its codec cannot encode: replay with the timer dead-lettered."""
-
-
-#: How long a group description answers /state routing before it is asked again.
-_OWNERS_FRESH_S = 10.0
 
 
 def stopped_fields(checkpoint: int) -> dict[str, Any]:
@@ -186,47 +172,45 @@ class Runner(BarrierMixin):
             else None
         )
         self._bp_limit = max(10_000, 4 * settings.consume_batch_size)
-        #: Classic protocol with static members: watch for partitions no member owns.
-        self._heal_group = (
-            settings.group_protocol is GroupProtocol.CLASSIC and settings.static_membership
-        )
-        self._next_strand_check = time.monotonic() + _STRAND_CHECK_S
-        self._stranded_since: float | None = None
-        self._group_probe: GroupProbe | None = None
+        #: The group-probe child's checks: subscriptions at start, stranded partitions.
+        self._group_watch = GroupWatch(self.name, app.subscribed_input, settings, self._waiting)
+        #: Set when the stranded-partition heal elected this member to rejoin.
         self._resubscribe = False
         self._next_input_check = 0.0
-        self._next_lag_sample = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
         self._cursor = app.cursor
         svc = app.time_service
-        self._ctx = direct_context(self._emit, None if svc is None else svc.timers)
+        self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
         self._tick_time = svc is not None and svc.needs_tick
         self._record_error_outside: BaseException | None = None
         self._timer_blamable = False  # see timer_started
         if svc is not None:
-            svc.emit = self._emit
+            svc.emit = self._out.emit
             svc.hooks = self  # timer_started / timer_done / timer_failed
             svc.decode_key = app.key_codec.decode
             svc.reads_barriers = True
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
-        #: Queryable state (LOCKGATE_QUERY_ENABLED): the hand-off from the HTTP thread,
-        #: and who owns which key group as the group's last description said.
-        self._query: QueryService | None = None
+        #: Queryable state (LOCKGATE_QUERY_ENABLED): the HTTP thread's hand-off and the
+        #: loop's answers (local key groups, or the owner from the group's description).
+        self._queries: QueryRouter | None = None
         if settings.query_enabled:
             key_codec = app.key_codec
             token = settings.query_token
-            self._query = QueryService(
+            service = QueryService(
                 lambda text: key_codec.encode(text),
                 None if token is None else token.get_secret_value(),
                 settings.query_timeout_ms / 1000,
             )
-        self._owner_probe: GroupProbe | None = None
-        self._owners: dict[int, str] = {}
-        self._owners_at = 0.0
-        self._owners_looked_up = False
-        #: Queryable state keeps the owner map warm: described again at this time.
-        self._owners_next = 0.0
+            self._queries = QueryRouter(
+                service,
+                self.name,
+                app.subscribed_input,
+                settings,
+                self._handles,
+                self._kgs,
+                lambda: self._partitions,
+            )
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -284,7 +268,11 @@ class Runner(BarrierMixin):
             )
         if s.http_port:
             self._http = HealthServer(
-                self.metrics, s.http_host, s.http_port, s.liveness_timeout_ms, self._query
+                self.metrics,
+                s.http_host,
+                s.http_port,
+                s.liveness_timeout_ms,
+                None if self._queries is None else self._queries.service,
             )
             self._http.start()
         unfreeze = False
@@ -332,34 +320,20 @@ class Runner(BarrierMixin):
         s = self.settings  # cross-field rules were checked by the Settings model
         self._admin = admin = Admin(s)
         admin.connect()  # a refused password or certificate: one clear error, at once
-        self._partitions = p = self._wait_for_inputs(admin)
-        topics, replication = output_topic_specs(self.app.outputs.values(), p)
-        changelogs = [changelog_topic(self.name, n) for n in self._handles]
-        topics.update({t: (p, dict(CHANGELOG_CONFIG)) for t in changelogs})
-        topics[self._dlq] = (p, {})
-        topics[self._control_topic] = (p, dict(CONTROL_CONFIG))
-        topics[REGISTRY_TOPIC] = (1, dict(CONTROL_CONFIG))
-        needs = self._access_needed(changelogs)
-        admin.check_access(needs)  # existing topics, before creating any
-        admin.ensure_topics(topics, replication=replication)
-        admin.check_access(needs, group=self.name)  # the topics just created too
-        check_output_topics(admin, output_topic_configs(self.app.outputs.values()))
-        retention = admin.check_changelogs(changelogs)
-        self._changelog_retention_ms = min(retention.values(), default=None)
-        self._internal_partitions = dict(admin.partitions_of(self._internal_outputs))
-        self._compacted_outputs = {
-            t
-            for t in self._outputs
-            if "compact" in admin.topic_config(t).get("cleanup.policy", "").split(",")
-        }
-        compacted_internal = sorted(self._compacted_outputs & self._internal_set)
-        if compacted_internal:
-            raise ConfigError(
-                f"internal outputs {compacted_internal} have cleanup.policy=compact: barriers "
-                "are keyless and a downstream replay needs every record, so internal topics "
-                "must use cleanup.policy=delete"
-            )
-        self._writer_headers = {g: writer_header(self.name, g) for g in range(p)}
+        topology = prepare_topics(
+            admin,
+            self.app,
+            self.name,
+            self._out,
+            self._control_topic,
+            s.input_wait_ms,
+            self._waiting,
+        )
+        self._partitions = p = topology.partitions
+        self._changelog_retention_ms = topology.changelog_retention_ms
+        self._internal_partitions = topology.internal_partitions
+        self._out.compacted = set(topology.compacted)
+        self._out.writer_headers = {g: writer_header(self.name, g) for g in range(p)}
         try:
             registry, cancelled = read_registry_and_cancels(
                 self._control_reader(), admin.end_offsets, timeout_s=self._txn_timeout_s + 30
@@ -372,7 +346,13 @@ class Runner(BarrierMixin):
                 "registry not readable; learning writers from barriers", extra={"error": str(exc)}
             )
             registry = {}
-        self._check_operator_layout(registry.get(self.name))
+        check_operator_layout(
+            self.name,
+            registry.get(self.name),
+            self.app.operators,
+            from_savepoint=s.from_savepoint,
+            allow_non_restored_state=s.allow_non_restored_state,
+        )
         self._upstream_writers = {
             t: ws for t in self._inputs for ws in [writers_of(registry, (t,))] if ws
         }
@@ -403,7 +383,7 @@ class Runner(BarrierMixin):
             stall_timeout_s=self._txn_timeout_s + 30,
             tombstone_retention_ms=self._changelog_retention_ms,
         )
-        self._check_group_subscriptions()
+        self._group_watch.check_subscriptions()
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
         self.metrics.started = True
@@ -419,265 +399,10 @@ class Runner(BarrierMixin):
             },
         )
 
-    def _access_needed(self, changelogs: list[str]) -> dict[str, list[str]]:
-        """The ACL operations the app needs on each topic (docs/security.md).
-
-        Inputs are read; outputs written, and their configuration read (cleanup policy);
-        changelogs restored, written and their configuration read (compaction,
-        tombstone retention); the DLQ written; the control topic and the registry read
-        and written.
-        """
-        needs: dict[str, list[str]] = {t: ["READ"] for t in self._inputs}
-        for t in self._outputs:
-            needs.setdefault(t, []).extend(["WRITE", "DESCRIBE_CONFIGS"])
-        for t in changelogs:
-            needs[t] = ["READ", "WRITE", "DESCRIBE_CONFIGS"]
-        needs[self._dlq] = ["WRITE"]
-        needs[self._control_topic] = ["READ", "WRITE"]
-        needs[REGISTRY_TOPIC] = ["READ", "WRITE"]
-        return needs
-
-    def _wait_for_inputs(self, admin: Admin) -> int:
-        """Wait (``LOCKGATE_INPUT_WAIT_MS``) for missing inputs; return their partition count.
-
-        In a pipeline deployed at once the downstream may start before the upstream
-        created its internal output. Logged once; the stop request and liveness are
-        served while waiting.
-
-        Raises:
-            TopicError: inputs still missing at the deadline, or not co-partitioned.
-            Stopping: a stop was requested while waiting.
-        """
-        deadline = time.monotonic() + self.settings.input_wait_ms / 1000
-        logged = False
-        while True:
-            found = admin.partitions_of(self._inputs)
-            missing = [t for t in self._inputs if t not in found]
-            # A topic the principal may not describe looks missing: say so at once.
-            admin.check_access({t: ["READ"] for t in missing})
-            if not missing or time.monotonic() >= deadline:
-                return admin.input_partitions(self._inputs)
-            if not logged:
-                logged = True
-                log.warning(
-                    "waiting for input topics to be created (an upstream app creates its "
-                    "internal outputs when it starts; `lockgate topics create` makes others)",
-                    extra={"missing": missing, "wait_ms": self.settings.input_wait_ms},
-                )
-            until = min(deadline, time.monotonic() + 1.0)
-            while time.monotonic() < until:
-                self._check_stop()
-                self.metrics.beat()
-                time.sleep(0.1)
-
-    def _heal_stranded_partitions(self) -> None:
-        """Force a rebalance when a stable group leaves partitions to no member.
-
-        Cooperative rebalancing moves a partition in two rounds: its owner revokes it,
-        then rejoins so the next round gives it to another member. A static member
-        killed between the two rejoins as a *replacement* (same instance id) of a stable
-        group, which the coordinator answers with its current assignment and no
-        rebalance: the revoked partitions stay with nobody until the membership changes
-        (seen in the chaos tests: minutes, with records waiting). When two checks in a row
-        see that, the member with the fewest partitions (ties: smallest id) unsubscribes
-        and subscribes again: its join with new metadata makes the coordinator rebalance.
-        """
-        now = time.monotonic()
-        # Never blocks the loop: the description is asked for, and read when it is done,
-        # from a child process (librdkafka may abort a process whose DescribeConsumerGroups
-        # meets a dropped connection: processors/_kafka/group_probe.py).
-        probe = self._group_probe
-        if probe is None:
-            probe = self._group_probe = GroupProbe(admin_config(self.settings))
-        if not probe.request(self.name):
-            self._next_strand_check = now + _STRAND_CHECK_S  # the probe restarts later
-            return
-        answer = probe.result()
-        if answer is None:
-            return
-        self._next_strand_check = now + _STRAND_CHECK_S
-        topic = self.app.subscribed_input
-        if isinstance(answer, str):  # best effort: look again later
-            log.debug("describing the group failed: %s", answer)
-            return
-        state, members = answer
-        owned = {p for parts in members.values() for t, p in parts if t == topic}
-        stranded = sorted(set(range(self._partitions)) - owned)
-        if state != "STABLE" or not stranded or not members:
-            self._stranded_since = None
-            return
-        if self._stranded_since is None:
-            self._stranded_since = now
-            return
-        healer = min(members, key=lambda m: (len(members[m]), m))
-        log.warning(
-            "partitions of a stable group are assigned to no member (a member was killed "
-            "between revoking them and rejoining)",
-            extra={"partitions": stranded, "members": sorted(members), "healer": healer},
-        )
-        self._stranded_since = None
-        if healer == self.settings.instance_id:
-            log.warning("rejoining the group to force a rebalance")
-            self._consumer.unsubscribe()  # the revoke is served by the next consume()
-            self._resubscribe = True
-
-    # -- queryable state --------------------------------------------------------------------
-
-    def _answer_query(self, q: StateQuery) -> Answer | None:
-        """Answer a ``/state`` query from the committed state (the loop thread only).
-
-        The key group's database holds committed state only (an epoch's changes are
-        applied after its transaction committed), so it is read directly, never the
-        epoch cache. ``None``: the owner is being looked up (the query waits for it).
-        """
-        handle = self._handles.get(q.store)
-        if handle is None:
-            return Answer(
-                404, {"status": "unknown store", "store": q.store, "stores": sorted(self._handles)}
-            )
-        if not self._partitions:
-            return Answer(503, {"status": "starting"})
-        g = key_group(q.key, self._partitions)
-        where_ = {"store": q.store, "key": q.key_text, "key_group": g}
-        kg = self._kgs.get(g)
-        if kg is not None:
-            raw = kg.db.get(q.store, q.key)
-            if raw is None:
-                return Answer(404, {"status": "no value", **where_})
-            value = live_value(handle.spec, handle.spec.codec.decode(raw), int(time.time() * 1000))
-            if value is DELETED:  # expired (TTL): what the handle would read
-                return Answer(404, {"status": "no value (expired)", **where_})
-            return Answer(
-                200,
-                {
-                    "status": "ok",
-                    **where_,
-                    "value": value,
-                    "checkpoint": checkpoint_of(kg.db),
-                    "instance": self.settings.instance_id,
-                },
-            )
-        return self._route_query(q, g, where_)
-
-    def _route_query(self, q: StateQuery, g: int, where_: dict[str, Any]) -> Answer | None:
-        """Forward to the owner of key group ``g`` when known and reachable, else say why.
-
-        A stale map (older than ``_OWNERS_FRESH_S``) is used while a new description is
-        asked for; an unknown owner (or this instance, which does not hold ``g`` now)
-        defers the query until the description arrived.
-        """
-        assert self._query is not None
-        owner = self._owners.get(g)
-        if time.monotonic() - self._owners_at >= _OWNERS_FRESH_S:
-            self._query.owners_wanted = True
-        if owner is None or owner == self.settings.instance_id:
-            if self._owners_looked_up:  # asked again after the lookup: nobody owns it now
-                return Answer(503, {"status": "owner unknown (rebalancing?); retry", **where_})
-            self._query.owners_wanted = True
-            return None
-        template = self.settings.query_peer_url
-        if (
-            q.forwarded
-            or template is None
-            or not self.settings.static_membership
-            or not valid_owner(owner)
-        ):
-            return Answer(
-                421, {"status": "not the owner of this key group", "owner": owner, **where_}
-            )
-        return Answer(200, where_, forward_to=template.replace("{instance}", owner))
-
-    def _refresh_owners(self) -> None:
-        """Learn who owns which key group from the group's description (never blocks).
-
-        Uses a :class:`GroupProbe` child (an in-process DescribeConsumerGroups can abort
-        the process: processors/_kafka/group_probe.py); asked every ``_OWNERS_FRESH_S / 2``
-        seconds while queryable state is on (so a query rarely waits for it), and at once
-        when a query finds no owner.
-        """
-        assert self._query is not None
-        probe = self._owner_probe
-        if probe is None:
-            probe = self._owner_probe = GroupProbe(admin_config(self.settings))
-        if not probe.request(self.name):
-            return
-        answer = probe.result()
-        if answer is None:
-            return
-        self._query.owners_wanted = False
-        self._owners_next = time.monotonic() + _OWNERS_FRESH_S / 2
-        if isinstance(answer, str):
-            log.debug("describing the group for a state query failed: %s", answer)
-        else:
-            topic = self.app.subscribed_input
-            _, members = answer
-            self._owners = {p: m for m, parts in members.items() for t, p in parts if t == topic}
-            self._owners_at = time.monotonic()
-        self._owners_looked_up = True  # deferred queries: no second lookup
-        try:
-            self._query.retry_deferred(self._answer_query)
-        finally:
-            self._owners_looked_up = False
-
-    def _check_group_subscriptions(self) -> None:
-        """Refuse to join while live members of the group consume another topic.
-
-        Members that subscribe different topics split key groups between them (each
-        topic's partitions go to its own subscribers): during a rolling update from a
-        version with another subscribed input, an old and a new instance would both own
-        key group ``g``. A change of the subscribed input needs every old instance
-        stopped first.
-
-        Raises:
-            ConfigError: a live member is assigned a topic this version does not subscribe.
-        """
-        mine = self.app.subscribed_input
-        me = self.settings.instance_id
-        # Members of a version stopped cleanly stay listed until their session expires
-        # (static members send no leave): wait that long before refusing.
-        session_ms = int(self.settings.kafka_config().get("session.timeout.ms", 45_000))
-        deadline = time.monotonic() + session_ms / 1000 + 10
-        probe = self._group_probe
-        if probe is None:
-            probe = self._group_probe = GroupProbe(admin_config(self.settings))
-
-        def waiting() -> None:
-            self._check_stop()
-            self.metrics.beat()
-
-        log.info("checking the group's subscriptions", extra={"group": self.name})
-        while True:
-            # In the probe's child process: a DescribeConsumerGroups that meets a dropped
-            # connection can abort the process that sent it (librdkafka #4605).
-            answer = probe.describe(self.name, 10.0, waiting)
-            if isinstance(answer, str):  # best effort: the join goes on
-                log.warning(
-                    "could not describe the group to check its subscriptions; joining anyway",
-                    extra={"reason": answer},
-                )
-                return
-            members = {m: {t for t, _ in parts} for m, parts in answer[1].items()}
-            others = {m: sorted(t - {mine}) for m, t in members.items() if t - {mine} and m != me}
-            if not others or time.monotonic() > deadline:
-                break
-            log.warning(
-                "members of the group consume another topic than this version subscribes; "
-                "waiting for them to leave",
-                extra={"members": others, "subscribes": mine},
-            )
-            until = time.monotonic() + 2.0
-            while time.monotonic() < until:
-                self._check_stop()
-                self.metrics.beat()
-                time.sleep(0.1)
-        if others:
-            raise ConfigError(
-                f"live members of group {self.name!r} consume {others}, but this version of "
-                f"the app subscribes {mine!r} (key group g = partition g of {mine!r}): they "
-                "would own the same key groups. The subscribed input (the first stream "
-                "declared) changed: stop every instance of the old version before starting "
-                "this one (not a rolling update)"
-            )
+    def _waiting(self) -> None:
+        """Called while a start-up check waits: stop when asked, show liveness."""
+        self._check_stop()
+        self.metrics.beat()
 
     def _subscribe(self) -> None:
         conf = with_fetch_limits(consumer_config(self.settings, self.name), self._state_memory.plan)
@@ -715,7 +440,7 @@ class Runner(BarrierMixin):
         if self._kgs:
             groups = list(self._kgs)
             self._release(groups)  # first: the abort's rewind must not touch them
-            if self._uncommitted or self._epoch_out or self._epoch_dlq:
+            if self._uncommitted or self._out.records or self._out.dead_letters:
                 self._abort_epoch("static member fenced")
         self._rejoin_later(exc)
 
@@ -744,7 +469,7 @@ class Runner(BarrierMixin):
 
     def _epoch_bytes_bound(self) -> int | None:
         """How many fetched bytes end an epoch early (``None``: the interval only)."""
-        if self._internal_set:
+        if self._out.internal_set:
             # Every epoch of a barrier writer is a barrier downstream: early epochs would
             # multiply barriers and make aligned readers hold records for longer (their
             # checkpoint is the slowest writer's). Its epochs follow the interval only.
@@ -863,22 +588,16 @@ class Runner(BarrierMixin):
             if self._released:
                 self._process([])
         self._poll_requests()
-        if time.monotonic() >= self._next_lag_sample:
-            self._next_lag_sample = time.monotonic() + _LAG_SAMPLE_S
-            self._sample_group_lag()
-        if self._query is not None:
-            if self._query.pending:
-                self._query.serve(self._answer_query)
-            if (
-                self._query.owners_wanted
-                or self._query.deferred
-                or time.monotonic() >= self._owners_next
-            ):
-                self._refresh_owners()
+        self._gauges.between_commits()
+        if self._queries is not None:
+            self._queries.serve()
         if self._tick_time:
             self._tick_timers()
-        if self._heal_group and time.monotonic() >= self._next_strand_check:
-            self._heal_stranded_partitions()
+        if self._group_watch.heal_due(time.monotonic()) and self._group_watch.stranded_heal(
+            self._partitions
+        ):
+            self._consumer.unsubscribe()  # the revoke is served by the next consume()
+            self._resubscribe = True
         if len(self._halted) != len(self.metrics.halted) or (
             self._halted and dict(self.metrics.halted) != self._halted
         ):
@@ -899,62 +618,23 @@ class Runner(BarrierMixin):
     def _leave_group_maybe(self) -> None:
         """On a clean stop, make a static member leave the group when it goes for good.
 
-        librdkafka never sends LeaveGroup for a static member that closes (KIP-345), so
-        its key groups wait ``session.timeout.ms`` for it. ``unsubscribe()`` first does
-        send it (classic protocol: the leave follows the revoke, which is served here;
-        ``close()`` afterwards no longer suppresses it). Records fetched meanwhile are
-        dropped unprocessed: every commit (the revoke's included) covers processed
-        records only, so the next owner reads them from the committed offsets. Best
-        effort: any failure keeps the membership (the session timeout applies).
+        See :func:`processors._runtime.membership.leave_group`. Records fetched meanwhile
+        are dropped unprocessed: every commit (the revoke's included) covers processed
+        records only, so the next owner reads them from the committed offsets.
         """
-        s = self.settings
-        if (
-            self._consumer is None
-            or not s.static_membership
-            or s.leave_group_on_stop is LeaveGroup.NEVER
-            or self._fatal is not None
-        ):
+        if self._consumer is None or self._fatal is not None:
             return
-        try:
-            if s.leave_group_on_stop is LeaveGroup.SCALE_DOWN:
-                verdict = scaled_down(s.instance_id, sa_dir=s.kubernetes_token_dir)
-                if not verdict.leave:
-                    log.info("keeping the static group membership: %s", verdict.reason)
-                    return
-                reason = verdict.reason
-            else:
-                reason = "LOCKGATE_LEAVE_GROUP_ON_STOP=always"
-            if s.group_protocol is not GroupProtocol.CLASSIC:
-                log.info(
-                    "not leaving the group (%s): under group.protocol=consumer librdkafka "
-                    "leaves a static member only temporarily (the broker's session timeout "
-                    "applies)",
-                    reason,
-                )
-                return
-            log.info("leaving the consumer group: %s", reason)
-            started = time.monotonic()
-            self._leaving = True
-            self._consumer.unsubscribe()
-            deadline = started + 10.0
-            while time.monotonic() < deadline and (self._kgs or self._consumer.assignment()):
-                self.metrics.beat()
-                self._consumer.consume(self.settings.consume_batch_size, 0.1)
-            for _ in range(3):  # the LeaveGroup goes out right after the unassign
-                self._consumer.poll(0.05)
-            left = not (self._kgs or self._consumer.assignment())
-        except Exception as exc:  # noqa: BLE001 - best effort: the session timeout remains
-            log.warning("leaving the group failed: %s", exc)
+        reason = leave_reason(self.settings)
+        if reason is None:
             return
-        took = round(time.monotonic() - started, 3)
-        if not left:
-            log.warning(
-                "leaving the group: the revoke did not complete within 10s (the session "
-                "timeout applies to what is left)",
-                extra={"seconds": took},
-            )
-        else:
-            log.info("left the consumer group", extra={"seconds": took})
+        self._leaving = True  # the revoke it causes is the leave's
+        leave_group(
+            self._consumer,
+            reason,
+            lambda: bool(self._kgs),
+            self.metrics.beat,
+            self.settings.consume_batch_size,
+        )
 
     def _stopped_while_waiting(self, exc: Stopping) -> int:
         """SIGTERM arrived while a bounded call or a restore waited: stop without it."""
@@ -985,9 +665,9 @@ class Runner(BarrierMixin):
         return code
 
     def _close(self, graceful: bool) -> None:
-        for probe in (self._group_probe, self._owner_probe):
-            if probe is not None:
-                probe.close()
+        self._group_watch.close()
+        if self._queries is not None:
+            self._queries.close()
         if not graceful:
             # Never commit on the way out after a failure, and end the transaction before
             # the consumer leaves the group, so a new owner does not wait for it.
@@ -1085,13 +765,14 @@ class Runner(BarrierMixin):
         ctx = self._ctx
         cursor = self._cursor
         kgs = self._kgs
-        poison = self._poison
+        poison = self._poison.entries
         nxt = self._next
         aligners = self._aligners
         halted = self._halted
         released = self._released
         clock = time.monotonic
         metrics = self.metrics
+        out = self._out
         cursor.now_ms = int(time.time() * 1000)
         current = -1  # partition of the fetched records in progress
         bound = -1  # partition whose key group the state handles point at
@@ -1099,7 +780,7 @@ class Runner(BarrierMixin):
         aligner: Aligner | None = None  # of ``current``
         last = -1  # offset of the last fetched record handled in ``current``
         count = 0
-        out_before = self._epoch_out
+        out_before = out.records
         deadline = self._epoch_deadline
         budget = self._budget_s
         started = clock()
@@ -1149,7 +830,7 @@ class Runner(BarrierMixin):
                     if bound != part:
                         kg.bind()
                         bound = part
-                        self._writer_header = self._writer_headers[part]
+                        out.writer_header = out.writer_headers[part]
                 last = msg.offset()
                 count += 1
                 headers = msg.headers()
@@ -1181,7 +862,7 @@ class Runner(BarrierMixin):
                         if bound != msg.g:
                             kgs[msg.g].bind()
                             bound = msg.g
-                            self._writer_header = self._writer_headers[msg.g]
+                            out.writer_header = out.writer_headers[msg.g]
                         self._apply_watermarks(msg)
                     continue
                 part = msg.partition()
@@ -1194,7 +875,7 @@ class Runner(BarrierMixin):
                 if bound != part:
                     kgs[part].bind()
                     bound = part
-                    self._writer_header = self._writer_headers[part]
+                    out.writer_header = out.writer_headers[part]
                 if multi:
                     handler = handlers[msg.topic()]
                     kdec, vdec = decoders[msg.topic()]
@@ -1204,7 +885,7 @@ class Runner(BarrierMixin):
             if poison:
                 entry = poison.get((msg.topic(), part, msg.offset()))
                 if entry is not None:
-                    self._dead_letter(msg, entry[0], entry[1])
+                    out.dead_letter(msg, entry[0], entry[1])
                     self._commit_now = True  # keep the replay span short
                     continue
             try:
@@ -1222,19 +903,19 @@ class Runner(BarrierMixin):
             except ConfigError:
                 raise  # a programming error (e.g. emit to an undeclared topic): stop
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
-                if self._codec_error is not None:
-                    raise self._codec_error from exc  # a registry outage: not the record
-                if self._producer_error is None:
-                    self._record_error = None
+                if out.codec_error is not None:
+                    raise out.codec_error from exc  # a registry outage: not the record
+                if out.producer_error is None:
+                    out.record_error = None
                     self._bad_input(msg, exc, "process", replay=True)
-            if self._producer_error is not None:
+            if out.producer_error is not None:
                 # The producer refused a record (e.g. the transaction is in an abortable
                 # state): not the record's fault, even if user code swallowed the error.
                 self._raise_producer_error()
-            if self._record_error is not None:
+            if out.record_error is not None:
                 # An output of this record can never be written, and user code caught
                 # the error: the record still failed.
-                rejected, self._record_error = self._record_error, None
+                rejected, out.record_error = out.record_error, None
                 self._bad_input(msg, rejected, "emit", replay=True)
             if self._check_writes:
                 bad = self._state_write_error(kgs[part].caches, raw_key)
@@ -1248,7 +929,7 @@ class Runner(BarrierMixin):
         self._uncommitted += count
         m = self.metrics
         m.records_in_attempts += count
-        m.records_out_attempts += self._epoch_out - out_before
+        m.records_out_attempts += out.records - out_before
         self._producer.poll(0)
 
     def _interleave(self, msgs: list[Any]) -> list[Any]:
@@ -1400,7 +1081,7 @@ class Runner(BarrierMixin):
             FatalKafkaError: the producer is in a fatal state.
             AbortEpoch: otherwise (the transaction went abortable): replay the epoch.
         """
-        err, self._producer_error = self._producer_error, None
+        err, self._out.producer_error = self._out.producer_error, None
         assert err is not None
         if err.fatal():
             raise FatalKafkaError(f"produce: {err.name()}: {err.str()}")
@@ -1412,7 +1093,7 @@ class Runner(BarrierMixin):
         assert svc is not None
         if svc.apply_pending(update.topic, update.checkpoint):
             self._epoch_active = True
-        if self._producer_error is not None:  # a timer's output was refused
+        if self._out.producer_error is not None:  # a timer's output was refused
             self._raise_producer_error()
 
     def _tick_timers(self) -> None:
@@ -1425,16 +1106,16 @@ class Runner(BarrierMixin):
         assert svc is not None
         now_ms = int(time.time() * 1000)
         self._cursor.now_ms = now_ms
-        out_before = self._epoch_out
+        out_before = self._out.records
         for g, kg in self._kgs.items():
             if g in self._halted:
                 continue
             kg.bind()
-            self._writer_header = self._writer_headers[g]
+            self._out.key_group(g)
             svc.tick(now_ms)
-            if self._producer_error is not None:
+            if self._out.producer_error is not None:
                 self._raise_producer_error()
-        self.metrics.records_out_attempts += self._epoch_out - out_before
+        self.metrics.records_out_attempts += self._out.records - out_before
 
     # -- timer hooks (processors._task.time.TimerHooks) -----------------------------------------
 
@@ -1449,8 +1130,8 @@ class Runner(BarrierMixin):
             self._timer_failed(raw_key, t, name, poisoned)
             self._commit_now = True  # keep the replay span short
             return False
-        self._record_error_outside = self._record_error
-        self._record_error = None
+        self._record_error_outside = self._out.record_error
+        self._out.record_error = None
         # While replaying to find unencodable state: a key whose state is bad already
         # (written by the record that moved the watermark) is not this timer's doing.
         self._timer_blamable = self._check_writes and self._key_state_error(raw_key) is None
@@ -1482,14 +1163,14 @@ class Runner(BarrierMixin):
             _TimerRewind: while replaying to find unencodable state, this timer wrote
                 some (the epoch is replayed without it).
         """
-        rejected, self._record_error = self._record_error, self._record_error_outside
+        rejected, self._out.record_error = self._out.record_error, self._record_error_outside
         self._check_timer_writes(raw_key, t, name)
-        if rejected is not None and self._producer_error is None:
+        if rejected is not None and self._out.producer_error is None:
             self._timer_failed(raw_key, t, name, rejected)
 
     def timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
         """A timer callback raised (its unencodable writes are found the same way)."""
-        self._record_error = self._record_error_outside
+        self._out.record_error = self._record_error_outside
         self._check_timer_writes(raw_key, t, name)
         self._timer_failed(raw_key, t, name, exc)
 
@@ -1503,26 +1184,29 @@ class Runner(BarrierMixin):
             AbortEpoch: the producer refused a record (not the timer's fault).
             UserCodeError: under ``LOCKGATE_ON_ERROR=fail``.
         """
-        if self._producer_error is not None:
-            raise AbortEpoch(f"produce failed in a timer: {self._producer_error.str()}")
-        if self.settings.on_error is OnError.FAIL:
-            raise UserCodeError(
-                f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc} "
-                "(LOCKGATE_ON_ERROR=fail; set it to dlq to dead-letter such timers)"
-            ) from exc
+        if self._out.producer_error is not None:
+            raise AbortEpoch(f"produce failed in a timer: {self._out.producer_error.str()}")
+        stop = stop_error(self.settings.on_error, f"timer {name!r} at {t}", exc)
+        if stop is not None:
+            raise stop
         log.warning(
             "timer failed: dead-lettering",
             extra={"timer": name, "time": t, "error": f"{type(exc).__name__}: {exc}"},
         )
-        self._produce(self._dlq, None, raw_key, headers=timer_error_headers(exc, t, name))
-        self._epoch_dlq += 1
+        self._out.produce(self._out.dlq, None, raw_key, headers=timer_error_headers(exc, t, name))
+        self._out.dead_letters += 1
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:
-        if self.settings.on_error is OnError.FAIL:
-            raise UserCodeError(
-                f"record {where(msg)} failed in {stage}: {type(exc).__name__}: {exc} "
-                "(LOCKGATE_ON_ERROR=fail; set it to dlq to dead-letter such records)"
-            ) from exc
+        """Apply the failure policy (processors/_task/failures.py) to input record ``msg``.
+
+        Raises:
+            UserCodeError: under ``LOCKGATE_ON_ERROR=fail``.
+            _Rewind: ``replay``: user code ran for it; the epoch is aborted and replayed
+                with the record dead-lettered.
+        """
+        stop = stop_error(self.settings.on_error, f"record {where(msg)}", exc, stage)
+        if stop is not None:
+            raise stop
         log.warning(
             "bad record: dead-lettering",
             extra={"record": where(msg), "stage": stage, "error": f"{type(exc).__name__}: {exc}"},
@@ -1530,9 +1214,9 @@ class Runner(BarrierMixin):
         if replay:
             # Its partial state changes and emits must not commit: abort, then replay
             # the epoch and dead-letter this record instead of calling user code.
-            self._poison[(msg.topic(), msg.partition(), msg.offset())] = (exc, stage)
+            self._poison.mark((msg.topic(), msg.partition(), msg.offset()), exc, stage)
             raise _Rewind
-        self._dead_letter(msg, exc, stage)
+        self._out.dead_letter(msg, exc, stage)
 
 
 def run_app(

@@ -33,11 +33,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -50,11 +47,17 @@ from processors._checkpoint.control_topics import (
     REQUEST_PREFIX,
     manifest_key,
 )
-from processors._dsl.app import OperatorInfo
 from processors._kafka.clients import restore_consumer_config
 from processors._kafka.errors import AbortEpoch
 from processors._kafka.faults import crash_point
 from processors._runtime.core import RunnerCore
+from processors._runtime.operator_plan import (
+    OperatorPlan,
+    log_operator_plan,
+    plan_operator_restore,
+    rename_timers,
+    savepoint_to_seed,
+)
 from processors._task.time import TIME_STORE
 from processors.exceptions import ConfigError
 from state.cache import DELETED, MISSING
@@ -74,213 +77,6 @@ _SEED_CHUNK = int(os.environ.get("LOCKGATE_TEST_SEED_CHUNK", "50000"))
 #: How far back a starting instance looks for savepoint requests it may have missed.
 _REQUEST_LOOKBACK_MS = 60_000
 _POLL_INTERVAL_S = 0.25
-#: The names operator stores get (declaration-numbered); a saved store with such a name
-#: and no ``operator`` field was saved before operator ids were recorded.
-_OPERATOR_STORE = re.compile(r"^(window-\d+|interval-join-\d+\.(left|right))$")
-
-
-@dataclass
-class OperatorPlan:
-    """How a savepoint's stores and timers map onto the app's (see :func:`plan_operator_restore`).
-
-    Attributes:
-        sources: app store name -> the saved store restored into it; every saved store
-            but those of dropped operators is here (stores of the app's own map to
-            themselves, whether the app still declares them or not).
-        timers: saved timer owner prefix -> the app's (``None``: dropped with its
-            operator); empty when nothing is renamed.
-        legacy: the savepoint records no operator ids (taken before they were
-            recorded): stores restore by name, i.e. by declaration order.
-        added: ids of the app's operators without state in the savepoint (they start
-            empty).
-        dropped: ids of saved operators the app does not have (their state is dropped;
-            only with ``allow_non_restored``).
-    """
-
-    sources: dict[str, str]
-    timers: dict[str, str | None] = field(default_factory=dict)
-    legacy: bool = False
-    added: list[str] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-
-
-def _suffix(store: str) -> str:
-    """The part of an operator store's name that says which of its stores it is."""
-    return store.partition(".")[2]
-
-
-def plan_operator_restore(
-    saved: Mapping[str, Mapping[str, Any]],
-    operators: Mapping[str, OperatorInfo],
-    allow_non_restored: bool,
-) -> OperatorPlan:
-    """Map a savepoint's stores and timers onto the app's by operator id.
-
-    Contract: a saved operator store (its entry has ``operator``) is restored into the
-    store of the app's operator with the same id, wherever the declaration order put
-    it; its timers' owner prefix (``timers``) is renamed to that operator's. An app
-    operator whose id the savepoint lacks starts empty (as a new store does); a saved
-    operator the app lacks is refused, or with ``allow_non_restored`` its state and
-    timers are dropped (as a dropped store's). A savepoint without any ``operator``
-    field is *legacy*: every store restores by name, as before operator ids existed.
-
-    Args:
-        saved: the manifest's stores (name -> entry with ``kind``, ``codec`` and, for
-            operator stores, ``operator`` and ``timers``).
-        operators: the app's operators by id (:attr:`processors.App.operators`).
-        allow_non_restored: accept saved operators that the app no longer has.
-
-    Raises:
-        SavepointError: saved operator ids the app does not have (without
-            ``allow_non_restored``), or an operator whose stores changed shape (a
-            window id now on an interval join); the message names the ids.
-    """
-    ids: dict[str, list[str]] = {}
-    prefixes: dict[str, str] = {}
-    for name, entry in saved.items():
-        uid = entry.get("operator")
-        if uid is not None:
-            ids.setdefault(str(uid), []).append(name)
-            if entry.get("timers"):
-                prefixes[str(uid)] = str(entry["timers"])
-    if not ids:
-        legacy = any(_OPERATOR_STORE.match(name) for name in saved)
-        added = [] if legacy else list(operators)  # legacy: restored by name, not added
-        return OperatorPlan({name: name for name in saved}, legacy=legacy, added=added)
-    sources = {name: name for name, entry in saved.items() if entry.get("operator") is None}
-    timers: dict[str, str | None] = {}
-    problems: list[str] = []
-    dropped = sorted(uid for uid in ids if uid not in operators)
-    if dropped and not allow_non_restored:
-        problems.append(
-            f"operator id(s) {dropped} are in the savepoint but not in the app (its operator "
-            f"ids: {sorted(operators)}); give those operators the uid= they were saved with "
-            "(a derived id changes with the topics or operator it reads), or drop their state "
-            "with --allow-non-restored-state"
-        )
-    for uid in dropped:
-        if uid in prefixes:
-            timers[prefixes[uid]] = None
-    for uid, info in operators.items():
-        if uid not in ids:
-            continue
-        old = {_suffix(n): n for n in ids[uid]}
-        new = {_suffix(n): n for n in info.stores}
-        if old.keys() != new.keys() or (uid in prefixes) != (info.timers is not None):
-            problems.append(
-                f"operator {uid!r} was saved with the stores {sorted(ids[uid])}, the app's "
-                f"{info.kind} with that id has {list(info.stores)}; give it another uid="
-            )
-            continue
-        for suffix, name in new.items():
-            sources[name] = old[suffix]
-        if info.timers is not None:
-            timers[prefixes[uid]] = info.timers
-    if problems:
-        raise SavepointError("; ".join(problems))
-    if all(old == new for old, new in timers.items()):
-        timers = {}
-    added = [uid for uid in operators if uid not in ids]
-    return OperatorPlan(sources, timers, added=added, dropped=dropped)
-
-
-def moved_operator_state(
-    registered: object, operators: Mapping[str, OperatorInfo]
-) -> tuple[list[str], list[str]]:
-    """Return the app's stores whose changelog holds another operator's state.
-
-    ``registered`` is the ``operators`` of the app's last registration (id -> its
-    stores, as the process that wrote it declared them; anything else: unknown, nothing
-    returned). Each store of the app's operators that belonged to another id then is
-    described as ``"window-1 (state of 'a', now 'b')"``, in one of two lists:
-
-    * *moved*: one of the two ids is on the other side too (declarations reordered, or
-      an operator removed before this one): the store would restore state that belongs
-      to another operator of the app;
-    * *renamed*: neither is (the id changed in place, e.g. a derived id after its input
-      topic was renamed): restored by store name, as before operator ids.
-    """
-    if not isinstance(registered, Mapping):
-        return [], []
-    owner: dict[str, str] = {}
-    for uid, stores in registered.items():
-        if isinstance(stores, list):
-            owner.update({str(store): str(uid) for store in stores})
-    moved: list[str] = []
-    renamed: list[str] = []
-    for uid, info in operators.items():
-        for store in info.stores:
-            before = owner.get(store)
-            if before is not None and before != uid:
-                known = before in operators or uid in registered
-                (moved if known else renamed).append(f"{store} (state of {before!r}, now {uid!r})")
-    return moved, renamed
-
-
-def rename_timers(names: list[str], renames: Mapping[str, str | None]) -> list[str]:
-    """Return the timer names of one timer entry with their owner prefixes renamed.
-
-    ``renames`` maps a saved owner prefix (``w<n>``) to the app's, or to ``None`` to
-    drop the operator's timers; other names (the app's own ``u...`` timers) stay.
-    """
-    out: list[str] = []
-    for name in names:
-        prefix, sep, rest = name.partition(":")
-        if sep and prefix in renames:
-            new = renames[prefix]
-            if new is not None:
-                out.append(f"{new}:{rest}")
-        else:
-            out.append(name)
-    return out
-
-
-def savepoint_to_seed(
-    *,
-    seeding: str | None,
-    from_savepoint: str | None,
-    origin: str | None,
-    halted: str | None,
-    resume_halted: bool,
-) -> str | None:
-    """Return the savepoint a key group must be seeded from at its assignment, or ``None``.
-
-    In order: a restore under way (its checkpoint record names it) is finished; then an
-    explicit ``--from-savepoint`` the key group does not descend from yet; then, with
-    ``LOCKGATE_RESUME_FROM_STOP_SAVEPOINT``, the savepoint a stop-with-savepoint halted it
-    at. A key group whose state already descends from the savepoint found is not seeded
-    again (a restart).
-
-    Args:
-        seeding: the savepoint a cut-short restore was seeding, if any.
-        from_savepoint: the ``--from-savepoint`` setting.
-        origin: the savepoint the key group's state descends from, if any.
-        halted: the savepoint a stop-with-savepoint halted the key group at, if any.
-        resume_halted: the ``resume_from_stop_savepoint`` setting.
-
-    Returns:
-        The savepoint id to seed from, or ``None`` to keep the key group's state.
-
-    Raises:
-        ConfigError: the key group is to resume from its halt while ``--from-savepoint``
-            (restored from already) is still set: once it descends from the halt's
-            savepoint, the next start would restore the older one over it.
-    """
-    if seeding is not None:
-        return seeding
-    if from_savepoint is not None and origin != from_savepoint:
-        return from_savepoint
-    if resume_halted and halted is not None and origin != halted:
-        if from_savepoint is not None:  # restored from it already (else returned above)
-            raise ConfigError(
-                f"key group halted at savepoint {halted} and LOCKGATE_RESUME_FROM_STOP_SAVEPOINT "
-                f"is set, but LOCKGATE_FROM_SAVEPOINT={from_savepoint} is still set too: after "
-                f"resuming from {halted}, the next start would restore the older "
-                f"{from_savepoint} over it. Remove LOCKGATE_FROM_SAVEPOINT (--from-savepoint); "
-                "the key group descends from it already"
-            )
-        return halted
-    return None
 
 
 class SavepointMixin(RunnerCore):
@@ -497,7 +293,7 @@ class SavepointMixin(RunnerCore):
                     "seconds": round(time.monotonic() - started, 3),
                 },
             )
-        self._produce(
+        self._out.produce(
             self._control_topic, orjson.dumps(manifest), manifest_key(sp_id, g), partition=g
         )
         self.metrics.beat()
@@ -621,6 +417,35 @@ class SavepointMixin(RunnerCore):
                 extra={"key_group": g, "savepoint": sp_id},
             )
         manifest = self._savepoint_manifest(sp_id, g)
+        plan, files, offsets = self._seed_plan(sp_id, g, manifest)
+        self._marks.start_seeding(g, sp_id)
+        entries = self._seed_entries(sp_id, g, plan, files)
+        self._seed_positions(g, manifest, offsets)
+        self._marks.seeded(g, sp_id, int(manifest.get("checkpoint", 0)))
+        self._checkpoint = max(self._checkpoint, self._marks.done(g))
+        # The last part of the seeding commits with the caller's epoch (not an input
+        # record: lockgate_records_in counts input records only).
+        self._epoch_active = True
+        log.info(
+            "key group seeded from a savepoint",
+            extra={"key_group": g, "savepoint": sp_id, "entries": entries},
+        )
+        return True
+
+    def _seed_plan(
+        self, sp_id: str, g: int, manifest: dict[str, Any]
+    ) -> tuple[OperatorPlan, dict[str, StoreFile], dict[str, int]]:
+        """Check that key group ``g`` can be seeded from ``manifest``; say from what.
+
+        Returns:
+            How saved operators map onto the app's, the store files to read (by the
+            app's store name; their checksums verified) and each input's offset.
+
+        Raises:
+            ConfigError: a pipeline restore from a savepoint taken without ``--stop``
+                (unless allowed), incompatible stores or operators, a corrupt file, or
+                an input without an offset in the savepoint.
+        """
         downstream = any(manifest.get("align", {}).values())
         if downstream and not manifest.get("stop") and not self.settings.allow_non_stop_restore:
             raise ConfigError(
@@ -637,13 +462,12 @@ class SavepointMixin(RunnerCore):
             plan = plan_operator_restore(
                 saved_stores, self.app.operators, self.settings.allow_non_restored_state
             )
-            sources = plan.sources
             saved = {
                 name: {
                     "kind": str(saved_stores[old].get("kind")),
                     "codec": str(saved_stores[old].get("codec")),
                 }
-                for name, old in sources.items()
+                for name, old in plan.sources.items()
             }
             restore = check_compatible(
                 saved, self._store_schemas(), self.settings.allow_non_restored_state
@@ -651,8 +475,8 @@ class SavepointMixin(RunnerCore):
             location = self._savepoints()
             files: dict[str, StoreFile] = {}
             for name in restore:
-                files[name] = StoreFile.from_dict(saved_stores[sources[name]])
-                location.verify_store(sp_id, self.name, g, sources[name], files[name])
+                files[name] = StoreFile.from_dict(saved_stores[plan.sources[name]])
+                location.verify_store(sp_id, self.name, g, plan.sources[name], files[name])
         except SavepointError as exc:
             raise ConfigError(f"--from-savepoint {sp_id}, key group {g}: {exc}") from exc
         self._log_operator_plan(sp_id, g, plan)
@@ -665,7 +489,16 @@ class SavepointMixin(RunnerCore):
                     f"{topic!r} (the savepoint was taken with other inputs)"
                 )
             offsets[topic] = int(offset)
-        self._marks.start_seeding(g, sp_id)
+        return plan, files, offsets
+
+    def _seed_entries(
+        self, sp_id: str, g: int, plan: OperatorPlan, files: dict[str, StoreFile]
+    ) -> int:
+        """Write the saved entries (and tombstones for every other key) as epoch writes.
+
+        Commits every :data:`_SEED_CHUNK` writes; returns how many entries were saved.
+        """
+        location = self._savepoints()
         kg = self._kgs[g]
         entries = 0
         pending = 0
@@ -675,7 +508,7 @@ class SavepointMixin(RunnerCore):
                 decode = cache.codec.decode
                 renames = plan.timers if name == TIME_STORE else None
                 for key, raw in location.read_store(
-                    sp_id, self.name, g, sources[name], files[name]
+                    sp_id, self.name, g, plan.sources[name], files[name]
                 ):
                     value = decode(raw)
                     if renames and key[:1] == b"t" and isinstance(value, list):
@@ -696,6 +529,10 @@ class SavepointMixin(RunnerCore):
                     if pending >= _SEED_CHUNK:
                         self._commit_seed_chunk()
                         pending = 0
+        return entries
+
+    def _seed_positions(self, g: int, manifest: dict[str, Any], offsets: dict[str, int]) -> None:
+        """Move key group ``g``'s offsets and alignment to the savepoint's."""
         for topic, offset in offsets.items():
             self._next[(topic, g)] = self._committed[(topic, g)] = offset
             align = manifest.get("align", {}).get(topic)
@@ -707,85 +544,16 @@ class SavepointMixin(RunnerCore):
                 self._aligners.pop((topic, g), None)
                 self._align_committed.pop((topic, g), None)
         self._share_savepoint_alignment(g)
-        self._marks.seeded(g, sp_id, int(manifest.get("checkpoint", 0)))
-        self._checkpoint = max(self._checkpoint, self._marks.done(g))
-        # The last part of the seeding commits with the caller's epoch (not an input
-        # record: lockgate_records_in counts input records only).
-        self._epoch_active = True
-        log.info(
-            "key group seeded from a savepoint",
-            extra={"key_group": g, "savepoint": sp_id, "entries": entries},
-        )
-        return True
 
     def _operator_stores(self) -> dict[str, list[str]]:
         """Operator id -> its stores, as registered (see :func:`moved_operator_state`)."""
         return {uid: list(info.stores) for uid, info in self.app.operators.items()}
 
-    def _check_operator_layout(self, registration: Mapping[str, Any] | None) -> None:
-        """Refuse to restore operator state from changelogs numbered for other operators.
-
-        Window and interval-join stores are numbered by declaration order, and a restart
-        restores them from their changelogs by that number: after reordered (or removed)
-        declarations an operator would get another's state. A savepoint restore maps
-        state by operator id, so it is not checked.
-
-        Raises:
-            ConfigError: a store's changelog holds another operator's state (the message
-                names the stores and ids, and how to deploy the change), unless
-                ``allow_non_restored_state`` (then a warning).
-        """
-        if self.settings.from_savepoint is not None or registration is None:
-            return
-        moved, renamed = moved_operator_state(registration.get("operators"), self.app.operators)
-        if renamed:
-            log.warning(
-                f"operator ids changed in place since the last run: {', '.join(renamed)}; "
-                "their state is restored by store name"
-            )
-        if not moved:
-            return
-        what = (
-            f"app {self.name!r}: the changelogs of {', '.join(moved)} hold the state of "
-            "another operator (window and interval-join stores are numbered by declaration "
-            "order, and declarations were reordered or removed since the last run)"
-        )
-        if self.settings.allow_non_restored_state:
-            log.warning(what + "; starting anyway (LOCKGATE_ALLOW_NON_RESTORED_STATE)")
-            return
-        raise ConfigError(
-            f"{what}. Deploy such a change through a savepoint, which maps state by operator "
-            "id: lockgate savepoint trigger --app ... --stop with the previous code, then "
-            "lockgate run ... --from-savepoint ID; after lockgate reset (no state left), set "
-            "LOCKGATE_ALLOW_NON_RESTORED_STATE=true for one start"
-        )
-
     def _log_operator_plan(self, sp_id: str, g: int, plan: OperatorPlan) -> None:
         """Say (once per process) how the savepoint's operators map onto the app's."""
-        if self._sp_plan_logged == sp_id:
-            return
-        self._sp_plan_logged = sp_id
-        extra = {"savepoint": sp_id, "key_group": g}
-        if plan.legacy and self.app.operators:
-            log.warning(
-                "the savepoint records no operator ids (it was taken before lockgate "
-                "recorded them): window and interval-join state is restored by declaration "
-                "order (window-<n>, interval-join-<n>); if declarations were reordered since, "
-                "restore with the previous code and take a new savepoint",
-                extra=extra,
-            )
-            return
-        if plan.added:
-            log.warning(
-                f"operators {plan.added} have no state in the savepoint: they start empty",
-                extra=extra,
-            )
-        if plan.dropped:
-            log.warning(
-                f"the state of the savepoint's operators {plan.dropped} is dropped "
-                "(--allow-non-restored-state)",
-                extra=extra,
-            )
+        if self._sp_plan_logged != sp_id:
+            self._sp_plan_logged = sp_id
+            log_operator_plan(sp_id, g, plan, bool(self.app.operators))
 
     def _commit_seed_chunk(self) -> None:
         """Commit the seeding written so far (the offsets stay where they were)."""

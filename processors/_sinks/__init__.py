@@ -6,8 +6,9 @@ if the epoch's Kafka transaction commits (docs/sinks.md, docs/architecture.md "S
 
 The runtime calls :class:`Sinks` at five marked places (``# sink hook``):
 
-- ``_emit`` (``_runtime/core.py``): :meth:`Sinks.write`, for an emit to a sink's name;
-- ``_end_epoch`` (``_runtime/epoch.py``): :meth:`Sinks.prepare` before the Kafka commit
+- ``OutputWriter.emit`` (``_runtime/output.py``): :meth:`Sinks.write`, for an emit to a
+  sink's name;
+- ``_commit_epoch`` (``_runtime/epoch.py``): :meth:`Sinks.prepare` before the Kafka commit
   (raises :class:`SinkUnavailable`, an ``AbortEpoch``), :meth:`Sinks.commit` after it;
 - ``_abort_epoch`` (``_runtime/epoch.py``): :meth:`Sinks.abort`;
 - ``_assign`` (``_runtime/rebalance.py``): :meth:`Sinks.settle`, with each assigned key

@@ -65,12 +65,13 @@ from processors._checkpoint.protocol import (
     record_error_headers,
     timer_error_headers,
 )
-from processors._config.settings import OnError, Settings
+from processors._config.settings import Settings
 from processors._dsl.app import App
 from processors._dsl.context import Context, Headers
 from processors._dsl.record import Record
 from processors._kafka.clients import producer_config, restore_consumer_config
 from processors._kafka.errors import Kind, classify, describe
+from processors._task.failures import stop_error
 from processors._task.keygroups import KeyGroup
 from processors.exceptions import ConfigError, UserCodeError
 from state.codecs import CodecUnavailable
@@ -713,20 +714,19 @@ class BackfillTask:
             raise SinkFailed(f"dead letter to {self.dlq}: {exc}") from exc
 
     def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
-        if self.settings.on_error is OnError.FAIL:
-            raise UserCodeError(f"timer {name!r} at {t} failed: {type(exc).__name__}: {exc}")
+        stop = stop_error(self.settings.on_error, f"timer {name!r} at {t}", exc)
+        if stop is not None:
+            raise stop
         self.dead += 1
         if not self.emitting:
             return
         self._put_dead(raw_key, None, timer_error_headers(exc, t, name))
 
     def _dead_letter(self, msg: Any, exc: BaseException, stage: str) -> None:
-        if self.settings.on_error is OnError.FAIL:
-            where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
-            raise UserCodeError(
-                f"record {where} failed in {stage}: {type(exc).__name__}: {exc} "
-                "(on_error=fail; use dlq to dead-letter such records)"
-            ) from exc
+        where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+        stop = stop_error(self.settings.on_error, f"record {where}", exc, stage)
+        if stop is not None:
+            raise stop
         self.dead += 1
         if self.emitting:
             self._put_dead(msg.key(), msg.value(), record_error_headers(msg, exc, stage))

@@ -625,23 +625,70 @@ def _allowed(acls: list[dict[str, Any]], kind: str, name: str) -> set[str]:
     return ops
 
 
-def test_kafka_user_grants_what_the_runtime_uses() -> None:
-    docs = render(values_files=[STRIMZI])
+#: Strimzi's names of the ACL resource types, pattern types and operations, as in Kafka's API.
+_STRIMZI_NAMES = {
+    "topic": "TOPIC",
+    "group": "GROUP",
+    "transactionalId": "TRANSACTIONAL_ID",
+    "cluster": "CLUSTER",
+    "literal": "LITERAL",
+    "prefix": "PREFIXED",
+    "Read": "READ",
+    "Write": "WRITE",
+    "Create": "CREATE",
+    "Describe": "DESCRIBE",
+    "DescribeConfigs": "DESCRIBE_CONFIGS",
+    "IdempotentWrite": "IDEMPOTENT_WRITE",
+}
+
+
+def _granted(acls: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    """(resource type, name, pattern type, operation) of each Strimzi ACL, in Kafka's names."""
+    out = set()
+    for acl in acls:
+        res = acl["resource"]
+        assert acl.get("type", "allow") == "allow", acl
+        for op in acl["operations"]:
+            out.add(
+                (
+                    _STRIMZI_NAMES[res["type"]],
+                    res.get("name", "kafka-cluster"),
+                    _STRIMZI_NAMES[res.get("patternType", "literal")],
+                    _STRIMZI_NAMES[op],
+                )
+            )
+    return out
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_kafka_user_grants_exactly_the_documented_acls(guarantee: str) -> None:
+    """The KafkaUser's ACLs are the set the security tier grants and runs the app with
+    (tests/security/support.py ``app_acls``, docs/security.md): no more, no less."""
+    from tests.security.support import app_acls
+
+    docs = render(values_files=[STRIMZI], set_values={"processing.guarantee": guarantee})
     user = one_manifest(docs, "KafkaUser")
     sts = one_manifest(docs, "StatefulSet")
     assert user["metadata"]["name"] == sts["metadata"]["name"]  # = the Secret Strimzi writes
     assert user["metadata"]["labels"]["strimzi.io/cluster"] == "my-cluster"
     assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
+    documented = {
+        (a.resource.name, a.name, a.pattern.name, a.operation.name)
+        for a in app_acls("sums", ["payments"], ["sums"])
+        # at_least_once: no transactional producer (docs/security.md)
+        if guarantee == "exactly_once" or a.resource.name != "TRANSACTIONAL_ID"
+    }
+    assert _granted(user["spec"]["authorization"]["acls"]) == documented
+    # The names are the runtime's: its group, restore group, internal topics, transactional id.
     acls = user["spec"]["authorization"]["acls"]
     names = _runtime_names("sums", "sums-lockgate-3")
-    internal = {"Read", "Write", "Create", "Describe", "DescribeConfigs"}
-    for topic in ("changelog", "dlq", "control", "registry"):
-        assert _allowed(acls, "topic", names[topic]) >= internal, topic
-    assert _allowed(acls, "topic", "payments") == {"Read", "Describe"}
-    assert _allowed(acls, "topic", "sums") >= {"Write", "Create", "Describe"}
-    assert _allowed(acls, "group", names["group"]) >= {"Read", "Describe"}
-    assert _allowed(acls, "group", names["restore_group"]) >= {"Read"}
-    assert _allowed(acls, "transactionalId", names["transactional_id"]) >= {"Write", "Describe"}
+    for topic in ("changelog", "dlq", "control"):
+        assert _allowed(acls, "topic", names[topic]) >= {"Read", "Write", "Create"}, topic
+    assert _allowed(acls, "topic", names["registry"]) == {"Read", "Write"}
+    assert _allowed(acls, "group", names["group"]) == {"Read"}
+    assert _allowed(acls, "group", names["restore_group"]) == {"Describe"}
+    txn = _allowed(acls, "transactionalId", names["transactional_id"])
+    assert txn == ({"Write"} if guarantee == "exactly_once" else set())
     # Nothing of another app: its internal topics, its group, its transactional ids.
     other = _runtime_names("totals", "totals-lockgate-0")
     for topic in ("changelog", "dlq", "control"):

@@ -5,7 +5,7 @@ revoking and rejoining comes back as a replacement of a stable group, which the 
 answers without a rebalance: the revoked partitions belong to nobody (reproduced here with
 plain consumers and seen stalling the chaos tests for minutes). The runtime notices a stable
 group with unowned partitions and forces a rebalance (processors/_runtime/runner.py
-``_heal_stranded_partitions``). The crash point ``after_revoke`` places the kill exactly there.
+``GroupWatch.stranded_heal``). The crash point ``after_revoke`` places the kill exactly there.
 """
 
 from __future__ import annotations

@@ -189,3 +189,35 @@ class SecureKafka:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the ACLs of {user} did not appear")
             time.sleep(0.1)
+
+
+def dlq_acls(app: str, sources: list[str]) -> list[Acl]:
+    """What ``lockgate dlq list|replay`` needs beyond :func:`app_acls` (docs/security.md).
+
+    Args:
+        app: the app name.
+        sources: the topics the dead letters came from (the replay writes them back).
+    """
+    T, G, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+    lit, op = ResourcePatternType.LITERAL, AclOperation
+    acls = [
+        Acl(G, f"{app}.dlq-replay", lit, op.READ, "the replay position: its committed offsets"),
+        Acl(X, f"{app}.dlq-replay", lit, op.WRITE, "the replay's transactions"),
+    ]
+    return acls + [Acl(T, t, lit, op.WRITE, "re-inject into the source topic") for t in sources]
+
+
+def reset_acls(app: str, stores: list[str]) -> list[Acl]:
+    """What ``lockgate reset`` needs beyond :func:`app_acls` (docs/security.md).
+
+    Emptying a changelog adds ``delete`` to its cleanup policy for the deletion.
+    """
+    T, lit, op = ResourceType.TOPIC, ResourcePatternType.LITERAL, AclOperation
+    acls: list[Acl] = []
+    for store in stores:
+        topic = f"{app}.{store}.changelog"
+        acls += [
+            Acl(T, topic, lit, op.ALTER_CONFIGS, "add delete to the cleanup policy, restore it"),
+            Acl(T, topic, lit, op.DELETE, "delete the changelog's records"),
+        ]
+    return acls

@@ -25,10 +25,15 @@ import pytest
 
 from processors import App
 from processors._dsl.partitioner import key_group
-from processors._ops.catalog import build_descriptor
 from processors._task.time import TIME_STORE, Watermarks, timer_key
 from state import spark as spark_tools
-from state.savepoint import SavepointError, SavepointStore, StoreFile, new_savepoint_id
+from state.savepoint import (
+    SavepointError,
+    SavepointStore,
+    StoreFile,
+    build_descriptor,
+    new_savepoint_id,
+)
 from state.spark import read_savepoint, rewrite_savepoint, write_savepoint
 from tests.support.checker import check
 from tests.support.kafka import create_topic, produce_numbers, read_all

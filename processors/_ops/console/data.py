@@ -14,7 +14,10 @@ known, from its ``/readyz`` and ``/metrics``:
 * lag per input partition (end offset minus the committed offset of the key group);
 * throughput: input records committed per second, from the committed offsets over the
   last :data:`RATE_WINDOW_S` seconds (on internal topics, barrier records count too);
-* dead letters: the record count of ``<app>.dlq``.
+* dead letters: the record count of ``<app>.dlq``;
+* an app's ``error`` when the console's principal may not read its control topic or
+  describe its inputs or DLQ (such topics look missing in the cluster's metadata: without
+  it the app would show no checkpoint, lag or dead letter, silently).
 
 The pure helpers (:func:`checkpoint_rows`, :func:`partition_lag`, :class:`Rates`) are
 unit-tested without Kafka.
@@ -39,7 +42,6 @@ from processors._ops.catalog import (
     Ops,
     checkpoint_summary,
     list_savepoints,
-    ms_to_iso,
     open_store,
     pipeline_closure,
     topo_order,
@@ -47,7 +49,8 @@ from processors._ops.catalog import (
 from processors._ops.console.graph import pipeline_graph
 from processors._ops.console.instances import InstanceDirectory, probe_instance
 from processors._ops.dlq import dlq_topic
-from processors.exceptions import LockgateError
+from processors.exceptions import AuthorizationError, LockgateError
+from state.savepoint import ms_to_iso
 
 __all__ = ["RATE_WINDOW_S", "Rates", "Snapshotter", "checkpoint_rows", "partition_lag"]
 
@@ -61,6 +64,8 @@ CHECKPOINTS_SHOWN = 8
 PROBE_THREADS = 8
 #: Savepoints are listed again at most this often (a store may be remote).
 SAVEPOINTS_EVERY_S = 3.0
+#: An app's ACLs are checked again at most this often.
+ACCESS_EVERY_S = 10.0
 
 
 def _offset_sum(record: Mapping[str, Any] | None) -> int | None:
@@ -221,6 +226,8 @@ class Snapshotter:
         self._snapshot: dict[str, Any] = {"generated_ms": None, "apps": [], "error": None}
         self._savepoints: dict[str, Any] = {"rows": [], "error": None}
         self._savepoints_at = 0.0
+        #: app -> (when checked, the authorization error or None).
+        self._access: dict[str, tuple[float, str | None]] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lockgate-console", daemon=True)
@@ -313,6 +320,7 @@ class Snapshotter:
             "dlq_topic": dlq_topic(app),
             "stores": sorted(reg.get("stores") or {}),
         }
+        info["error"] = self._access_error(ops, app, inputs)
         p = ops.key_groups(app, reg)
         info["key_groups"] = p
         history = ops.checkpoint_history(app, p, lambda _g: None, CHECKPOINTS_SHOWN + 1)
@@ -340,6 +348,25 @@ class Snapshotter:
         info["throughput"] = self._rates.add(app, committed)
         info["dead_letters"] = self._dead_letters(ops, app)
         return info
+
+    def _access_error(self, ops: Ops, app: str, inputs: Sequence[str]) -> str | None:
+        """The missing ACLs (a message) that hide ``app``'s topics from the console, if any.
+
+        Checked every :data:`ACCESS_EVERY_S` at most (docs/security.md, "The console").
+        """
+        checked = self._access.get(app)
+        if checked is not None and time.monotonic() - checked[0] < ACCESS_EVERY_S:
+            return checked[1]
+        needs: dict[str, list[str]] = {t: ["DESCRIBE"] for t in inputs}
+        needs[control_topic(app)] = ["READ"]
+        needs[dlq_topic(app)] = ["DESCRIBE"]
+        try:
+            ops.admin.check_access(needs)
+            error = None
+        except AuthorizationError as exc:
+            error = str(exc)
+        self._access[app] = (time.monotonic(), error)
+        return error
 
     def _dead_letters(self, ops: Ops, app: str) -> int | None:
         topic = dlq_topic(app)

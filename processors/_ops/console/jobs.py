@@ -22,13 +22,12 @@ from processors._ops.catalog import (
     Ops,
     OpsError,
     cancel_savepoint,
-    ms_to_iso,
     open_store,
     resolve_apps,
     trigger_savepoint,
 )
 from processors.exceptions import LockgateError
-from state.savepoint import SavepointError
+from state.savepoint import SavepointError, ms_to_iso
 
 __all__ = ["Job", "SavepointJobs"]
 

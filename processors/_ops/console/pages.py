@@ -243,6 +243,8 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
     )
     if halted:
         badges.append(f'<span class="badge bad">{len(halted)} key groups halted</span>')
+    if app.get("error"):
+        badges.append(f'<span class="badge bad access-error">{_e(app["error"])}</span>')
     latest_html = (
         f'latest completed checkpoint <b class="latest-checkpoint" data-app="{_e(name)}">'
         f"{_e(latest['checkpoint'])}</b> at {_e(latest.get('time'))}"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from processors import App, ConfigError, Count, Tumbling
-from processors._runtime.savepoints import (
+from processors._runtime.operator_plan import (
     OperatorPlan,
     moved_operator_state,
     plan_operator_restore,

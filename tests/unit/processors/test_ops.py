@@ -6,14 +6,12 @@ import pytest
 
 from processors._ops.catalog import (
     OpsError,
-    build_descriptor,
     checkpoint_summary,
     choose_checkpoint,
     complete_bound,
     complete_checkpoints,
     manifest_problems,
     missing_key_groups,
-    ms_to_iso,
     pipeline_closure,
     progress_text,
     resolve_apps,
@@ -23,6 +21,7 @@ from processors._ops.catalog import (
     topo_order,
     unnamed_upstreams,
 )
+from state.savepoint import build_descriptor, ms_to_iso
 
 # clicks -> click-counts -(counts.internal)-> region-totals -(totals.internal)-> alerts
 #                                          \-> audit (also reads counts.internal)

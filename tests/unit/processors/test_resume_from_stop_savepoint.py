@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from processors import ConfigError, load_settings
-from processors._runtime.savepoints import savepoint_to_seed
+from processors._runtime.operator_plan import savepoint_to_seed
 
 
 def _seed(
