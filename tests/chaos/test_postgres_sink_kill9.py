@@ -204,8 +204,10 @@ def test_postgres_outage_ends_exact(
         before = _count(pg, table)
         wait_until(lambda: _count(pg, table) > before + 300, timeout=90, what="rows again")
         frozen = pg.freeze()
-        time.sleep(12.0)
-        pg.thaw(frozen)
+        try:
+            time.sleep(12.0)
+        finally:
+            pg.thaw(frozen)
         problems = _finish(fleet, sup, feeder, pg, table, inp)
     except BaseException:
         print(f"chaos seed: {seed}; restarts {sup.restarts}\n{pg.log_tail()}")

@@ -144,9 +144,13 @@ class PostgresServer:
 
     def freeze(self) -> list[int]:
         """SIGSTOP every process of the server (a database that stops answering)."""
-        pids = self.pids()
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+        pids = []
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                pids.append(pid)
+            except ProcessLookupError:
+                pass  # a backend that just ended
         return pids
 
     def thaw(self, pids: list[int]) -> None:
@@ -159,6 +163,7 @@ class PostgresServer:
 
     def destroy(self) -> None:
         """Stop and remove everything."""
+        self.thaw(self.pids())  # a test that failed while the server was frozen
         self.stop("immediate")
         shutil.rmtree(self.dir, ignore_errors=True)
 
