@@ -37,6 +37,7 @@ from processors._ops.cli_common import (
     ops_fail,
     ops_settings,
 )
+from processors._runtime.bounded import parse_until
 from processors._runtime.runner import defer_stop_signals, run_app
 from processors._spark.cli_options import parse_spark_conf, spark_options
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
@@ -72,11 +73,41 @@ def main() -> None:
     default=False,
     help="Accept saved stores the app no longer declares (their state is dropped).",
 )
-def run(app_spec: str, from_savepoint: str | None, allow_non_restored_state: bool) -> None:
-    """Run the app MODULE:APP until SIGTERM/SIGINT."""
+@click.option(
+    "--until",
+    metavar="BOUND",
+    help=(
+        "A bounded run: process up to BOUND (now, a time in ms or ISO 8601, or "
+        "offsets:TOPIC:P=O,...), drain event time, commit and exit 0. Same as LOCKGATE_UNTIL."
+    ),
+)
+@click.option(
+    "--no-drain",
+    is_flag=True,
+    default=False,
+    help="With --until: keep event time where the input left it (no final watermark).",
+)
+def run(
+    app_spec: str,
+    from_savepoint: str | None,
+    allow_non_restored_state: bool,
+    until: str | None,
+    no_drain: bool,
+) -> None:
+    """Run the app MODULE:APP until SIGTERM/SIGINT (or, with --until, to a bound)."""
     defer_stop_signals()
     app = load_app(app_spec)
     settings = app_settings(app)
+    if until is not None or no_drain:
+        if until is not None:
+            try:
+                parse_until(until)
+            except ConfigError as exc:
+                click.echo(f"lockgate: {exc}", err=True)
+                sys.exit(2)
+        settings = settings.model_copy(
+            update={"until": until or settings.until, "until_drain": not no_drain}
+        )
     if from_savepoint is not None or allow_non_restored_state:
         updates: dict[str, Any] = {}
         if from_savepoint is not None:

@@ -69,7 +69,7 @@ nitpick_ignore = [
 # Internal names that public signatures and docstrings mention; modules and names
 # starting with ``_`` (and these) are deliberately left out of the reference.
 nitpick_ignore += [
-    ("py:class", "processors._ops.catalog.OpsError"),
+    ("py:class", "processors._ops.errors.OpsError"),
     ("py:class", "processors._task.time.TimeService"),
     ("py:class", "processors.windows.Assigner"),
     ("py:class", "processors.windows._Windowable"),

@@ -383,6 +383,25 @@ class Settings(BaseSettings):
             "--from-savepoint ID` sets it."
         ),
     )
+    until: str | None = Field(
+        None,
+        description=(
+            "A bounded run: process the inputs up to this bound, then advance event time to "
+            "the end (windows fire, event-time timers run; see until_drain), commit and exit "
+            "0. `now` (each partition's last stable offset at start), a time (ms since the "
+            "epoch or ISO 8601: the records before the first one at or after it) or "
+            "`offsets:TOPIC:P=O,P=O[;TOPIC:...]` (other partitions: their last stable offset "
+            "at start). `lockgate run --until` sets it. docs/operations.md, 'Bounded runs'."
+        ),
+    )
+    until_drain: bool = Field(
+        True,
+        description=(
+            "With until: advance event time to the end when the bound is reached (the final "
+            "watermark). It stays there: a later run's records older than it are late. "
+            "`lockgate run --no-drain` turns it off (a later run continues the event time)."
+        ),
+    )
     resume_from_stop_savepoint: bool = Field(
         False,
         description=(

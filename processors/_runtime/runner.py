@@ -61,6 +61,7 @@ from processors._kafka.clients import (
 )
 from processors._kafka.errors import AbortEpoch, Stopping
 from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
+from processors._runtime.bounded import END_OF_TIME, BoundedRun, parse_until
 from processors._runtime.core import where
 from processors._runtime.health import HealthServer
 from processors._runtime.membership import GroupWatch, leave_group, leave_reason
@@ -172,6 +173,8 @@ class Runner(BarrierMixin):
             else None
         )
         self._bp_limit = max(10_000, 4 * settings.consume_batch_size)
+        #: A bounded run's end offsets (``LOCKGATE_UNTIL``), planned at start-up.
+        self._bound: BoundedRun | None = None
         #: The group-probe child's checks: subscriptions at start, stranded partitions.
         self._group_watch = GroupWatch(self.name, app.subscribed_input, settings, self._waiting)
         #: Set when the stranded-partition heal elected this member to rejoin.
@@ -365,6 +368,8 @@ class Runner(BarrierMixin):
                     "alignment": self._mode.value,
                 },
             )
+        if s.until is not None:
+            self._bound = self._plan_bounded_run(admin, s.until)
         self._sp_stop = {}
         self._sp_apps = {}
         self._sp_not_ours = set()
@@ -399,6 +404,67 @@ class Runner(BarrierMixin):
             },
         )
 
+    def _plan_bounded_run(self, admin: Admin, until: str) -> BoundedRun:
+        """Read the end offsets of a bounded run (processors/_runtime/bounded.py).
+
+        Raises:
+            ConfigError: a malformed bound, or the app reads internal topics (their end is
+                the upstream's barriers, not an offset).
+        """
+        bound = parse_until(until)
+        if self._upstream_writers:
+            raise ConfigError(
+                f"LOCKGATE_UNTIL={until!r}: app {self.name!r} reads internal topics of other "
+                f"lockgate apps ({sorted(self._upstream_writers)}); a bounded run is for apps "
+                "that read external inputs only (run the upstream bounded and this app "
+                "unbounded, or stop it with a savepoint)"
+            )
+        plan = BoundedRun.plan(bound, admin, self._inputs, self._partitions)
+        log.info(
+            "bounded run: processing up to the end offsets, then stopping",
+            extra={
+                "until": until,
+                "drain": self.settings.until_drain,
+                "ends": {f"{t}[{g}]": o for (t, g), o in sorted(plan.ends.items())},
+            },
+        )
+        return plan
+
+    def _bounded_run_done(self) -> bool:
+        """Whether every owned, not halted key group reached the bounded run's ends."""
+        bound = self._bound
+        if bound is None or not self._kgs or self._released:
+            return False
+        owned = [(t, g) for g in self._kgs if g not in self._halted for t in self._inputs]
+        backlog = self._interleaver.backlog() if self._interleaver is not None else {}
+        return bound.reached(owned, self._next, backlog)
+
+    def _end_bounded_run(self) -> None:
+        """Drain event time (unless ``--no-drain``), commit, and stop the loop.
+
+        Raises:
+            AbortEpoch: the final commit failed (the loop aborts, replays and comes back).
+        """
+        svc = self.app.time_service
+        if self.settings.until_drain and svc is not None:
+            out_before = self._out.records
+            for g, kg in self._kgs.items():
+                if g in self._halted:
+                    continue
+                kg.bind()
+                self._out.key_group(g)
+                svc.advance_to(END_OF_TIME)
+                if self._out.producer_error is not None:
+                    self._raise_producer_error()
+            self.metrics.records_out_attempts += self._out.records - out_before
+            self._epoch_active = True  # the final watermark is state: it commits
+        self._end_epoch()
+        log.info(
+            "bounded run complete: every owned key group reached its end offsets",
+            extra={"key_groups": sorted(self._kgs), "drained": self.settings.until_drain},
+        )
+        self._stop = True
+
     def _waiting(self) -> None:
         """Called while a start-up check waits: stop when asked, show liveness."""
         self._check_stop()
@@ -406,8 +472,10 @@ class Runner(BarrierMixin):
 
     def _subscribe(self) -> None:
         conf = with_fetch_limits(consumer_config(self.settings, self.name), self._state_memory.plan)
-        if self._interleaver is not None:
-            conf["enable.partition.eof"] = True  # the interleaver needs "caught up"
+        if self._interleaver is not None or self._bound is not None:
+            # The interleaver needs "caught up"; a bounded run, the end of a partition
+            # whose last records before its end are transaction markers.
+            conf["enable.partition.eof"] = True
         self._consumer = Consumer(conf)
         for topic in self._inputs:
             if topic != self.app.subscribed_input:
@@ -486,6 +554,7 @@ class Runner(BarrierMixin):
         batch = self.settings.consume_batch_size
         interval = self.settings.checkpoint_interval_ms / 1000
         epoch_bytes = self._epoch_bytes_bound()
+        bound = self._bound
         metrics = self.metrics
         next_epoch = time.monotonic() + interval
         try:
@@ -504,11 +573,16 @@ class Runner(BarrierMixin):
                         self._subscribe_again()
                     if self._rewound and msgs:
                         msgs = self._drop_stale(msgs)
+                    if bound is not None and msgs:
+                        msgs = bound.trim(msgs)
                     if self._interleaver is not None:
                         msgs = self._interleave(msgs)
                     if msgs:
                         self._process(msgs)
                     self._between_batches()
+                    if bound is not None and self._bounded_run_done():
+                        self._end_bounded_run()
+                        continue
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")

@@ -83,26 +83,39 @@ class Watermarks:
             than the newest seen before it and still be on time. ``0``: monotonous.
         idle_ms: a partition with no record for this long (processing time) stops
             holding its key group's watermark back; ``None``: never idle.
+        idle_advance: when every input of a key group is idle, let processing time move
+            its watermark to ``now - max_delay_ms - 1`` once an event-time timer (a
+            window's end) is due there, so the last windows fire without new data
+            (needs ``idle_ms``; a processing-time decision: a replay may fire them at
+            another moment, docs/event-time.md).
     """
 
     max_delay_ms: int = 0
     idle_ms: int | None = None
+    idle_advance: bool = False
 
     def __post_init__(self) -> None:
         if self.max_delay_ms < 0:
             raise ConfigError(f"Watermarks: max_delay_ms must be >= 0, got {self.max_delay_ms}")
         if self.idle_ms is not None and self.idle_ms <= 0:
             raise ConfigError(f"Watermarks: idle_ms must be > 0 (or None), got {self.idle_ms}")
+        if self.idle_advance and self.idle_ms is None:
+            raise ConfigError(
+                "Watermarks: idle_advance needs idle_ms (how long an input is quiet before "
+                "processing time moves its watermark)"
+            )
 
     @classmethod
-    def bounded(cls, max_delay_ms: int, *, idle_ms: int | None = None) -> Watermarks:
+    def bounded(
+        cls, max_delay_ms: int, *, idle_ms: int | None = None, idle_advance: bool = False
+    ) -> Watermarks:
         """Bounded out-of-orderness: records up to ``max_delay_ms`` late are on time."""
-        return cls(max_delay_ms, idle_ms)
+        return cls(max_delay_ms, idle_ms, idle_advance)
 
     @classmethod
-    def monotonous(cls, *, idle_ms: int | None = None) -> Watermarks:
+    def monotonous(cls, *, idle_ms: int | None = None, idle_advance: bool = False) -> Watermarks:
         """Event times never go back: the watermark follows the newest one."""
-        return cls(0, idle_ms)
+        return cls(0, idle_ms, idle_advance)
 
 
 def timer_key(kind: bytes, time_ms: int, raw_key: bytes) -> bytes:
@@ -730,6 +743,7 @@ class TimeService:
         """
         lowest: int | None = None
         highest_idle: int | None = None
+        advance: int | None = None  # idle inputs let processing time move it, delay
         for topic in self.strategies:
             got = self._input_watermark(clock, topic, now_ms)
             if got is None:
@@ -738,6 +752,11 @@ class TimeService:
             if idle:
                 if highest_idle is None or wm > highest_idle:
                     highest_idle = wm
+                strategy = self.strategies[topic]
+                if strategy.idle_advance and advance != -1:
+                    advance = max(advance or 0, strategy.max_delay_ms)
+                else:
+                    advance = -1  # an idle input without it: nothing moves
             elif lowest is None or wm < lowest:
                 lowest = wm
         if lowest is None:  # every input idle (or none): the highest they reached
@@ -745,6 +764,12 @@ class TimeService:
                 clock.idle_since = now_ms
                 clock.dirty_wm = True  # an epoch (and barriers announcing it) must follow
             lowest = highest_idle
+            if lowest is not None and advance is not None and advance >= 0:
+                # Quiet inputs: processing time moves the watermark, but only when that
+                # fires a timer (a watermark moving every tick would commit every epoch).
+                target = now_ms - advance - 1
+                if target > lowest and clock.event and clock.event[0][0] <= target:
+                    lowest = target
         if lowest is not None and lowest > clock.wm:
             clock.wm = lowest
             clock.dirty_wm = True

@@ -352,7 +352,7 @@ def test_bootstrap_mistakes_give_clear_errors(  # type: ignore[no-untyped-def]
 
 
 def test_timer_key_layout_matches_the_runtime() -> None:
-    """state/spark.py reads timer keys as b"t" + kind + be64(time + 2**63) + raw key."""
+    """state/_spark/reading.py reads timer keys as b"t" + kind + be64(time + 2**63) + raw key."""
     assert spark_tools.TIME_STORE == TIME_STORE
     key = timer_key(b"e", -5, b"abc")
     assert key[:2] == b"te" and key[10:] == b"abc"

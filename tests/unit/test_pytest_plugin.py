@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from processors import pytest_plugin as pp
+from processors._testing import choice, ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +42,7 @@ def test_choice_auto_prefers_a_present_official_image_then_a_checkout(tmp_path: 
 
 
 def test_choice_without_checkout_is_the_official_image(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pp, "_build_script", lambda rootdir: None)
+    monkeypatch.setattr(choice, "_build_script", lambda rootdir: None)
     assert _choose(None) == pp.BrokerChoice("official", image=pp.OFFICIAL_IMAGE)
     assert _choose("local").build_script is None
 
@@ -134,7 +135,7 @@ def test_readme_example_is_the_tested_one() -> None:
 def test_free_port_skips_bound_and_handed_out_ports(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
-    monkeypatch.setattr(pp, "_handed_out", set())
+    monkeypatch.setattr(ports, "_handed_out", set())
     for _ in range(50):  # a bound port whose two successors are free
         held = socket.socket()
         held.bind(("127.0.0.1", 0))

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from processors import NO_WATERMARK, App, Tumbling, Watermarks, key_group
+from processors.exceptions import ConfigError
 from processors.testing import TestDriver
 
 
@@ -98,3 +101,48 @@ def test_writer_watermarks_minimum_over_expected_writers_idle_left_out() -> None
     assert svc.watermark() == 950  # up/0 active again, the others still idle
     svc.on_barrier_watermark("rep", "up/1", 3, 400, False)
     assert svc.watermark() == 950  # min(950, 400) now, but it never goes back
+
+
+def _quiet(idle_advance: bool, delay: int = 0) -> App:
+    app = App("quiet")
+    wm = Watermarks.bounded(delay, idle_ms=1000, idle_advance=idle_advance)
+    app.stream("a", watermarks=wm).window(Tumbling(100)).count().map(
+        lambda w: [w.start, w.value]
+    ).to("out")
+    return app
+
+
+def test_a_quiet_input_lets_processing_time_fire_the_last_window() -> None:
+    d = TestDriver(_quiet(idle_advance=True), partitions=1)
+    d.send("k", 1, topic="a", timestamp=50)
+    assert _fired(d.send("k", 1, topic="a", timestamp=120)) == [[0, 1]]
+    d.advance(999)
+    assert d.watermark(0) == 119  # not idle yet: [100, 200) stays open
+    before = len(d.emitted)
+    d.advance(1)  # idle now: the watermark moves to now - 0 - 1 = 999
+    assert _fired(d.emitted[before:]) == [[100, 1]]
+    assert d.watermark(0) == 999
+    d.advance(5000)
+    assert d.watermark(0) == 999  # no timer due: the watermark does not follow the clock
+
+
+def test_without_idle_advance_the_last_window_waits_for_data() -> None:
+    d = TestDriver(_quiet(idle_advance=False), partitions=1)
+    d.send("k", 1, topic="a", timestamp=50)
+    d.send("k", 1, topic="a", timestamp=120)
+    d.advance(60_000)
+    assert d.watermark(0) == 119
+    assert [e.value for e in d.emitted if e.topic == "out"] == [[0, 1]]
+
+
+def test_idle_advance_keeps_the_delay_and_needs_idle_ms() -> None:
+    d = TestDriver(_quiet(idle_advance=True, delay=5000), partitions=1)
+    d.send("k", 1, topic="a", timestamp=50)
+    d.advance(1000)  # idle, but now - 5000 - 1 is before the window's end
+    assert [e.value for e in d.emitted if e.topic == "out"] == []
+    d.advance(4099)  # now 5099: 5099 - 5001 = 98 < 99
+    assert [e.value for e in d.emitted if e.topic == "out"] == []
+    d.advance(1)  # now 5100: the watermark 99 closes [0, 100)
+    assert [e.value for e in d.emitted if e.topic == "out"] == [[0, 1]]
+    with pytest.raises(ConfigError, match="idle_advance needs idle_ms"):
+        Watermarks.bounded(0, idle_advance=True)
