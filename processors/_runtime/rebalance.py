@@ -79,6 +79,12 @@ class RebalanceMixin(EpochMixin):
         return [TopicPartition(t, g) for g in groups for t in self._inputs]
 
     def _assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """Take key groups over: the steps of an assignment (see the module docs).
+
+        Commit what is open, read the committed offsets (stable: KIP-447), open and
+        restore each key group, put its offsets and checkpoint records in place, seed
+        those restored from a savepoint (committed at once), then fetch from there.
+        """
         self._announced.clear()  # re-announce watermarks to whoever reads them now
         if self._state_cleaner is not None:  # first: the epoch end below sweeps
             assigned = {tp.partition for tp in partitions}
@@ -91,6 +97,41 @@ class RebalanceMixin(EpochMixin):
             self.metrics.joined = True
             return
         groups = sorted({tp.partition for tp in partitions})
+        partitions = self._check_assignment(partitions, groups)
+        log.info("assigned", extra={"key_groups": groups})
+        # Commit what is open first, so the restore below cannot outlive the transaction.
+        try:
+            self._end_epoch()
+        except AbortEpoch as exc:
+            self._abort_epoch(str(exc))
+        committed, origins = self._read_committed(consumer, partitions)
+        self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
+        self._open_key_groups(groups)
+        self._start_positions(committed)
+        # sink hook: prepared rows of these key groups are settled by the epoch token their
+        # committed offsets name (that epoch committed; any other did not).
+        self._sinks.settle(
+            {tp.partition: offset_metadata(tp.metadata).get("txn") for tp in committed}
+        )
+        self._load_key_group_records(groups, origins)
+        self._seed_assigned(groups)
+        self._start_fetching(consumer, committed, groups)
+        self.metrics.assigned = len(self._kgs)
+        self.metrics.restoring = 0
+        self.metrics.joined = True
+        self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
+        if self._txn is not None:
+            self._txn.idle()
+
+    def _check_assignment(
+        self, partitions: list[TopicPartition], groups: list[int]
+    ) -> list[TopicPartition]:
+        """Return every input's partitions of the assigned key groups; refuse what changed.
+
+        Raises:
+            ConfigError: the inputs are no longer co-partitioned, or have more partitions
+                than the app's key groups (keys would move between key groups).
+        """
         if len(self._inputs) > 1:
             partitions = self._co_partitions(partitions)
             assert self._admin is not None
@@ -101,7 +142,6 @@ class RebalanceMixin(EpochMixin):
                     f"with {self._partitions} partitions each): key group g must be partition "
                     "g of every input; stop the app and repartition the inputs alike"
                 )
-        log.info("assigned", extra={"key_groups": groups})
         beyond = [g for g in groups if g >= self._partitions]
         if beyond:
             raise ConfigError(
@@ -111,14 +151,21 @@ class RebalanceMixin(EpochMixin):
                 "instance, take a savepoint, and rescale (or recreate the inputs with "
                 f"{self._partitions} partitions)"
             )
-        # Commit what is open first, so the restore below cannot outlive the transaction.
-        try:
-            self._end_epoch()
-        except AbortEpoch as exc:
-            self._abort_epoch(str(exc))
-        # read_committed: waits until no transaction holds pending offsets for these
-        # partitions (KIP-447), so the changelog read next is consistent with them.
-        committed = self._call(
+        return partitions
+
+    def _read_committed(
+        self, consumer: Any, partitions: list[TopicPartition]
+    ) -> tuple[list[TopicPartition], dict[int, str | None]]:
+        """The group's committed offsets, and the savepoint each key group descends from.
+
+        ``read_committed``: waits until no transaction holds pending offsets for these
+        partitions (KIP-447), so the changelog read next is consistent with them. The
+        checkpoint id floor rises to the offsets' metadata.
+
+        Raises:
+            FatalKafkaError: an offset could not be read.
+        """
+        committed: list[TopicPartition] = self._call(
             consumer.committed,
             partitions,
             self._txn_timeout_s,
@@ -135,7 +182,10 @@ class RebalanceMixin(EpochMixin):
             if "origin" in meta:  # offsets of older versions (or reset by hand) do not say
                 origin = meta["origin"]
                 origins[tp.partition] = origin if isinstance(origin, str) else None
-        self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
+        return committed, origins
+
+    def _open_key_groups(self, groups: list[int]) -> None:
+        """Open (and restore from local state and changelog) the key groups not open yet."""
         self.metrics.restoring = len(groups)
         assert self._restorer is not None
         for g in groups:
@@ -148,6 +198,9 @@ class RebalanceMixin(EpochMixin):
                 self.metrics.observe_restore(time.monotonic() - started)
             # Not ready until the end of the assignment (alignment records, seeding).
             self.metrics.restoring = max(1, self.metrics.restoring - 1)
+
+    def _start_positions(self, committed: list[TopicPartition]) -> None:
+        """Track the committed offsets; nothing committed yet: the log start."""
         unknown = [tp for tp in committed if tp.offset < 0]
         assert self._admin is not None
         log_start = self._admin.start_offsets(unknown) if unknown else {}
@@ -158,12 +211,17 @@ class RebalanceMixin(EpochMixin):
             offset = tp.offset if tp.offset >= 0 else log_start[key]
             self._committed[key] = offset
             self._next[key] = offset
-        # sink hook: prepared rows of these key groups are settled by the epoch token their
-        # committed offsets name (that epoch committed; any other did not).
-        self._sinks.settle(
-            {tp.partition: offset_metadata(tp.metadata).get("txn") for tp in committed}
-        )
-        self._load_key_group_records(groups, origins)
+
+    def _seed_assigned(self, groups: list[int]) -> None:
+        """Seed the key groups due a savepoint restore and commit that at once.
+
+        The seeded state, offsets and checkpoint records commit before any record of
+        these key groups is processed (an abort would otherwise rewind them to their
+        pre-savepoint offsets).
+
+        Raises:
+            FatalKafkaError: a seeding commit failed (the restart seeds them again).
+        """
         try:
             seeded = [g for g in groups if self._seed_from_savepoint(g)]
         except AbortEpoch as exc:
@@ -172,9 +230,6 @@ class RebalanceMixin(EpochMixin):
                 "them again)"
             ) from exc
         if seeded:
-            # The seeded state, offsets and checkpoint records commit before any record
-            # of these key groups is processed (an abort would otherwise rewind them to
-            # their pre-savepoint offsets).
             try:
                 self._end_epoch()
             except AbortEpoch as exc:
@@ -182,6 +237,11 @@ class RebalanceMixin(EpochMixin):
                     f"committing key groups {seeded} seeded from a savepoint: {exc} (the "
                     "restart seeds them again)"
                 ) from exc
+
+    def _start_fetching(
+        self, consumer: Any, committed: list[TopicPartition], groups: list[int]
+    ) -> None:
+        """Assign the partitions at their tracked offsets; halted key groups stay paused."""
         start = [
             TopicPartition(tp.topic, tp.partition, self._next[(tp.topic, tp.partition)])
             for tp in committed
@@ -209,12 +269,6 @@ class RebalanceMixin(EpochMixin):
                     "savepoints": sorted({self._halted[tp.partition] for tp in halted}),
                 },
             )
-        self.metrics.assigned = len(self._kgs)
-        self.metrics.restoring = 0
-        self.metrics.joined = True
-        self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
-        if self._txn is not None:
-            self._txn.idle()
 
     def _load_key_group_records(self, groups: list[int], origins: dict[int, str | None]) -> None:
         """Read each key group's last committed checkpoint record.

@@ -248,27 +248,8 @@ class Runner(BarrierMixin):
             # `kill -USR2 <pid>` prints every thread's stack to stderr: what a stuck
             # instance is waiting in, without stopping it.
             faulthandler.register(signal.SIGUSR2, all_threads=True, chain=False)
+        self._warn_about_settings()
         s = self.settings
-        if s.http_port and s.liveness_timeout_ms <= s.transaction_timeout_ms:
-            # One record may legitimately run up to the transaction timeout (then it is
-            # dead-lettered): a shorter liveness timeout restarts the instance first, and
-            # the replay meets the same record again (a crash loop).
-            log.warning(
-                "LOCKGATE_LIVENESS_TIMEOUT_MS is not longer than "
-                "LOCKGATE_TRANSACTION_TIMEOUT_MS: a record slower than the liveness timeout "
-                "gets the instance restarted (and replayed) instead of dead-lettered",
-                extra={
-                    "liveness_timeout_ms": s.liveness_timeout_ms,
-                    "transaction_timeout_ms": s.transaction_timeout_ms,
-                },
-            )
-        if s.query_enabled and not s.http_port:
-            log.warning("LOCKGATE_QUERY_ENABLED has no effect: LOCKGATE_HTTP_PORT=0 (no server)")
-        elif s.query_enabled and s.query_token is None:
-            log.warning(
-                "queryable state without LOCKGATE_QUERY_TOKEN: anyone who reaches "
-                "LOCKGATE_HTTP_PORT can read the app's state"
-            )
         if s.http_port:
             self._http = HealthServer(
                 self.metrics,
@@ -319,6 +300,30 @@ class Runner(BarrierMixin):
             os._exit(code)
         return code
 
+    def _warn_about_settings(self) -> None:
+        """Warn about settings that work against each other (they are not errors)."""
+        s = self.settings
+        if s.http_port and s.liveness_timeout_ms <= s.transaction_timeout_ms:
+            # One record may legitimately run up to the transaction timeout (then it is
+            # dead-lettered): a shorter liveness timeout restarts the instance first, and
+            # the replay meets the same record again (a crash loop).
+            log.warning(
+                "LOCKGATE_LIVENESS_TIMEOUT_MS is not longer than "
+                "LOCKGATE_TRANSACTION_TIMEOUT_MS: a record slower than the liveness timeout "
+                "gets the instance restarted (and replayed) instead of dead-lettered",
+                extra={
+                    "liveness_timeout_ms": s.liveness_timeout_ms,
+                    "transaction_timeout_ms": s.transaction_timeout_ms,
+                },
+            )
+        if s.query_enabled and not s.http_port:
+            log.warning("LOCKGATE_QUERY_ENABLED has no effect: LOCKGATE_HTTP_PORT=0 (no server)")
+        elif s.query_enabled and s.query_token is None:
+            log.warning(
+                "queryable state without LOCKGATE_QUERY_TOKEN: anyone who reaches "
+                "LOCKGATE_HTTP_PORT can read the app's state"
+            )
+
     def _setup(self) -> None:
         s = self.settings  # cross-field rules were checked by the Settings model
         self._admin = admin = Admin(s)
@@ -337,18 +342,7 @@ class Runner(BarrierMixin):
         self._internal_partitions = topology.internal_partitions
         self._out.compacted = set(topology.compacted)
         self._out.writer_headers = {g: writer_header(self.name, g) for g in range(p)}
-        try:
-            registry, cancelled = read_registry_and_cancels(
-                self._control_reader(), admin.end_offsets, timeout_s=self._txn_timeout_s + 30
-            )
-            self._sp_cancelled |= cancelled
-        except FatalKafkaError as exc:
-            # E.g. a transaction of a dead instance still open there: start without the
-            # registry; barriers name their writers' key-group counts anyway.
-            log.warning(
-                "registry not readable; learning writers from barriers", extra={"error": str(exc)}
-            )
-            registry = {}
+        registry = self._read_registry(admin)
         check_operator_layout(
             self.name,
             registry.get(self.name),
@@ -403,6 +397,24 @@ class Runner(BarrierMixin):
                 "checkpoint_interval_ms": s.checkpoint_interval_ms,
             },
         )
+
+    def _read_registry(self, admin: Admin) -> dict[str, Any]:
+        """The registry's registrations (and the cancelled savepoints, noted).
+
+        Unreadable (e.g. a transaction of a dead instance still open there): start
+        without it; barriers name their writers' key-group counts anyway.
+        """
+        try:
+            registry, cancelled = read_registry_and_cancels(
+                self._control_reader(), admin.end_offsets, timeout_s=self._txn_timeout_s + 30
+            )
+        except FatalKafkaError as exc:
+            log.warning(
+                "registry not readable; learning writers from barriers", extra={"error": str(exc)}
+            )
+            return {}
+        self._sp_cancelled |= cancelled
+        return registry
 
     def _plan_bounded_run(self, admin: Admin, until: str) -> BoundedRun:
         """Read the end offsets of a bounded run (processors/_runtime/bounded.py).
