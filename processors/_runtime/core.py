@@ -85,7 +85,7 @@ class RunnerCore:
         #: Producing into the open transaction: outputs, the runtime's own records, and
         #: the epoch's tallies and errors of both.
         #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
-        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000)
+        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000, self.eos)
         self._out = OutputWriter(
             self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
         )

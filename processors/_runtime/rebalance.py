@@ -111,7 +111,7 @@ class RebalanceMixin(EpochMixin):
         # sink hook: prepared rows of these key groups are settled by the epoch token their
         # committed offsets name (that epoch committed; any other did not).
         self._sinks.settle(
-            {tp.partition: offset_metadata(tp.metadata).get("txn") for tp in committed}
+            [(tp.partition, offset_metadata(tp.metadata).get("txn")) for tp in committed]
         )
         self._load_key_group_records(groups, origins)
         self._seed_assigned(groups)
