@@ -11,6 +11,7 @@ from processors._dsl.context import Context
 from processors._dsl.partitioner import key_group, murmur2
 from processors._dsl.topics import OutputSpec, TopicConfig
 from processors._runtime.runner import Runner, run_app
+from processors._sinks.postgres import PostgresOutput, SinkRowError
 from processors._task.time import NO_WATERMARK, TimerContext, Timers, Watermarks
 from processors.exceptions import (
     ConfigError,
@@ -51,9 +52,11 @@ __all__ = [
     "OnError",
     "OperatorInfo",
     "OutputSpec",
+    "PostgresOutput",
     "Runner",
     "Session",
     "Settings",
+    "SinkRowError",
     "Sliding",
     "Stream",
     "TimerContext",

@@ -41,6 +41,7 @@ from processors._dsl.app import App
 from processors._dsl.context import Context, Headers
 from processors._dsl.partitioner import key_group
 from processors._dsl.record import Record as _Record
+from processors._sinks.postgres import PostgresSink
 from processors._task.failures import ReplayPoison, stop_error
 from processors._task.keygroups import KeyGroup
 from processors.exceptions import ConfigError
@@ -164,6 +165,8 @@ class TestDriver:
         for table in self._globals.values():
             table.clear()  # a fresh driver, like a fresh process, starts from nothing
         self._outputs = app.outputs
+        #: Postgres outputs: emits to them are checked and recorded like topic emits.
+        self._sinks = {n: PostgresSink(app.name, s) for n, s in app.sinks.items()}
         self._backend = MemoryBackend()
         self._handles = app.stores
         self._kgs: dict[int, KeyGroup] = {}
@@ -269,7 +272,16 @@ class TestDriver:
     ) -> None:
         spec = self._outputs.get(topic)
         if spec is None:
-            raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.app.name!r}")
+            sink = self._sinks.get(topic)
+            if sink is None:
+                raise ConfigError(
+                    f"emit to {topic!r}: not a declared output of app {self.app.name!r}"
+                )
+            # A Postgres output: the row is checked as production checks it (SinkRowError)
+            # and recorded as an emit to the output's name (no database here).
+            sink.operation(key, value)
+            self._emitted.append(Emitted(topic, key, value, headers, timestamp))
+            return
         # Round-trip through the codecs, as a consumer of the topic would see it.
         k = None if key is None else spec.key.decode(spec.key.encode(key))
         v = None if value is None else spec.value.decode(spec.value.encode(value))

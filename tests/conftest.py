@@ -14,6 +14,7 @@ import pytest
 from tests.security.support import REGISTRY_TOPIC, SecureKafka
 from tests.support.kafka import create_topic, unique
 from tests.support.ports import free_port
+from tests.support.postgres import PostgresServer, PostgresUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKER = ROOT / "docker" / "kafka" / "broker.sh"
@@ -86,3 +87,20 @@ class Names:
 
     def __call__(self, prefix: str) -> str:
         return unique(prefix)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (tests/support/postgres.py).
+
+    Debian's postgresql-15 is installed when missing and root; skips when neither.
+    """
+    try:
+        server = PostgresServer().start()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    print(f"\npostgres up at {server.dsn} in {server.startup_seconds:.1f} s", file=sys.stderr)
+    try:
+        yield server
+    finally:
+        server.destroy()

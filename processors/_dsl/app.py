@@ -8,11 +8,12 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from processors._checkpoint.protocol import EVENT_TIME, WRITER
 from processors._dsl.context import Context
 from processors._dsl.topics import OutputSpec, TopicConfig
+from processors._sinks.postgres import PostgresOutput
 from processors._task.time import TIME_STORE, TimeService, Watermarks
 from processors.exceptions import ConfigError
 from processors.joins import DEFAULT_RETENTION_MS, GlobalTable, IntervalJoin, Table
@@ -566,6 +567,8 @@ class _Definition:
     inputs: dict[str, _Input] = field(default_factory=dict)  # in declaration order
     globals: dict[str, GlobalTable] = field(default_factory=dict)
     outputs: dict[str, OutputSpec] = field(default_factory=dict)
+    #: Outputs outside Kafka (exactly-once sinks, processors/_sinks), by name.
+    sinks: dict[str, PostgresOutput] = field(default_factory=dict)
     stores: dict[str, StateHandle] = field(default_factory=dict)
     joins: int = 0
     time: TimeService | None = None
@@ -881,9 +884,59 @@ class App:
             self._def.outputs[cfg.topic] = spec
             return spec
         _check_topic(topic, "output topic")
+        if topic in self._def.sinks:
+            raise ConfigError(f"output {topic!r} is already declared as a Postgres output")
         spec = _bound_output(OutputSpec(topic, key, value, partitions, internal))
         self._def.outputs[topic] = spec
         return spec
+
+    def postgres_output(
+        self,
+        name: str,
+        *,
+        dsn: str | Callable[[], str],
+        table: str,
+        mode: Literal["upsert", "append"] = "upsert",
+        key_columns: Iterable[str] = (),
+    ) -> PostgresOutput:
+        """Declare a Postgres table as an output: ``ctx.emit(name, key, row)`` writes to it.
+
+        Exactly once: the rows of an epoch commit in the table if and only if the epoch
+        commits in Kafka (two-phase commit, docs/sinks.md); after any crash the table
+        equals what an uninterrupted run would have written. A row is a mapping of column
+        to value (mappings and lists go to ``json``/``jsonb`` columns).
+
+        Args:
+            name: the name emitted to (not a Kafka topic; unique among the outputs).
+            dsn: a libpq connection string or URL, or a function returning one (called
+                at the first connection: e.g. ``lambda: os.environ["LOCKGATE_PG_DSN"]``
+                with ``env=["LOCKGATE_PG_DSN"]`` on the app).
+            table: an existing table, ``"name"`` or ``"schema.name"``.
+            mode: ``"upsert"`` (one row per key: ``INSERT ... ON CONFLICT (key_columns)
+                DO UPDATE``; emitting ``None`` deletes the key's row) or ``"append"``
+                (every row inserted).
+            key_columns: upsert's key (a unique constraint of the table). A row without
+                them takes them from the record's key (a mapping, or a scalar for one
+                key column).
+
+        Raises:
+            ConfigError: a bad name, mode, table or key columns, or the name is taken.
+
+        The database needs ``max_prepared_transactions`` > 0 (at least the number of
+        key groups an instance owns, per sink, plus a few).
+        """
+        if not isinstance(name, str) or not _NAME.match(name) or ":" in name:
+            raise ConfigError(f"postgres output name {name!r} must match {_NAME.pattern}")
+        if name in self._def.outputs or name in self._def.sinks:
+            raise ConfigError(f"output {name!r} is declared twice in app {self.name!r}")
+        spec = PostgresOutput(name, dsn, table, mode, tuple(key_columns))
+        self._def.sinks[name] = spec
+        return spec
+
+    @property
+    def sinks(self) -> dict[str, PostgresOutput]:
+        """Declared outputs outside Kafka (:meth:`postgres_output`), by name."""
+        return dict(self._def.sinks)
 
     def _add(self, handle: StateHandle) -> Any:
         name = handle.spec.name

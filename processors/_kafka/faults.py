@@ -8,6 +8,8 @@ windows where exactly-once is hardest to get right:
 - ``before_commit``: offsets added to the transaction, not yet committed;
 - ``after_export``: an epoch carrying savepoint manifests, not committed (at-least-once:
   its records, the manifests among them, delivered and visible; offsets not committed);
+- ``before_sink_commit``: the transaction committed, the sinks' prepared rows not yet
+  committed (apps with a Postgres output, processors/_sinks);
 - ``after_commit``: the transaction committed, the local RocksDB not yet written;
 - ``mid_restore``: part of a changelog partition applied to the local DB;
 - ``mid_seed``: part of a savepoint restore committed (``LOCKGATE_TEST_SEED_CHUNK``

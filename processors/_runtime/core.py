@@ -35,6 +35,7 @@ from processors._kafka.errors import (
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
+from processors._sinks import Sinks
 from processors._task.failures import ReplayPoison
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
@@ -83,7 +84,11 @@ class RunnerCore:
         self._control_topic = control_topic(self.name)
         #: Producing into the open transaction: outputs, the runtime's own records, and
         #: the epoch's tallies and errors of both.
-        self._out = OutputWriter(self.name, app.outputs, settings.transaction_timeout_ms / 1000)
+        #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
+        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000, self.eos)
+        self._out = OutputWriter(
+            self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
+        )
         #: Barrier alignment per owned input partition that has upstream lockgate writers.
         self._aligners: dict[tuple[str, int], Aligner] = {}
         #: The alignment snapshot committed last, per aligned input partition.

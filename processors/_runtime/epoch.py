@@ -175,6 +175,13 @@ class EpochMixin(SavepointMixin):
             manifests = self._write_barriers_and_checkpoints(  # 2.
                 ckpt, savepoint, offsets, snaps, writes
             )
+            # sink hook: each sink prepares the epoch's rows (two-phase commit), bounded by
+            # the transaction's time; SinkUnavailable is an AbortEpoch.
+            self._sinks.prepare(
+                self._epoch_token,
+                list(self._kgs),
+                None if self._txn is None else self._txn.began_at,
+            )
             self._commit(offsets, exported=bool(manifests))  # 3. and 4.
         except CommitOutcomeUnknown as exc:
             self._settle_or_abort(offsets, exc)  # returns only when the epoch committed
@@ -196,6 +203,7 @@ class EpochMixin(SavepointMixin):
             self._producer.poll(0)  # serve delivery reports that explain the abort
             self._out.raise_if_undeliverable()
             raise
+        self._sinks.commit()  # sink hook: committed in Kafka, so the prepared rows commit
         self._epoch_committed(ckpt, savepoint, offsets, snaps, writes, manifests)
         self._observe_commit(ckpt, time.monotonic() - started)
 
@@ -237,6 +245,7 @@ class EpochMixin(SavepointMixin):
             if self._txn is not None:
                 self._txn.idle()
             self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
+            self._sinks.tidy(list(self._kgs))  # sink hook: pending commits and settles
             return False
         self._barrier_only = False
         return True
@@ -839,6 +848,7 @@ class EpochMixin(SavepointMixin):
         self._out.raise_if_undeliverable()  # transient ones: the replay produces them again
         for kg in self._kgs.values():
             kg.discard()
+        self._sinks.abort()  # sink hook: drop the epoch's rows, roll back what was prepared
         self._rewind(list(self._kgs))
         self._uncommitted = 0
         self._out.epoch_done()

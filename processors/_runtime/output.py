@@ -33,6 +33,7 @@ from processors._checkpoint.protocol import record_error_headers
 from processors._dsl.context import Headers
 from processors._dsl.topics import OutputSpec
 from processors._kafka.errors import AbortEpoch, Kind, classify, delivery_is_transient, describe
+from processors._sinks import Sinks
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.codecs import CodecUnavailable
 
@@ -65,10 +66,20 @@ class OutputWriter:
         outputs: the app's declared outputs by topic.
         queue_wait_s: how long a full producer queue is waited for before the epoch
             aborts (the transaction timeout).
+        sinks: the app's outputs outside Kafka: an emit to one of their names is buffered
+            there for the epoch's end (processors/_sinks).
     """
 
-    def __init__(self, app: str, outputs: Mapping[str, OutputSpec], queue_wait_s: float) -> None:
+    def __init__(
+        self,
+        app: str,
+        outputs: Mapping[str, OutputSpec],
+        queue_wait_s: float,
+        sinks: Sinks | None = None,
+    ) -> None:
         self.app = app
+        #: Outputs outside Kafka (processors/_sinks), emitted to by name.
+        self.sinks = sinks
         self.dlq = f"{app}.dlq"
         #: Output topic -> (key encoder, value encoder).
         self.outputs = {t: (spec.key.encode, spec.value.encode) for t, spec in outputs.items()}
@@ -168,6 +179,11 @@ class OutputWriter:
         """
         codecs = self.outputs.get(topic)
         if codecs is None:
+            if self.sinks is not None and topic in self.sinks:
+                # sink hook: a row for the key group in progress (written at the epoch end)
+                self.sinks.write(topic, self.writer_header, key, value)
+                self.records += 1
+                return
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.app!r}")
         kenc, venc = codecs
         if topic in self.internal_set:

@@ -108,6 +108,11 @@ class RebalanceMixin(EpochMixin):
         self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
         self._open_key_groups(groups)
         self._start_positions(committed)
+        # sink hook: prepared rows of these key groups are settled by the epoch token their
+        # committed offsets name (that epoch committed; any other did not).
+        self._sinks.settle(
+            [(tp.partition, offset_metadata(tp.metadata).get("txn")) for tp in committed]
+        )
         self._load_key_group_records(groups, origins)
         self._seed_assigned(groups)
         self._start_fetching(consumer, committed, groups)

@@ -699,6 +699,9 @@ class Runner(BarrierMixin):
             self._end_epoch()
         except AbortEpoch as exc:
             self._abort_epoch(str(exc))
+        # sink hook: commits still pending are done within the stop budget (else left
+        # prepared, for the next owner), then the sinks close.
+        self._sinks.close(None if self._txn is None else self._txn.stop_by)
         self._leave_group_maybe()
 
     def _leave_group_maybe(self) -> None:

@@ -187,7 +187,7 @@ def check_backfillable(app: App) -> None:
 
     Raises:
         ConfigError: the app repartitions with ``key_by`` (an internal topic between
-            two stages of one app) or reads global tables.
+            two stages of one app), reads global tables or writes postgres outputs.
     """
     internal = sorted(t for t, spec in app.outputs.items() if spec.internal)
     if internal:
@@ -199,6 +199,12 @@ def check_backfillable(app: App) -> None:
         raise ConfigError(
             f"app {app.name!r} reads global tables {sorted(app.global_tables)}: backfill "
             "does not load global tables yet"
+        )
+    if app.sinks:
+        raise ConfigError(
+            f"app {app.name!r} writes postgres outputs {sorted(app.sinks)}: backfill cannot "
+            "write them exactly once (its tasks commit to Kafka only); run the app live "
+            "(lockgate run --until ...) instead"
         )
 
 
