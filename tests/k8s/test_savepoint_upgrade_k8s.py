@@ -335,6 +335,13 @@ def test_upgrade_with_a_savepoint_while_input_flows_is_exact(
     seeded = {n: text.count("seeded from a savepoint") for n, text in logs.items()}
     assert sum(seeded.values()) > 0, seeded
     assert any(sp_id in text for text in logs.values()), f"{sp_id} not in the pods' logs"
+    # The operations commands run in a processor's environment (the app's own variables,
+    # LOCKGATE_INPUT_TOPIC/OUTPUT_TOPIC, are not refused): no need for the hook's Job.
+    listed = c.kubectl(
+        "-n", ns, "exec", f"{p.sts}-0", "-c", "processor", "--",
+        "lockgate", "savepoint", "list", "--json",
+    )  # fmt: skip
+    assert sp_id in listed, listed
     # The whole committed output, with input fed throughout: exact.
     p.feed(500)
     t = time.monotonic()
