@@ -16,11 +16,13 @@ docs/security.md lists the ACL set these checks expect.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from processors._kafka.errors import RETRIABLE_CODES
 from processors.exceptions import AuthorizationError
 
 __all__ = [
@@ -132,16 +134,35 @@ def check_group(
         AuthorizationError: READ on the group is not allowed.
         KafkaException: the broker could not be asked (not an authorization problem).
     """
-    future = client.describe_consumer_groups(
-        [group], request_timeout=timeout, include_authorized_operations=True
-    )[group]
-    try:
-        description = future.result(timeout)
-    except KafkaException as exc:
-        err = _error_of(exc)
-        if err is None or err.code() != KafkaError.GROUP_AUTHORIZATION_FAILED:
-            raise
-        raise authorization_error(principal, "READ", "GROUP", group, err.name()) from None
+    # A coordinator that is still loading (a fresh broker's __consumer_offsets) or moving
+    # answers with a retriable error, or not before the request's timeout: ask again until
+    # ``timeout`` (seen on the Kubernetes tier: COORDINATOR_LOAD_IN_PROGRESS, and a describe
+    # left unanswered for 30 s, ended instances started right after the broker).
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = max(1.0, deadline - time.monotonic())
+        future = client.describe_consumer_groups(
+            [group], request_timeout=remaining, include_authorized_operations=True
+        )[group]
+        try:
+            description = future.result(remaining + 5)
+            break
+        except KafkaException as exc:
+            err = _error_of(exc)
+            if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise authorization_error(principal, "READ", "GROUP", group, err.name()) from None
+            if err is None or err.code() not in RETRIABLE_CODES or time.monotonic() >= deadline:
+                raise
+        except TimeoutError:  # the future's own wait (concurrent.futures)
+            if time.monotonic() >= deadline:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,  # noqa: SLF001 - a public librdkafka code
+                        f"describing consumer group {group!r}: no answer within {timeout:.0f} s "
+                        "(is its group coordinator available?)",
+                    )
+                ) from None
+        time.sleep(0.5)
     allowed = {op.name for op in description.authorized_operations or ()}
     if allowed and "READ" not in allowed:
         raise authorization_error(principal, "READ", "GROUP", group)

@@ -31,7 +31,14 @@ from tests.chaos._pipeline import (
     read_topic,
 )
 from tests.k8s.kube import Cluster, chart_dir, kafka_bootstrap_in_cluster, timed
-from tests.k8s.pipeline import JobWatch, Pipeline, descriptor_in, log_text, revision_and_uids
+from tests.k8s.pipeline import (
+    JobWatch,
+    Pipeline,
+    descriptor_in,
+    log_text,
+    restarts,
+    revision_and_uids,
+)
 from tests.support.kafka import create_topic, unique
 
 pytestmark = pytest.mark.k8s
@@ -97,6 +104,8 @@ def pipeline(cluster: Cluster) -> Iterator[tuple[Pipeline, Pipeline, Topics, str
         clicks.wait_all_ready(REPLICAS)
         regions.wait_all_ready(REPLICAS)
         timed("pipeline: 2 releases installed -> 4/4 Ready", time.monotonic() - t)
+        for p in (clicks, regions):  # none at start-up (the group coordinators were loading)
+            assert set(restarts(p).values()) == {0}, p.debug()
         yield clicks, regions, topics, bootstrap
     except BaseException:
         for p in (clicks, regions):

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.k8s.kube import Cluster, pod_ready, timed
-from tests.k8s.pipeline import Pipeline, install_args, metric
+from tests.k8s.pipeline import Pipeline, install_args, metric, restarts
 from tests.support.kafka import create_topic, unique
 
 pytestmark = pytest.mark.k8s
@@ -45,6 +45,8 @@ def pipeline(cluster: Cluster) -> Iterator[Pipeline]:
         cluster.helm("install", *install_args(p, REPLICAS))
         p.wait_all_ready(REPLICAS)
         timed("helm install -> 2/2 Ready", time.monotonic() - t)
+        # Started right after the broker (its group coordinator still loading): no restart.
+        assert set(restarts(p).values()) == {0}, p.debug()
         yield p
     except BaseException:
         try:

@@ -202,6 +202,7 @@ def release(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[
         cluster.helm("install", *install_args(p, REPLICAS), *store.values, *common_values())
         p.wait_all_ready(REPLICAS)
         timed(f"[{kind}] helm install -> 2/2 Ready", time.monotonic() - t)
+        assert set(restarts(p).values()) == {0}, p.debug()  # none at start-up
         yield p, store
     except BaseException:
         try:
