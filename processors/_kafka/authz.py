@@ -125,6 +125,10 @@ def check_topics(
     _raise_missing(principal, "TOPIC", missing)
 
 
+#: Seconds of one attempt of :func:`check_group`'s describe.
+_ATTEMPT_S = 10.0
+
+
 def check_group(
     client: AdminClient, principal: str | None, group: str, timeout: float = 30.0
 ) -> None:
@@ -138,14 +142,16 @@ def check_group(
     # answers with a retriable error, or not before the request's timeout: ask again until
     # ``timeout`` (seen on the Kubernetes tier: COORDINATOR_LOAD_IN_PROGRESS, and a describe
     # left unanswered for 30 s, ended instances started right after the broker).
+    # Each attempt is short: a describe sent while the coordinator was unknown was seen to
+    # stay unanswered for minutes after it had become available.
     deadline = time.monotonic() + timeout
     while True:
-        remaining = max(1.0, deadline - time.monotonic())
+        attempt = min(_ATTEMPT_S, max(1.0, deadline - time.monotonic()))
         future = client.describe_consumer_groups(
-            [group], request_timeout=remaining, include_authorized_operations=True
+            [group], request_timeout=attempt, include_authorized_operations=True
         )[group]
         try:
-            description = future.result(remaining + 5)
+            description = future.result(attempt + 5)
             break
         except KafkaException as exc:
             err = _error_of(exc)

@@ -41,7 +41,7 @@ from tests.k8s.pipeline import (
 )
 from tests.support.kafka import create_topic, unique
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.k8s_long]
 
 REPLICAS = 2
 PARTITIONS = 4

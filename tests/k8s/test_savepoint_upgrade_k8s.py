@@ -175,7 +175,7 @@ def s3_store(p: Pipeline, server: S3Server) -> Store:
     return Store("s3", values, ids, broken)
 
 
-@pytest.fixture(scope="module", params=["pvc", "s3"])
+@pytest.fixture(scope="module", params=["pvc", pytest.param("s3", marks=pytest.mark.k8s_long)])
 def release(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[Pipeline, Store]]:
     kind: str = request.param
     ns = unique(f"lgk8s-sp-{kind}")
