@@ -27,6 +27,7 @@ from tests.chaos._pipeline import (
     Model,
     Topics,
     check_pipeline,
+    pipeline_env,
     read_clicks,
     read_topic,
 )
@@ -50,11 +51,8 @@ SP_CLAIM = "clicks-lockgate-savepoints"
 
 
 def release_args(p: Pipeline, spec: str, topics: Topics) -> list[str]:
-    env = {
-        "LOCKGATE_CLICKS_TOPIC": topics.clicks,
-        "LOCKGATE_USER_COUNTS_TOPIC": topics.counts,
-        "LOCKGATE_OUTPUT_TOPIC": topics.totals,
-    }
+    # The three topics, as the apps declare them (pipeline_env's other entries are the chart's).
+    env = {k: v for k, v in pipeline_env("", topics, "").items() if k.endswith("_TOPIC")}
     claim = (
         ["--set", "savepoints.persistentVolumeClaim.storageClassName=lockgate-local",
          "--set", "savepoints.persistentVolumeClaim.size=1Gi",
