@@ -82,7 +82,8 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# installs Debian's package when it is missing and we are root (about 35 s, once); the
 	@# test then fails rather than skips without it (LOCKGATE_TEST_REQUIRE_BROWSER).
 	@# Phase 3: the Kubernetes tier when its parts are built (deploy/k8s/cluster.sh build, about
-	@# 40 min cold, cached after) and we are root; else it says how to get it.
+	@# 40 min cold, cached after) and we are root; else it says how to get it. Without its
+	@# k8s_long scenarios (the S3 savepoint store, the two-release pipeline: make test-k8s).
 	@# pytest's exit 5 (nothing collected, e.g. a -k in PYTEST_ARGS) is not a failure.
 	@# $(SUBMAKE), not the MAKE variable: a dry run (make -n) must not run this line.
 	@set -o pipefail; \
@@ -128,7 +129,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	if [ "$$(id -u)" -eq 0 ] && [ -x "$$cache/bin/kube-apiserver" ] && [ -x "$$cache/bin/kubelet" ] \
 	    && [ -x "$$cache/bin/coredns" ]; then \
 	  LOCKGATE_TEST_K8S=1 $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 \
-	      $(PYTEST_ARGS) tests/k8s || [ $$? -eq 5 ]; \
+	      -m "not k8s_long" $(PYTEST_ARGS) tests/k8s || [ $$? -eq 5 ]; \
 	else \
 	  echo "make test: Kubernetes tier skipped: its parts are not built in $$cache (or not root);" \
 	       "run deploy/k8s/cluster.sh build once (about 40 min), then make test or make test-k8s"; \
@@ -142,7 +143,7 @@ test-spark: $(STAMP) ## The Spark tier alone: backfill, savepoint tools, rescale
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=15 $(PYTEST_ARGS) tests/spark
 
 .PHONY: test-k8s
-test-k8s: $(STAMP) ## Kubernetes tier (root): build+cache a 1-node cluster, chart + Kafka in it, scenarios, teardown
+test-k8s: $(STAMP) ## Kubernetes tier (root), k8s_long scenarios included: build+cache a 1-node cluster, chart + Kafka in it, scenarios, teardown
 	LOCKGATE_TEST_K8S=1 $(BIN)/pytest -p no:cacheprovider -q -ra --durations=20 $(PYTEST_ARGS) tests/k8s
 
 test-fast: $(STAMP) ## Unit tests only (no broker)

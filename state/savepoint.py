@@ -472,8 +472,78 @@ class _LocalFs:
         return (self._root / rel).is_file()
 
 
+class _ChunkError(Exception):
+    """An error raised by the data being written (not by the filesystem): re-raised as is."""
+
+    def __init__(self, exc: Exception) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def _guarded(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """``chunks``, with their own errors carried as :class:`_ChunkError`."""
+    it = iter(chunks)
+    while True:
+        try:
+            chunk = next(it)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise _ChunkError(exc) from exc
+        yield chunk
+
+
+@contextlib.contextmanager
+def _as_os_error() -> Iterator[None]:
+    """Filesystem packages' own errors as :class:`OSError`.
+
+    A remote filesystem raises more than ``OSError``: s3fs lets botocore's
+    ``EndpointConnectionError`` through when the store is unreachable, and other packages
+    their HTTP clients' errors. The store turns ``OSError`` into :class:`SavepointError`
+    (a failed savepoint, recorded in the key group's manifest); anything else would end the
+    app. Errors of the data being written (:class:`_ChunkError`) stay as they are.
+    """
+    try:
+        yield
+    except _ChunkError as exc:
+        raise exc.exc from None
+    except OSError:
+        raise
+    except Exception as exc:
+        raise OSError(f"{type(exc).__name__}: {exc}") from exc
+
+
+class _OsErrorFile:
+    """A file of a remote filesystem whose calls raise :class:`OSError` on I/O errors."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._f, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with _as_os_error():
+                return attr(*args, **kwargs)
+
+        return call
+
+    def __enter__(self) -> _OsErrorFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _as_os_error():
+            self._f.close()
+
+
 class _FsspecFs:
-    """Any fsspec filesystem (object stores, ``memory://``, ...)."""
+    """Any fsspec filesystem (object stores, ``memory://``, ...).
+
+    Every operation raises the filesystem package's own errors as :class:`OSError`
+    (:func:`_as_os_error`).
+    """
 
     def __init__(self, url: str) -> None:
         try:
@@ -501,20 +571,22 @@ class _FsspecFs:
     def write_atomic(self, rel: str, chunks: Iterable[bytes]) -> None:
         path = self._path(rel)
         parent, name = path.rsplit("/", 1)
-        self._fs.makedirs(parent, exist_ok=True)
         tmp = f"{parent}/.{name}.tmp-{secrets.token_hex(4)}"
-        try:
-            with self._fs.open(tmp, "wb") as f:
-                for chunk in chunks:
-                    f.write(chunk)
-            self._fs.mv(tmp, path)  # the object appears whole under its final name
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._fs.rm(tmp)
-            raise
+        with _as_os_error():
+            self._fs.makedirs(parent, exist_ok=True)
+            try:
+                with self._fs.open(tmp, "wb") as f:
+                    for chunk in _guarded(chunks):
+                        f.write(chunk)
+                self._fs.mv(tmp, path)  # the object appears whole under its final name
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self._fs.rm(tmp)
+                raise
 
     def open_read(self, rel: str) -> IO[bytes]:
-        f: IO[bytes] = self._fs.open(self._path(rel), "rb")
+        with _as_os_error():
+            f: IO[bytes] = _OsErrorFile(self._fs.open(self._path(rel), "rb"))  # type: ignore[assignment]
         return f
 
     def listdir(self, rel: str) -> list[str]:
@@ -522,13 +594,15 @@ class _FsspecFs:
         with contextlib.suppress(Exception):
             self._fs.invalidate_cache(path)
         try:
-            entries = self._fs.ls(path, detail=False)
+            with _as_os_error():
+                entries = self._fs.ls(path, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return []
         return [str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries]
 
     def exists(self, rel: str) -> bool:
-        return bool(self._fs.exists(self._path(rel)))
+        with _as_os_error():
+            return bool(self._fs.exists(self._path(rel)))
 
 
 def _filesystem(url: str) -> _Fs:

@@ -16,11 +16,13 @@ docs/security.md lists the ACL set these checks expect.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from processors._kafka.errors import RETRIABLE_CODES
 from processors.exceptions import AuthorizationError
 
 __all__ = [
@@ -123,6 +125,10 @@ def check_topics(
     _raise_missing(principal, "TOPIC", missing)
 
 
+#: Seconds of one attempt of :func:`check_group`'s describe.
+_ATTEMPT_S = 10.0
+
+
 def check_group(
     client: AdminClient,
     principal: str | None,
@@ -143,16 +149,37 @@ def check_group(
         AuthorizationError: ``operation`` on the group is not allowed.
         KafkaException: the broker could not be asked (not an authorization problem).
     """
-    future = client.describe_consumer_groups(
-        [group], request_timeout=timeout, include_authorized_operations=True
-    )[group]
-    try:
-        description = future.result(timeout)
-    except KafkaException as exc:
-        err = _error_of(exc)
-        if err is None or err.code() != KafkaError.GROUP_AUTHORIZATION_FAILED:
-            raise
-        raise authorization_error(principal, operation, "GROUP", group, err.name()) from None
+    # A coordinator that is still loading (a fresh broker's __consumer_offsets) or moving
+    # answers with a retriable error, or not before the request's timeout: ask again until
+    # ``timeout`` (seen on the Kubernetes tier: COORDINATOR_LOAD_IN_PROGRESS, and a describe
+    # left unanswered for 30 s, ended instances started right after the broker).
+    # Each attempt is short: a describe sent while the coordinator was unknown was seen to
+    # stay unanswered for minutes after it had become available.
+    deadline = time.monotonic() + timeout
+    while True:
+        attempt = min(_ATTEMPT_S, max(1.0, deadline - time.monotonic()))
+        future = client.describe_consumer_groups(
+            [group], request_timeout=attempt, include_authorized_operations=True
+        )[group]
+        try:
+            description = future.result(attempt + 5)
+            break
+        except KafkaException as exc:
+            err = _error_of(exc)
+            if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise authorization_error(principal, operation, "GROUP", group, err.name()) from None
+            if err is None or err.code() not in RETRIABLE_CODES or time.monotonic() >= deadline:
+                raise
+        except TimeoutError:  # the future's own wait (concurrent.futures)
+            if time.monotonic() >= deadline:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,  # noqa: SLF001 - a public librdkafka code
+                        f"describing consumer group {group!r}: no answer within {timeout:.0f} s "
+                        "(is its group coordinator available?)",
+                    )
+                ) from None
+        time.sleep(0.5)
     allowed = {op.name for op in description.authorized_operations or ()}
     if allowed and operation not in allowed:
         raise authorization_error(principal, operation, "GROUP", group)

@@ -33,6 +33,9 @@ __all__ = ["CONTROL_TOPIC", "PARTITION_EOF", "AbortEpoch", "Admin", "kafka_call"
 log = logging.getLogger("lockgate.kafka")
 
 CONTROL_TOPIC = "lockgate.control"
+#: Seconds the start-up check of the consumer group keeps asking while its coordinator is not
+#: ready (a broker that just started loads __consumer_offsets first).
+GROUP_CHECK_TIMEOUT_S = 120.0
 #: A just-created topic, or any topic while the broker restarts, has no known leader:
 #: list_offsets answers these for a while ("No leaders found" is _NOENT).
 _METADATA_NOT_READY = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT}  # noqa: SLF001
@@ -240,7 +243,8 @@ class Admin:
         Args:
             topics: topic -> ACL operation names (``READ``, ``WRITE``, ``DESCRIBE_CONFIGS``).
             group: a consumer group the app joins (READ), if any.
-            timeout: seconds for each describe call.
+            timeout: seconds for each describe call (the group's: at least
+                :data:`GROUP_CHECK_TIMEOUT_S`, retrying while its coordinator is not ready).
             group_operation: what is needed on ``group`` (``DESCRIBE``: read its offsets).
 
         Raises:
@@ -249,7 +253,14 @@ class Admin:
         """
         check_topics(self._admin, self.principal, topics, timeout)
         if group is not None:
-            check_group(self._admin, self.principal, group, timeout, group_operation)
+            # The group's coordinator may still be loading on a broker that just started.
+            check_group(
+                self._admin,
+                self.principal,
+                group,
+                max(timeout, GROUP_CHECK_TIMEOUT_S),
+                group_operation,
+            )
 
     def partitions_of(self, topics: Iterable[str], timeout: float = 30.0) -> dict[str, int]:
         """Return the partition count of each existing topic among ``topics``."""

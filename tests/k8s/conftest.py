@@ -20,6 +20,10 @@ ENABLED = os.environ.get("LOCKGATE_TEST_K8S") == "1"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "k8s: needs root and builds/starts a Kubernetes cluster")
+    config.addinivalue_line(
+        "markers",
+        "k8s_long: a longer Kubernetes scenario: make test-k8s runs it, make test does not",
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -28,6 +28,8 @@ from tests.support.helm import CHART_DIR, ensure_helm
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = REPO_ROOT / "deploy" / "k8s" / "cluster.sh"
 PROCESSOR_IMAGE = "lockgate/processor:dev"
+#: The node address (deploy/k8s/cluster.sh NODE_IP): pods reach this machine there.
+NODE_IP = "10.200.0.1"
 KAFKA_IMAGE = "lockgate/kafka:dev"
 
 #: Wall-clock seconds measured by the tier (printed in pytest's terminal summary).

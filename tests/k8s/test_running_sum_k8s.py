@@ -17,142 +17,36 @@ import json
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
-from tests.k8s.kube import (
-    Cluster,
-    chart_dir,
-    kafka_bootstrap_in_cluster,
-    pod_ready,
-    timed,
-)
-from tests.support.checker import check, model
-from tests.support.kafka import create_topic, produce_numbers, read_all, read_inputs, unique
+from tests.k8s.kube import Cluster, pod_ready, timed
+from tests.k8s.pipeline import Pipeline, install_args, metric, restarts
+from tests.support.kafka import create_topic, unique
 
 pytestmark = pytest.mark.k8s
 
 RELEASE = "sums"
 STS = f"{RELEASE}-lockgate"
-SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
 REPLICAS = 2
 PARTITIONS = 4
-KEYS = 37
-
-
-@dataclass
-class Pipeline:
-    cluster: Cluster
-    ns: str
-    bootstrap: str  # the broker as the test process (on the host) reaches it
-    app: str
-    inp: str
-    out: str
-    inputs: list[tuple[str, int, int]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def feed(self, n: int) -> None:
-        with self.lock:
-            base = len(self.inputs)
-            batch = [(f"key-{(base + i) % KEYS}", (base + i) % 23, base + i) for i in range(n)]
-            produce_numbers(self.bootstrap, self.inp, batch)
-            self.inputs.extend(batch)
-
-    def problems(self, timeout: float = 180) -> list[str]:
-        """Problems of the committed output against the model of every input fed so far."""
-        expected = model(read_inputs(self.bootstrap, self.inp, len(self.inputs)))
-        got = read_all(self.bootstrap, self.out, expected=len(self.inputs), timeout=timeout, idle=2)
-        return check(expected, got)
-
-    def wait_outputs(self, timeout: float = 180) -> float:
-        """Seconds until the committed output covers every input fed so far."""
-        t = time.monotonic()
-        got = read_all(self.bootstrap, self.out, expected=len(self.inputs), timeout=timeout, idle=0)
-        assert len(got) >= len(self.inputs), f"{len(got)} outputs of {len(self.inputs)}"
-        return time.monotonic() - t
-
-    def pods(self) -> dict[str, dict[str, Any]]:
-        return {p["metadata"]["name"]: p for p in self.cluster.pods(self.ns, SELECTOR)}
-
-    def wait_all_ready(self, replicas: int, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            sts = self.cluster.get(self.ns, "statefulset", STS)
-            st = sts["status"]
-            pods = self.pods()
-            if (
-                st.get("readyReplicas", 0) == replicas
-                and st.get("updatedReplicas", 0) == replicas
-                and st.get("currentRevision") == st.get("updateRevision")
-                and len(pods) == replicas
-                and all(pod_ready(p) for p in pods.values())
-            ):
-                return
-            time.sleep(0.5)
-        raise AssertionError(
-            f"{STS} not {replicas}/{replicas} ready in {timeout}s:\n{self.debug()}"
-        )
-
-    def debug(self) -> str:
-        out = [self.cluster.kubectl("-n", self.ns, "get", "pods,pvc", "-o", "wide")]
-        for name in self.pods():
-            out.append(f"--- {name}\n{self.cluster.pod_logs(self.ns, name, 60)}")
-        return "\n".join(out)
-
-    def http(self, pod: dict[str, Any], path: str) -> tuple[int, str]:
-        ip = pod["status"].get("podIP")
-        if not ip:
-            return 0, "no pod IP"
-        try:
-            with urllib.request.urlopen(f"http://{ip}:8080{path}", timeout=2) as r:
-                return int(r.status), r.read().decode()
-        except urllib.error.HTTPError as e:
-            return int(e.code), e.read().decode()
-        except OSError as e:
-            return 0, str(e)
-
-
-def metric(text: str, name: str) -> float:
-    """Sum of a metric family's samples in a Prometheus exposition."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and (line[len(name)] in " {"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @pytest.fixture(scope="module")
 def pipeline(cluster: Cluster) -> Iterator[Pipeline]:
     ns = unique("lgk8s")
     cluster.create_namespace(ns)
-    p = Pipeline(cluster, ns, "", unique("k8s-sum"), unique("k8s-in"), unique("k8s-out"))
+    p = Pipeline(cluster, ns, "", unique("k8s-sum"), unique("k8s-in"), unique("k8s-out"), RELEASE)
     try:
         p.bootstrap = cluster.install_kafka(ns)
         create_topic(p.bootstrap, p.inp, PARTITIONS)
         t = time.monotonic()
-        cluster.helm(
-            "install", RELEASE, chart_dir(), "--namespace", ns,
-            "--set", "app=examples.running_sum:app",
-            "--set", f"appName={p.app}",
-            "--set", f"replicaCount={REPLICAS}",
-            "--set", f"kafka.bootstrapServers={kafka_bootstrap_in_cluster(ns)}",
-            "--set", "image.tag=dev",
-            "--set", "image.pullPolicy=Never",
-            "--set", "persistence.storageClassName=lockgate-local",
-            "--set", "persistence.size=1Gi",
-            "--set", "processing.checkpointIntervalMs=500",
-            "--set", "resources.requests.cpu=100m",
-            "--set", "resources.requests.memory=256Mi",
-            "--set-json",
-            "env=" + json.dumps({"LOCKGATE_INPUT_TOPIC": p.inp, "LOCKGATE_OUTPUT_TOPIC": p.out}),
-        )  # fmt: skip
+        cluster.helm("install", *install_args(p, REPLICAS))
         p.wait_all_ready(REPLICAS)
         timed("helm install -> 2/2 Ready", time.monotonic() - t)
+        # Started right after the broker (its group coordinator still loading): no restart.
+        assert set(restarts(p).values()) == {0}, p.debug()
         yield p
     except BaseException:
         try:

@@ -99,3 +99,50 @@ def test_a_missing_savepoint_in_the_bucket_is_a_savepoint_error(
     store = SavepointStore(f"s3://{BUCKET}/empty")
     with pytest.raises(SavepointError):
         store.read_descriptor(SP)
+
+
+def test_an_unreachable_store_is_a_savepoint_error(
+    credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore's connection errors are not ``OSError``: the store still fails as a savepoint.
+
+    (Seen on the Kubernetes tier: with the object store down, ``EndpointConnectionError``
+    escaped the export and ended the processors instead of failing the savepoint.)
+    """
+    import fsspec.config
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: connection refused
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    conf = {"s3": {"endpoint_url": dead, "config_kwargs": {"retries": {"max_attempts": 1}}}}
+    monkeypatch.setattr(fsspec.config, "conf", conf)
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)
+    store = SavepointStore(f"s3://{BUCKET}/down")
+    with pytest.raises(SavepointError, match="EndpointConnectionError"):
+        store.write_store(SP, "app", 0, "s", [(b"k", b"v")])
+    with pytest.raises(SavepointError, match="EndpointConnectionError"):
+        store.write_manifest(SP, "app", 0, {"stores": {}})
+    with pytest.raises(SavepointError, match="EndpointConnectionError"):
+        store.read_descriptor(SP)
+
+
+def test_a_filesystem_error_of_another_kind_is_a_savepoint_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Any filesystem package's own error fails the savepoint; the data's errors stay."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class StoreDown(Exception):
+        pass
+
+    store = SavepointStore("memory://lockgate-down")
+    with pytest.raises(ValueError):  # not increasing by key: the caller's error, unchanged
+        store.write_store(SP, "app", 0, "s", [(b"b", b""), (b"a", b"")])
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise StoreDown("the service is unavailable")
+
+    monkeypatch.setattr(MemoryFileSystem, "open", down)
+    with pytest.raises(SavepointError, match="StoreDown: the service is unavailable"):
+        store.write_store(SP, "app", 0, "s", [(b"k", b"v")])
+    with pytest.raises(SavepointError, match="StoreDown"):
+        store.read_descriptor(SP)

@@ -1,0 +1,350 @@
+"""Savepoints and ``upgrade.mode: savepoint`` of the chart on a real cluster.
+
+The running-sum release with ``upgrade.mode: savepoint`` and the savepoint CronJob (suspended),
+once per savepoint location (the module's fixture is parametrized):
+
+- ``pvc``: a PersistentVolumeClaim the chart renders (the cluster's local StorageClass; one
+  node, so a ReadWriteOnce claim is shared by both pods and the Jobs);
+- ``s3``: an S3 API server (moto's) on the node address, reached by s3fs in the shipped image
+  through ``savepoints.endpointUrl``, with the credentials from a Secret
+  (``savepoints.credentials``).
+
+The tests run in file order against each release:
+
+- an ad-hoc savepoint Job (``kubectl create job --from=cronjob/...``) takes a savepoint without
+  halting anything;
+- a failed savepoint fails ``helm upgrade`` (pvc: a file where the savepoint directory goes;
+  s3: the store is down): the pre-upgrade hook Job exits 1, Helm marks the revision failed and
+  changes nothing (same StatefulSet revision, same pods, Ready), and the pipeline, cancelled
+  out of its halt, goes on exactly;
+- ``helm upgrade`` while input flows: the hook takes a stop-with-savepoint, every pod rolls and
+  resumes its key groups from it (their logs say so), the savepoint is in the store, and the
+  whole committed output (read_committed) equals the model: no loss, no duplicate.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.k8s.kube import NODE_IP, Cluster, pod_ready, timed
+from tests.k8s.pipeline import (
+    Feeder,
+    JobWatch,
+    Pipeline,
+    descriptor_in,
+    install_args,
+    log_text,
+    restarts,
+    revision_and_uids,
+)
+from tests.support.kafka import create_topic, unique
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.k8s
+
+RELEASE = "spsums"
+REPLICAS = 2
+PARTITIONS = 4
+SP_MOUNT = "/var/lib/lockgate-savepoints"
+SP_SUBDIR = "sums"
+HOOK_JOB = f"{RELEASE}-lockgate-savepoint-upgrade"
+CRONJOB = f"{RELEASE}-lockgate-savepoint"
+SP_CLAIM = f"{RELEASE}-lockgate-savepoints"
+BUCKET = "lockgate-savepoints"
+SECRET = "savepoint-store"
+ACCESS_KEY, SECRET_KEY = "lockgate", "lockgate-secret"
+
+
+@dataclass
+class Store:
+    """Where the release's savepoints go, and how the test sees and breaks it."""
+
+    kind: str
+    values: list[str]
+    #: The ids of the savepoints in the store.
+    ids: Callable[[], list[str]]
+    #: Make the store unusable until the context exits.
+    broken: Callable[[], Any]
+
+
+def common_values() -> list[str]:
+    return [
+        "--set", "savepoints.triggerTimeoutSeconds=60",
+        "--set", "savepoints.cronJob.enabled=true",
+        "--set", "upgrade.mode=savepoint",
+    ]  # fmt: skip
+
+
+class S3Server:
+    """moto's S3 API server in this process, on the node address (pods route to it)."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        self.port = free_port()
+        self.url = f"http://{NODE_IP}:{self.port}"
+        self._cls = ThreadedMotoServer
+        self._server: Any = None
+
+    def start(self) -> None:
+        self._server = self._cls(ip_address=NODE_IP, port=self.port)
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def fs(self) -> Any:
+        import s3fs  # type: ignore[import-untyped]
+
+        return s3fs.S3FileSystem(
+            endpoint_url=self.url, key=ACCESS_KEY, secret=SECRET_KEY, skip_instance_cache=True
+        )
+
+
+def pvc_store(p: Pipeline) -> Store:
+    def host_dir() -> Path:
+        """The savepoint claim's local PV as a directory of this machine."""
+        pv = p.cluster.get(p.ns, "pvc", SP_CLAIM)["spec"]["volumeName"]
+        return Path(p.cluster.get("default", "pv", pv)["spec"]["local"]["path"]) / SP_SUBDIR
+
+    def ids() -> list[str]:
+        d = host_dir()
+        return sorted(os.listdir(d)) if d.is_dir() else []
+
+    @contextmanager
+    def broken() -> Iterator[None]:
+        # A regular file where the savepoint directory goes: neither the pods' exports nor the
+        # Job's descriptor can be written, and no kubelet ownership change makes it a directory.
+        location = host_dir()
+        aside = location.with_name(f"{SP_SUBDIR}.aside")
+        if location.exists():
+            location.rename(aside)
+        location.write_text("not a directory\n")
+        try:
+            yield
+        finally:
+            location.unlink()
+            if aside.exists():
+                aside.rename(location)
+
+    values = [
+        "--set", "savepoints.persistentVolumeClaim.enabled=true",
+        "--set-json", 'savepoints.persistentVolumeClaim.accessModes=["ReadWriteOnce"]',
+        "--set", "savepoints.persistentVolumeClaim.storageClassName=lockgate-local",
+        "--set", "savepoints.persistentVolumeClaim.size=1Gi",
+        "--set", f"savepoints.location={SP_MOUNT}/{SP_SUBDIR}",
+    ]  # fmt: skip
+    return Store("pvc", values, ids, broken)
+
+
+def s3_store(p: Pipeline, server: S3Server) -> Store:
+    prefix = f"{BUCKET}/{p.app}"
+
+    def ids() -> list[str]:
+        fs = server.fs()
+        if not fs.exists(prefix):
+            return []
+        return sorted(path.rsplit("/", 1)[-1] for path in fs.ls(prefix, refresh=True))
+
+    @contextmanager
+    def broken() -> Iterator[None]:
+        server.stop()  # connection refused: s3fs fails fast
+        try:
+            yield
+        finally:
+            server.start()
+
+    values = [
+        "--set", f"savepoints.location=s3://{prefix}",
+        "--set", f"savepoints.endpointUrl={server.url}",
+        "--set", f"savepoints.credentials.existingSecret={SECRET}",
+        "--set-json",
+        'savepoints.credentials.env={"AWS_ACCESS_KEY_ID": "access-key",'
+        ' "AWS_SECRET_ACCESS_KEY": "secret-key", "AWS_DEFAULT_REGION": "region"}',
+    ]  # fmt: skip
+    return Store("s3", values, ids, broken)
+
+
+@pytest.fixture(scope="module", params=["pvc", pytest.param("s3", marks=pytest.mark.k8s_long)])
+def release(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[Pipeline, Store]]:
+    kind: str = request.param
+    ns = unique(f"lgk8s-sp-{kind}")
+    cluster.create_namespace(ns)
+    p = Pipeline(cluster, ns, "", unique("k8s-sp"), unique("k8s-sp-in"), unique("k8s-sp-out"))
+    p.release = RELEASE
+    server = S3Server() if kind == "s3" else None
+    try:
+        if server is not None:
+            server.start()
+            server.fs().mkdir(BUCKET)
+            cluster.kubectl(
+                "-n", ns, "create", "secret", "generic", SECRET,
+                f"--from-literal=access-key={ACCESS_KEY}",
+                f"--from-literal=secret-key={SECRET_KEY}",
+                "--from-literal=region=us-east-1",
+            )  # fmt: skip
+            store = s3_store(p, server)
+        else:
+            store = pvc_store(p)
+        p.bootstrap = cluster.install_kafka(ns)
+        create_topic(p.bootstrap, p.inp, PARTITIONS)
+        t = time.monotonic()
+        cluster.helm("install", *install_args(p, REPLICAS), *store.values, *common_values())
+        p.wait_all_ready(REPLICAS)
+        timed(f"[{kind}] helm install -> 2/2 Ready", time.monotonic() - t)
+        assert set(restarts(p).values()) == {0}, p.debug()  # none at start-up
+        yield p, store
+    except BaseException:
+        try:
+            print(p.debug())
+        except Exception as e:  # noqa: BLE001 - best effort diagnostics
+            print(f"no diagnostics: {e}")
+        raise
+    finally:
+        try:
+            cluster.helm("uninstall", RELEASE, "--namespace", ns, "--wait", "--timeout", "120s")
+        except Exception as e:  # noqa: BLE001 - teardown continues; the cluster goes anyway
+            print(f"helm uninstall: {e}")
+        cluster.delete_namespace(ns)
+        if server is not None:
+            server.stop()
+
+
+def upgrade(p: Pipeline, store: Store, *extra: str) -> str:
+    """``helm upgrade --wait`` of the release with its install values plus ``extra``."""
+    return p.cluster.helm(
+        "upgrade", *install_args(p, REPLICAS), *store.values, *common_values(), *extra,
+        "--wait", "--timeout", "8m",
+        timeout=600,
+    )  # fmt: skip
+
+
+def test_install_with_a_savepoint_location_is_exact(release: tuple[Pipeline, Store]) -> None:
+    p, store = release
+    p.feed(2000)
+    assert p.problems() == []
+    sts = p.cluster.get(p.ns, "statefulset", p.sts)
+    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LOCKGATE_RESUME_FROM_STOP_SAVEPOINT"]["value"] == "true"
+    if store.kind == "s3":
+        assert env["LOCKGATE_SAVEPOINT_DIR"]["value"] == f"s3://{BUCKET}/{p.app}"
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == SECRET
+    else:
+        assert env["LOCKGATE_SAVEPOINT_DIR"]["value"] == f"{SP_MOUNT}/{SP_SUBDIR}"
+
+
+def test_an_ad_hoc_savepoint_job_halts_nothing(release: tuple[Pipeline, Store]) -> None:
+    p, store = release
+    c, ns = p.cluster, p.ns
+    job = "sp-adhoc"
+    t = time.monotonic()
+    c.kubectl("-n", ns, "create", "job", f"--from=cronjob/{CRONJOB}", job)
+    try:
+        c.kubectl(
+            "-n", ns, "wait", "--for=condition=complete", f"job/{job}", "--timeout=240s",
+            timeout=260,
+        )  # fmt: skip
+    except RuntimeError:
+        print(c.kubectl("-n", ns, "logs", f"job/{job}", "--tail=-1"))
+        raise
+    timed(f"[{store.kind}] ad-hoc savepoint Job -> complete", time.monotonic() - t)
+    descriptor = descriptor_in(c.kubectl("-n", ns, "logs", f"job/{job}", "--tail=-1"))
+    assert descriptor["stop"] is False, descriptor
+    assert p.app in descriptor["apps"], descriptor
+    assert descriptor["savepoint"] in store.ids(), store.ids()
+    c.kubectl("-n", ns, "delete", "job", job, "--wait=false")
+    # Nothing halted: inputs fed after it are processed.
+    p.feed(1000)
+    p.wait_outputs(120)
+    assert p.problems() == []
+
+
+def test_a_failed_savepoint_fails_the_upgrade_and_changes_nothing(
+    release: tuple[Pipeline, Store],
+) -> None:
+    """The savepoint cannot be written: the upgrade fails, the old pods go on, exactly."""
+    p, store = release
+    c, ns = p.cluster, p.ns
+    revision, uids = revision_and_uids(p)
+    restarted = restarts(p)
+    version = c.get(ns, "secret", "-l", f"owner=helm,name={RELEASE}")["items"]
+    before = len(version)
+    t = time.monotonic()
+    with store.broken():
+        with pytest.raises(RuntimeError) as failed:
+            upgrade(p, store, "--set", "savepoints.triggerTimeoutSeconds=30")
+        timed(f"[{store.kind}] failed savepoint: helm upgrade -> failed", time.monotonic() - t)
+        message = str(failed.value)
+        assert "pre-upgrade hooks failed" in message or HOOK_JOB in message, message
+        job = c.get(ns, "job", HOOK_JOB)  # kept after a failure, for its logs
+        conditions = {x["type"]: x["status"] for x in job["status"].get("conditions", [])}
+        assert conditions.get("Failed") == "True", job["status"]
+        hook_log = c.kubectl("-n", ns, "logs", f"job/{HOOK_JOB}", "--tail=-1")
+        print(f"--- the failed hook's log\n{hook_log[-3000:]}")
+        status = c.helm("status", RELEASE, "--namespace", ns)
+        assert "STATUS: failed" in status, status
+        assert len(c.get(ns, "secret", "-l", f"owner=helm,name={RELEASE}")["items"]) == before + 1
+        # Nothing of the release changed: same StatefulSet revision, the same pods, Ready.
+        assert revision_and_uids(p) == (revision, uids)
+        assert restarts(p) == restarted, p.debug()
+        assert all(pod_ready(q) for q in p.pods().values()), p.debug()
+    # The trigger cancelled its savepoint: the halted key groups resume where they stopped.
+    p.feed(1000)
+    timed(f"[{store.kind}] failed savepoint: inputs after it -> outputs", p.wait_outputs(240))
+    assert p.problems() == []
+
+
+def test_upgrade_with_a_savepoint_while_input_flows_is_exact(
+    release: tuple[Pipeline, Store],
+) -> None:
+    p, store = release
+    c, ns = p.cluster, p.ns
+    revision, before = revision_and_uids(p)
+    with Feeder(p), JobWatch(p, HOOK_JOB) as hook:
+        time.sleep(3)
+        t = time.monotonic()
+        upgrade(p, store, "--set-string", "podAnnotations.lockgate-test/upgrade=one")
+        timed(f"[{store.kind}] helm upgrade --wait (hook + roll)", time.monotonic() - t)
+        p.wait_all_ready(REPLICAS)
+    took = hook.seconds()
+    if took is not None:
+        timed(f"[{store.kind}] pre-upgrade hook Job (stop-with-savepoint)", took)
+    # The hook's descriptor: a stop-with-savepoint of the app, in the store.
+    descriptor = descriptor_in(hook.log)
+    assert descriptor["stop"] is True, descriptor
+    assert p.app in descriptor["apps"], descriptor
+    sp_id = descriptor["savepoint"]
+    assert sp_id in store.ids(), store.ids()
+    # Helm deleted the successful hook Job (hook-succeeded).
+    assert f"job.batch/{HOOK_JOB}" not in c.kubectl("-n", ns, "get", "jobs", "-o", "name")
+    # Every pod rolled (a new StatefulSet revision) ...
+    new_revision, after = revision_and_uids(p)
+    assert new_revision != revision
+    assert set(after) == set(before) and all(after[n] != before[n] for n in before)
+    # ... and the new pods seeded their halted key groups from the hook's savepoint.
+    logs = {n: log_text(p, n) for n in after}
+    seeded = {n: text.count("seeded from a savepoint") for n, text in logs.items()}
+    assert sum(seeded.values()) > 0, seeded
+    assert any(sp_id in text for text in logs.values()), f"{sp_id} not in the pods' logs"
+    # The operations commands run in a processor's environment (the app's own variables,
+    # LOCKGATE_INPUT_TOPIC/OUTPUT_TOPIC, are not refused): no need for the hook's Job.
+    listed = c.kubectl(
+        "-n", ns, "exec", f"{p.sts}-0", "-c", "processor", "--",
+        "lockgate", "savepoint", "list", "--json",
+    )  # fmt: skip
+    assert sp_id in listed, listed
+    # The whole committed output, with input fed throughout: exact.
+    p.feed(500)
+    t = time.monotonic()
+    assert p.problems(timeout=240) == []
+    timed(f"[{store.kind}] savepoint upgrade: all inputs -> checked", time.monotonic() - t)
