@@ -167,7 +167,9 @@ def check_group(
         except KafkaException as exc:
             err = _error_of(exc)
             if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                raise authorization_error(principal, operation, "GROUP", group, err.name()) from None
+                raise authorization_error(
+                    principal, operation, "GROUP", group, err.name()
+                ) from None
             if err is None or err.code() not in RETRIABLE_CODES or time.monotonic() >= deadline:
                 raise
         except TimeoutError:  # the future's own wait (concurrent.futures)
