@@ -46,7 +46,9 @@ def _serve(stdin: IO[str], stdout: IO[str]) -> None:  # pragma: no cover - runs 
     for line in stdin:
         group, timeout = json.loads(line)
         try:
-            fut = admin.describe_consumer_groups([group], request_timeout=timeout)[group]
+            fut = admin.describe_consumer_groups(
+                [group], request_timeout=timeout, include_authorized_operations=True
+            )[group]
             desc = fut.result(timeout=timeout + 5)
             members = {
                 (m.group_instance_id or m.member_id): [
@@ -59,15 +61,20 @@ def _serve(stdin: IO[str], stdout: IO[str]) -> None:  # pragma: no cover - runs 
                 (m.group_instance_id or m.member_id): f"client {m.client_id}, host {m.host}"
                 for m in desc.members
             }
-            answer: Any = ["ok", str(desc.state).rsplit(".", 1)[-1], members, clients]
+            ops = [op.name for op in desc.authorized_operations or ()]
+            answer: Any = ["ok", str(desc.state).rsplit(".", 1)[-1], members, clients, ops]
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_ID_NOT_FOUND:
-                answer = ["ok", "DEAD", {}, {}]  # no such group: nobody is in it
+                answer = ["ok", "DEAD", {}, {}, []]  # no such group: nobody is in it
+            elif (
+                isinstance(err, KafkaError) and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+            ):
+                answer = ["denied", f"{err.name()}: {err.str()}", None, None, None]
             else:
-                answer = ["error", f"KafkaException: {exc}", None, None]
+                answer = ["error", f"KafkaException: {exc}", None, None, None]
         except Exception as exc:  # noqa: BLE001 - reported to the parent
-            answer = ["error", f"{type(exc).__name__}: {exc}", None, None]
+            answer = ["error", f"{type(exc).__name__}: {exc}", None, None, None]
         stdout.write(json.dumps(answer) + "\n")
         stdout.flush()
 
@@ -89,6 +96,11 @@ class GroupProbe:
         self.crashes = 0
         #: Per member of the last description: ``client <client id>, host <host>``.
         self.clients: dict[str, str] = {}
+        #: What the principal may do on the group, as the last description said (KIP-430;
+        #: empty: the broker did not say).
+        self.authorized_operations: set[str] = set()
+        #: The last answer was GROUP_AUTHORIZATION_FAILED (not even Describe is allowed).
+        self.denied = False
 
     def _start(self) -> bool:
         now = time.monotonic()
@@ -171,10 +183,12 @@ class GroupProbe:
         line, self._buf = self._buf.split("\n", 1)
         self._pending = False
         try:
-            kind, first, members, clients = json.loads(line)
+            kind, first, members, clients, ops = json.loads(line)
+            self.denied = kind == "denied"
             if kind != "ok":
                 return str(first)
             self.clients = {str(m): str(c) for m, c in clients.items()}
+            self.authorized_operations = {str(op) for op in ops}
             return first, {m: {(t, p) for t, p in parts} for m, parts in members.items()}
         except (ValueError, TypeError) as exc:  # not our answer: treat the child as broken
             self._died(f"unreadable answer: {exc}")

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from processors._config.settings import GroupProtocol, LeaveGroup, Settings
+from processors._kafka.authz import authorization_error
 from processors._kafka.clients import admin_config
 from processors._kafka.group_probe import GroupProbe
 from processors._runtime.kubernetes import scaled_down
@@ -71,7 +72,7 @@ class GroupWatch:
         if self._probe is not None:
             self._probe.close()
 
-    def check_subscriptions(self) -> None:
+    def check_subscriptions(self, principal: str | None = None) -> None:
         """Refuse to join while live members of the group consume another topic.
 
         Members that subscribe different topics split key groups between them (each
@@ -82,7 +83,11 @@ class GroupWatch:
         session expires (static members send no leave): they are waited for that long.
         A group that cannot be described is joined anyway (logged).
 
+        The first description also checks that ``principal`` may join the group (READ;
+        an in-process DescribeConsumerGroups could abort the process, librdkafka #4605).
+
         Raises:
+            AuthorizationError: the principal may not read (join) the group (exit 2).
             ConfigError: a live member is assigned a topic this version does not subscribe.
             Stopping: a stop was requested while waiting.
         """
@@ -92,8 +97,16 @@ class GroupWatch:
         deadline = time.monotonic() + session_ms / 1000 + 10
         probe = self._child()
         log.info("checking the group's subscriptions", extra={"group": self._group})
+        checked = False
         while True:
             answer = probe.describe(self._group, 10.0, self._wait)
+            if not checked:
+                checked = True
+                if probe.denied:
+                    raise authorization_error(principal, "READ", "GROUP", self._group, str(answer))
+                ops = probe.authorized_operations
+                if not isinstance(answer, str) and ops and "READ" not in ops:
+                    raise authorization_error(principal, "READ", "GROUP", self._group)
             if isinstance(answer, str):  # best effort: the join goes on
                 log.warning(
                     "could not describe the group to check its subscriptions; joining anyway",

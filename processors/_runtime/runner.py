@@ -382,7 +382,7 @@ class Runner(BarrierMixin):
             stall_timeout_s=self._txn_timeout_s + 30,
             tombstone_retention_ms=self._changelog_retention_ms,
         )
-        self._group_watch.check_subscriptions()
+        self._group_watch.check_subscriptions(admin.principal)
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
         self.metrics.started = True

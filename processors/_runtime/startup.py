@@ -139,7 +139,7 @@ def prepare_topics(
     needs = access_needed(inputs, out.outputs, changelogs, out.dlq, control)
     admin.check_access(needs)  # existing topics, before creating any
     admin.ensure_topics(topics, replication=replication)
-    admin.check_access(needs, group=name)  # the topics just created too
+    admin.check_access(needs)  # the topics just created too (the group: GroupWatch's child)
     check_output_topics(admin, output_topic_configs(app.outputs.values()))
     retention = admin.check_changelogs(changelogs)
     compacted = frozenset(
