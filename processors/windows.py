@@ -4,7 +4,7 @@ A window operator keeps, per key, the accumulator of each open window in one val
 store (``window-<n>``) and sets an event-time timer at each window's last millisecond
 (``end - 1``); a sliding window whose aggregation merges keeps one accumulator per
 slice of ``gcd(size, slide)`` instead, merged into each window's result when it fires
-(see :class:`WindowOperator`). When the key group's watermark reaches ``end - 1``,
+(see ``WindowOperator``). When the key group's watermark reaches ``end - 1``,
 the window's result goes on down the chain (its event time is ``end - 1``); its state
 is purged then, or ``allowed_lateness_ms`` later, when a late-but-allowed record
 re-emits an updated result. A record whose every window is past that is *late*: it
