@@ -53,8 +53,7 @@ test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
     tests/integration/test_schema_registry_formats.py tests/integration/test_faust_word_count.py \
     tests/security
 test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
-    tests/integration/test_pipeline_savepoint.py tests/integration/test_stranded_partitions.py \
-    tests/integration/test_subscription_change.py
+    tests/integration/test_pipeline_savepoint.py
 # Each lane's whole output is also kept in $(TEST_LOGS)/<lane>.log. When a phase fails, the
 # FAILED/ERROR summary lines and the tally of its failed lanes (else their last lines) are
 # repeated last, so the tail of a CI log names the failing tests (not the Spark lane when
