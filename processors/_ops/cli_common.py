@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processors._config.log_setup import configure
 from processors._config.settings import Settings, load_settings
+from processors._config.times import time_ms
 from processors._dsl.app import App
 from processors._kafka.authz import AUTHORIZATION_CODES
 from processors._ops.catalog import OpsError
@@ -208,16 +208,10 @@ def parse_time_ms(text: str, option: str) -> int:
     Raises:
         OpsError: (exit code 2) neither; the message names ``option``.
     """
-    value = text.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+    ms = time_ms(text)
+    if ms is None:
         raise OpsError(
             f"{option}: {text!r} is not a time in ms or ISO 8601 (e.g. 2026-01-31T12:00:00Z)",
             exit_code=2,
-        ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
+        )
+    return ms

@@ -29,11 +29,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
+from processors._config.times import time_ms
 from processors._kafka.clients import PARTITION_EOF, Admin
 from processors.exceptions import ConfigError
 
@@ -56,19 +56,6 @@ class Bound:
     text: str
     time_ms: int | None = None
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-
-
-def _time_ms(text: str) -> int | None:
-    value = text.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
 
 
 def parse_until(text: str) -> Bound:
@@ -97,7 +84,7 @@ def parse_until(text: str) -> Bound:
                     )
                 offsets[(topic, int(p))] = int(o)
         return Bound(value, offsets=offsets)
-    ms = _time_ms(value)
+    ms = time_ms(value)
     if ms is None:
         raise ConfigError(
             f"--until {text!r}: expected now, a time (ms since the epoch or ISO 8601, e.g. "

@@ -459,16 +459,7 @@ class Runner(BarrierMixin):
         """
         svc = self.app.time_service
         if self.settings.until_drain and svc is not None:
-            out_before = self._out.records
-            for g, kg in self._kgs.items():
-                if g in self._halted:
-                    continue
-                kg.bind()
-                self._out.key_group(g)
-                svc.advance_to(END_OF_TIME)
-                if self._out.producer_error is not None:
-                    self._raise_producer_error()
-            self.metrics.records_out_attempts += self._out.records - out_before
+            self._in_each_key_group(lambda: svc.advance_to(END_OF_TIME))
             self._epoch_active = True  # the final watermark is state: it commits
         self._end_epoch()
         log.info(
@@ -1195,13 +1186,21 @@ class Runner(BarrierMixin):
         assert svc is not None
         now_ms = int(time.time() * 1000)
         self._cursor.now_ms = now_ms
+        self._in_each_key_group(lambda: svc.tick(now_ms))
+
+    def _in_each_key_group(self, step: Callable[[], None]) -> None:
+        """Run ``step`` bound to each owned key group that is not halted (timers fire).
+
+        Raises:
+            AbortEpoch: the producer refused an output of ``step``.
+        """
         out_before = self._out.records
         for g, kg in self._kgs.items():
             if g in self._halted:
                 continue
             kg.bind()
             self._out.key_group(g)
-            svc.tick(now_ms)
+            step()
             if self._out.producer_error is not None:
                 self._raise_producer_error()
         self.metrics.records_out_attempts += self._out.records - out_before
