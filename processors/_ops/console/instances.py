@@ -74,6 +74,7 @@ class InstanceStatus:
         metrics: short name -> value (see :data:`SHOWN` and :data:`MEANS`).
         watermarks: one row per ``*watermark*`` sample: labels and value.
         error: why the endpoints did not answer.
+        text: the ``/metrics`` text (for the dashboard's history; not in :meth:`to_json`).
     """
 
     url: str | None
@@ -81,6 +82,7 @@ class InstanceStatus:
     metrics: dict[str, float] = field(default_factory=dict)
     watermarks: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    text: str | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-able form."""
@@ -151,7 +153,8 @@ def probe_instance(url: str | None, timeout_s: float = 1.0) -> InstanceStatus:
         status.ready = code == 200
         code, body = _get(f"{url}/metrics", timeout_s)
         if code == 200:
-            status.metrics, status.watermarks = parse_metrics(body.decode(errors="replace"))
+            status.text = body.decode(errors="replace")
+            status.metrics, status.watermarks = parse_metrics(status.text)
         else:
             status.error = f"/metrics answered {code}"
     except (OSError, ValueError) as exc:

@@ -13,7 +13,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["POLL_MS", "actions", "live_fragment", "page", "savepoint_page"]
+__all__ = ["POLL_MS", "actions", "dashboard_page", "live_fragment", "page", "savepoint_page"]
 
 #: The live fragment is fetched again this often.
 POLL_MS = 1500
@@ -37,6 +37,12 @@ input{padding:3px 6px} button{padding:3px 10px;cursor:pointer}
 #msg{font-size:13px;margin:6px 0;white-space:pre-wrap}
 svg text{font-size:12px;font-family:system-ui,sans-serif}
 pre{background:#f0f2f5;padding:8px;overflow:auto;font-size:12px}
+.panels{display:grid;grid-template-columns:repeat(auto-fill,minmax(590px,1fr));gap:10px}
+.panels section.card{margin:0} .panel h3{font-size:14px}
+.panel-note{font-size:12px;margin:4px 0} .unsupported{color:#8a1c12} .no-data{color:#6b4d00}
+table.legend{font-size:12px;margin:2px 0} .swatch{display:inline-block;width:10px;height:10px;
+margin-right:6px;border-radius:2px} .app-filter a{margin-right:8px;color:#2f6fde}
+.app-filter a.on{font-weight:bold;color:#1d2330}
 """
 
 _SCRIPT = """
@@ -46,7 +52,7 @@ _SCRIPT = """
   const tokenBox = document.getElementById('token');
   async function refresh(){
     try{
-      const r = await fetch('/partial/live', {cache:'no-store'});
+      const r = await fetch(live.dataset.src || '/partial/live', {cache:'no-store'});
       if(r.ok){ live.innerHTML = await r.text(); }
     }catch(e){ /* the next poll tries again */ }
   }
@@ -122,8 +128,24 @@ def page(title: str, body: str, nonce: str, live: bool = True) -> str:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
         '<header><h1>lockgate console</h1><a href="/">overview</a>'
-        '<a href="/api/overview">JSON</a></header>'
+        '<a href="/dashboard">dashboard</a><a href="/api/overview">JSON</a></header>'
         f'<main>{body}</main><script nonce="{_e(nonce)}">{script}</script></body></html>'
+    )
+
+
+def dashboard_page(fragment: str, src: str) -> str:
+    """Return the dashboard page's body: the live dashboard fragment and where it is fetched.
+
+    Args:
+        fragment: the escaped HTML of the dashboard
+            (:meth:`~processors._ops.console.dashboard.MetricsHistory.fragment`).
+        src: the URL the page's script fetches the fragment from again.
+    """
+    return (
+        '<h2>Dashboard</h2><p class="muted">The panels of the chart\'s Grafana dashboard '
+        "(dashboards/lockgate.json), evaluated by the console over the instances' /metrics: "
+        "no Grafana or Prometheus involved.</p>"
+        f'<div id="live" data-src="{_e(src)}">{fragment}</div>'
     )
 
 
