@@ -72,7 +72,8 @@ class InstanceStatus:
         url: the base URL asked (``None``: not known).
         ready: ``True``/``False`` from ``/readyz``; ``None`` when not asked or no answer.
         metrics: short name -> value (see :data:`SHOWN` and :data:`MEANS`).
-        watermarks: one row per ``*watermark*`` sample: labels and value.
+        watermarks: one row per ``*watermark*`` (and ``lockgate_key_group_idle``) sample:
+            labels and value.
         error: why the endpoints did not answer.
         text: the ``/metrics`` text (for the dashboard's history; not in :meth:`to_json`).
     """
@@ -103,7 +104,7 @@ def parse_metrics(text: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
 
     Returns:
         (short name -> value, [{"name", "labels", "value"}] for every sample whose name
-        contains ``watermark``).
+        contains ``watermark``, and ``lockgate_key_group_idle``).
     """
     values: dict[str, float] = {}
     watermarks: list[dict[str, Any]] = []
@@ -114,7 +115,7 @@ def parse_metrics(text: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
             name = sample.name
             if name in SHOWN:
                 values[SHOWN[name]] = float(sample.value)
-            elif "watermark" in name:
+            elif "watermark" in name or name == "lockgate_key_group_idle":
                 labels = {
                     k: v for k, v in sample.labels.items() if k not in ("app", "lockgate_instance")
                 }

@@ -9,11 +9,22 @@ a page). The script carries the response's CSP nonce.
 
 from __future__ import annotations
 
+import contextlib
 import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["POLL_MS", "actions", "dashboard_page", "live_fragment", "page", "savepoint_page"]
+from state.savepoint import ms_to_iso
+
+__all__ = [
+    "POLL_MS",
+    "actions",
+    "dashboard_page",
+    "key_group_watermarks",
+    "live_fragment",
+    "page",
+    "savepoint_page",
+]
 
 #: The live fragment is fetched again this often.
 POLL_MS = 1500
@@ -281,6 +292,9 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
             lag_by_group[int(r["partition"])] = lag_by_group.get(int(r["partition"]), 0) + int(
                 r["lag"]
             )
+    insts = _instances_of(snapshot, name)
+    marks_of = key_group_watermarks(insts)
+    now_ms = snapshot.get("generated_ms")
     kg_rows = []
     for r in app.get("key_group_rows") or ():
         g = int(r["key_group"])
@@ -301,6 +315,7 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
                 state,
                 _e(r.get("origin")),
                 _num(lag_by_group.get(g)),
+                _watermark_cell(g, marks_of.get(g), r.get("instance"), now_ms),
             ]
         )
     kg_table = _table(
@@ -313,6 +328,7 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
             "state",
             "restored from",
             "lag",
+            "watermark",
         ],
         kg_rows,
         f'class="key-groups" data-app="{_e(name)}"',
@@ -346,7 +362,6 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
         ),
         'class="lag"',
     )
-    insts = _instances_of(snapshot, name)
     align = [
         i["metrics"]["alignment_mean_s"]
         for i in insts
@@ -371,11 +386,14 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
         ]
         for i in insts
         for w in i.get("watermarks") or ()
+        if "key_group" not in w["labels"]
     ]
     marks_html = (
         _table(["instance", "metric", "labels", "value"], marks, 'class="watermarks"')
+        + '<p class="muted">each key group\'s watermark: the key groups table</p>'
         if marks
-        else '<p class="muted">watermarks: not exposed by the instances\' /metrics</p>'
+        else '<p class="muted">watermarks: not exposed by the instances\' /metrics (the app '
+        "uses no event time, or no record carried a timestamp yet)</p>"
     )
     return (
         f'<section class="card app" data-app="{_e(name)}"><h3>{_e(name)}</h3>'
@@ -385,6 +403,53 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
         "<div><h2>Completed checkpoints</h2>" + ck_table + "</div>"
         "<div><h2>Lag per partition</h2>" + lag_table + "</div></div>"
         "<h2>Watermarks</h2>" + marks_html + "</section>"
+    )
+
+
+def key_group_watermarks(
+    instances: Sequence[Mapping[str, Any]],
+) -> dict[int, list[tuple[str, float, bool]]]:
+    """Return key group -> [(instance, watermark in Unix seconds, idle)] of one app.
+
+    From each instance's ``lockgate_key_group_watermark_timestamp_seconds`` and
+    ``lockgate_key_group_idle`` samples (``watermarks`` of the snapshot's instances).
+    """
+    out: dict[int, list[tuple[str, float, bool]]] = {}
+    for inst in instances:
+        idle: set[str] = {
+            str(w["labels"].get("key_group"))
+            for w in inst.get("watermarks") or ()
+            if w["name"] == "lockgate_key_group_idle" and w["value"]
+        }
+        for w in inst.get("watermarks") or ():
+            g = w["labels"].get("key_group")
+            if w["name"] != "lockgate_key_group_watermark_timestamp_seconds" or g is None:
+                continue
+            with contextlib.suppress(ValueError):
+                out.setdefault(int(g), []).append(
+                    (str(inst["id"]), float(w["value"]), str(g) in idle)
+                )
+    return out
+
+
+def _watermark_cell(
+    g: int,
+    found: Sequence[tuple[str, float, bool]] | None,
+    owner: Any,
+    now_ms: Any,
+) -> str:
+    """The key group's watermark (from its owner's /metrics when two instances say)."""
+    if not found:
+        return f'<td class="watermark none" data-watermark-of="{g}">–</td>'
+    iid, value, idle = next((f for f in found if f[0] == owner), found[0])
+    ms = int(value * 1000)
+    behind = ""
+    if isinstance(now_ms, int):
+        behind = f" ({max(0, now_ms - ms) / 1000:,.1f} s behind)"
+    badge = ' <span class="badge">idle</span>' if idle else ""
+    return (
+        f'<td class="watermark" data-watermark-of="{g}" data-watermark-ms="{ms}" '
+        f'title="from {_e(iid)}">{_e(ms_to_iso(ms))}{_e(behind)}{badge}</td>'
     )
 
 
