@@ -405,12 +405,22 @@ def _panel_html(panel: Panel, store: Store, start: float, end: float, step: floa
             notes.append(f'<p class="panel-note unsupported">cannot be drawn here: {_e(exc)}</p>')
             continue
         if not result:
-            why = (
-                f"no instance exports {', '.join(missing)} (a series from outside lockgate, "
-                "e.g. kube-state-metrics, or not exported by this version)"
-                if missing
-                else "the query returns nothing yet (e.g. a rate needs two scrapes in its window)"
-            )
+            outside = [n for n in missing if not n.startswith("lockgate_")]
+            if outside:
+                why = (
+                    f"{', '.join(outside)} is not a lockgate series: it comes from outside "
+                    "(e.g. kube-state-metrics) and is not on the instances' /metrics"
+                )
+            elif missing:
+                why = (
+                    f"no instance exports {', '.join(missing)} now (lockgate exports some "
+                    "series only where they apply, e.g. watermarks only with event time)"
+                )
+            else:
+                why = (
+                    "the query returns nothing for now (a rate needs two scrapes in its "
+                    "window, a quantile needs observations)"
+                )
             notes.append(
                 f'<p class="panel-note no-data">no data for {_e(target.expr)}: {_e(why)}</p>'
             )

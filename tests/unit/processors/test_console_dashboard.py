@@ -110,7 +110,7 @@ def test_panels_outside_the_subset_or_without_series_say_so() -> None:
     html = history.fragment(None, [], now=now)
     restarts = _panel(html, "restarts")
     assert 'data-state="empty"' in restarts
-    assert "no instance exports kube_pod_container_status_restarts_total" in restarts
+    assert "kube_pod_container_status_restarts_total is not a lockgate series" in restarts
     avg = _panel(html, "avg")
     assert 'data-state="unsupported"' in avg and "outside the console&#x27;s PromQL subset" in avg
     halted = _panel(html, "halted")
