@@ -1,7 +1,8 @@
 """The progress gauges an instance publishes: consumer lag and event-time watermark.
 
 :class:`ProgressGauges` sets ``lockgate_consumer_lag_records``,
-``lockgate_partition_lag_records`` and ``lockgate_watermark_timestamp_seconds`` (through
+``lockgate_partition_lag_records``, ``lockgate_watermark_timestamp_seconds`` and
+``lockgate_key_group_watermark_timestamp_seconds`` (through
 :class:`~processors._runtime.health.Metrics`) at each commit and, for the lag, every
 ``LAG_SAMPLE_S`` between commits, so the gauges stay honest when nothing commits (key
 groups halted at a stop-with-savepoint, a stuck instance). Gauges are best effort: a value
@@ -77,18 +78,22 @@ class ProgressGauges:
         self._publish_lag(positions, lambda g: g in halted and time.monotonic() < asked_until)
 
     def watermark(self) -> None:
-        """Set the watermark gauge: the lowest watermark of the owned key groups.
+        """Set the watermark gauges: the lowest of the owned key groups, and each one's.
 
-        Idle key groups are left out unless every one is idle (as downstream watermarks
-        leave idle writers out); key groups without a watermark yet are left out. None
-        (the series is absent) without event time or without any watermark.
+        The lowest: idle key groups are left out unless every one is idle (as downstream
+        watermarks leave idle writers out); key groups without a watermark yet are left
+        out. None (the series is absent) without event time or without any watermark.
+        Each key group's watermark and whether it is idle go to
+        ``Metrics.key_group_watermarks`` (key groups without a watermark left out), read
+        from the same announcement at each commit: nothing per record.
         """
         svc = self._svc
         if svc is None or not svc.strategies:
             return
         active: list[int] = []
         idle: list[int] = []
-        for kg in list(self._kgs.values()):
+        per_group: dict[int, tuple[int, bool]] = {}
+        for g, kg in list(self._kgs.items()):
             cache = kg.caches.get(TIME_STORE)
             if cache is None:
                 continue
@@ -98,8 +103,11 @@ class ProgressGauges:
                 continue
             if wm != NO_WATERMARK:
                 (idle if is_idle else active).append(wm)
+                per_group[g] = (wm, bool(is_idle))
         marks = active or idle
         self._metrics.watermark_ms = min(marks) if marks else None
+        # Published whole (a new dict each time): the HTTP thread reads it at scrape time.
+        self._metrics.key_group_watermarks = per_group
 
     def _publish_lag(
         self, positions: list[TopicPartition], ask_broker: Callable[[int], bool]

@@ -186,6 +186,10 @@ class Metrics:
         #: Lowest event-time watermark (ms) over the owned key groups (idle ones left out
         #: unless all are idle), sampled at each epoch end; None without event time.
         self.watermark_ms: int | None = None
+        #: Each owned key group's event-time watermark (ms) and whether it is idle, set
+        #: with ``watermark_ms`` (published as a new dict: read whole, never mutated); key
+        #: groups without a watermark are left out.
+        self.key_group_watermarks: dict[int, tuple[int, bool]] = {}
         self.commit_seconds_max = 0.0
         self.restore_records = 0
         self.restore_remaining = 0
@@ -446,6 +450,22 @@ class MetricsCollector(Collector):
         if wm is not None:
             watermark.add_metric(labels, wm / 1000)
         yield watermark
+        per_group = GaugeMetricFamily(
+            "lockgate_key_group_watermark_timestamp_seconds",
+            "Event-time watermark of one owned key group, as Unix time (sampled with "
+            "lockgate_watermark_timestamp_seconds; absent without event time or a watermark).",
+            labels=[*names, "key_group"],
+        )
+        idle_groups = GaugeMetricFamily(
+            "lockgate_key_group_idle",
+            "1 when the key group's watermark is idle (no input for the idleness timeout).",
+            labels=[*names, "key_group"],
+        )
+        for g, (kg_wm, kg_idle) in sorted(m.key_group_watermarks.items()):
+            per_group.add_metric([*labels, str(g)], kg_wm / 1000)
+            idle_groups.add_metric([*labels, str(g)], 1 if kg_idle else 0)
+        yield per_group
+        yield idle_groups
         yield histogram(
             "lockgate_epoch_commit_seconds", "Duration of epoch commits.", m.commit_seconds
         )

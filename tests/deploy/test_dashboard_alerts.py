@@ -154,10 +154,14 @@ def test_evaluator_increase_rate_and_counter_resets() -> None:
     for t, v in [(100, 1), (130, 4), (160, 2), (190, 5)]:  # a reset at 160
         _scrape(s, t, lockgate_dlq_records_total=v)
     inc = evaluate('sum by (app) (increase(lockgate_dlq_records_total{app="a"}[10m]))', s, at=190)
-    assert inc == {(("app", "a"),): 3 + 2 + 3}
+    # Sampled: 3 + 2 + 3 = 8 over 90 s. Prometheus extrapolates towards the window's start
+    # by half an interval (15 s) at most, and not past where the counter was zero:
+    # 90 * 1/8 = 11.25 s. 8 * (90 + 11.25) / 90 = 9.
+    assert inc == {(("app", "a"),): pytest.approx(9.0)}
     rate = evaluate("rate(lockgate_dlq_records_total[1m])", s, at=190)
-    # (130, 190]: the samples at 160 and 190.
-    assert list(rate.values()) == [pytest.approx(3 / 60)]  # type: ignore[union-attr]
+    # (130, 190]: the samples at 160 (2) and 190 (5): 3 over 30 s, extrapolated 20 s back
+    # (to zero: 30 * 2/3; less than 1.1 intervals), 0 forward: 3 * 50/30 over 60 s.
+    assert list(rate.values()) == [pytest.approx(5 / 60)]  # type: ignore[union-attr]
     # One sample in the window: no result.
     assert evaluate("increase(lockgate_dlq_records_total[20s])", s, at=190) == {}
     assert evaluate('increase(lockgate_dlq_records_total{app="b"}[10m]) > 0', s, at=190) == {}

@@ -3,9 +3,16 @@ expression is true when the instance is driven into its condition and false when
 
 There is no Prometheus here: the chart's rendered PrometheusRule expressions are evaluated by
 tests/support/promql.py (a documented PromQL subset) over the instance's /metrics, scraped
-every 0.5 s with a ``pod`` target label added (as the Prometheus operator adds it). ``for:``
-durations are not waited for: the test asserts the expression itself. LockgateCrashLooping
-uses kube-state-metrics' series and is only render-tested (tests/deploy).
+every 0.5 s with a ``pod`` target label added (as the Prometheus operator adds it). Each
+alert's expression is asserted itself; ``for:`` is evaluated too, as Prometheus' rule manager
+does, after every scrape (:class:`AlertEvaluator`): the test copy of the rules renders
+LockgateKeyGroupsHalted with ``for: 3s`` (the chart's default is 10m), which must be pending
+once its expression holds and firing no sooner than 3 s later, while LockgateConsumerLag
+keeps the chart's 15m and stays pending. LockgateCrashLooping uses kube-state-metrics'
+series and is only render-tested (tests/deploy).
+
+The per-key-group watermark series (``lockgate_key_group_watermark_timestamp_seconds``) is
+checked against the same instance: one key group an hour behind, the other current.
 
 LockgateRestoreStuck is driven by its own test: the broker is SIGSTOPped while an instance
 restores (see its docstring for how its 5 minute window is treated).
@@ -33,23 +40,27 @@ from tests.support.helm import CHART_DIR, one_manifest, render
 from tests.support.kafka import create_topic, produce_numbers, read_all
 from tests.support.ports import free_port
 from tests.support.procs import AppProcess, lockgate_cli, wait_until
-from tests.support.promql import Store, evaluate, metric_names
+from tests.support.promql import AlertEvaluator, AlertRule, Store, evaluate, metric_names
 
 #: Series from outside lockgate (kube-state-metrics), never on an instance's /metrics.
 EXTERNAL = {"kube_pod_container_status_restarts_total"}
 POD = "alerting-lockgate-0"
 INTERVAL_MS = 300
+#: LockgateKeyGroupsHalted's ``for:`` in the test copy of the rules (the chart's: 10m).
+HALTED_FOR = "3s"
 
 
 class _Scraper(threading.Thread):
     """Scrapes /metrics every 0.5 s into a :class:`Store` (pod label added)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, rules: list[AlertRule] | None = None) -> None:
         super().__init__(daemon=True)
         self.port = port
         self.store = Store()
         self.lock = threading.Lock()
         self.stopped = threading.Event()
+        #: The rules' pending/firing states, evaluated after every scrape.
+        self.alerts = AlertEvaluator(rules or [])
 
     def run(self) -> None:
         while not self.stopped.is_set():
@@ -57,7 +68,16 @@ class _Scraper(threading.Thread):
             if code == 200:
                 with self.lock:
                     self.store.ingest(text, pod=POD)
+                    self.alerts.evaluate(self.store)
             self.stopped.wait(0.5)
+
+    def states(self, rule: str) -> list[str]:
+        with self.lock:
+            return [s.state for s in self.alerts.states(rule)]
+
+    def transitions(self, rule: str) -> list[tuple[float, str]]:
+        with self.lock:
+            return [(t, what) for t, name, _, what in self.alerts.transitions if name == rule]
 
     def firing(self, expr: str) -> dict[Any, float]:
         with self.lock:
@@ -78,6 +98,12 @@ def _records(n: int, ts_ms: int, start: int = 0) -> list[bytes]:
 
 
 def _rules(app: str) -> dict[str, str]:
+    return {r["alert"]: r["expr"] for r in _rule_specs(app)}
+
+
+def _rule_specs(app: str) -> list[dict[str, Any]]:
+    """The chart's rendered alert rules for ``app`` (LockgateKeyGroupsHalted's ``for:``
+    shortened to :data:`HALTED_FOR`)."""
     docs = render(
         values_files=[CHART_DIR.parents[2] / "tests" / "deploy" / "values" / "minimal.yaml"],
         set_values={
@@ -89,10 +115,11 @@ def _rules(app: str) -> dict[str, str]:
             "metrics.prometheusRule.dlqRecordsPer10m": 0,
             "metrics.prometheusRule.noCheckpointIntervals": 20,  # 6 s
             "metrics.prometheusRule.watermarkLagSeconds": 600,
+            "metrics.prometheusRule.haltedFor": HALTED_FOR,
         },
     )
     [group] = one_manifest(docs, "PrometheusRule")["spec"]["groups"]
-    return {r["alert"]: r["expr"] for r in group["rules"]}
+    return list(group["rules"])
 
 
 def test_dashboard_and_alert_series_exist_and_each_alert_fires(  # type: ignore[no-untyped-def]
@@ -100,9 +127,13 @@ def test_dashboard_and_alert_series_exist_and_each_alert_fires(  # type: ignore[
 ) -> None:
     app, inp, out = names("alerting"), names("alerting-in"), names("alerting-out")
     create_topic(kafka_bootstrap, inp, 2)
-    rules = _rules(app)
+    specs = _rule_specs(app)
+    rules = {r["alert"]: r["expr"] for r in specs}
     assert {"LockgateNoCheckpoint", "LockgateWatermarkLag", "LockgateCrashLooping"} <= set(rules)
     lockgate_rules = {n: e for n, e in rules.items() if not (metric_names(e) & EXTERNAL)}
+    timed = [AlertRule.from_rule(r) for r in specs if r["alert"] in lockgate_rules]
+    for_s = {r.name: r.for_s for r in timed}
+    assert for_s["LockgateKeyGroupsHalted"] == 3 and for_s["LockgateConsumerLag"] == 900
     assert set(rules) - set(lockgate_rules) == {"LockgateCrashLooping"}
     port = free_port()
     base = {
@@ -122,7 +153,7 @@ def test_dashboard_and_alert_series_exist_and_each_alert_fires(  # type: ignore[
         "LOCKGATE_TRANSACTION_TIMEOUT_MS": "4000",
     }
     proc = AppProcess("tests.integration.apps.alerting:app", env, tmp_path / "app.log").start()
-    scraper = _Scraper(port)
+    scraper = _Scraper(port, timed)
     scraper.start()
 
     def fired() -> set[str]:
@@ -171,6 +202,13 @@ def test_dashboard_and_alert_series_exist_and_each_alert_fires(  # type: ignore[
         wait_fired("LockgateWatermarkLag")
         lag = scraper.firing(lockgate_rules["LockgateWatermarkLag"])
         assert 3500 < next(iter(lag.values())) < 3800, lag
+        # Each key group's watermark: key group 1 an hour behind, key group 0 current.
+        per_group = scraper.firing(
+            f'time() - lockgate_key_group_watermark_timestamp_seconds{{app="{app}"}}'
+        )
+        behind = {dict(k)["key_group"]: v for k, v in per_group.items()}
+        assert set(behind) == {"0", "1"}, per_group
+        assert 3500 < behind["1"] < 3800 and behind["0"] < 600, behind
 
         # No checkpoint, then aborts: a record keeps user code busy 10 s (more than the 6 s
         # of 20 intervals, and more than the epoch budget of half the 4 s transaction
@@ -199,8 +237,20 @@ def test_dashboard_and_alert_series_exist_and_each_alert_fires(  # type: ignore[
         )
         assert trigger.returncode == 0, trigger.stderr[-3000:] + proc.log_text()[-3000:]
         wait_fired("LockgateKeyGroupsHalted")
+        # for: 3s: pending first, firing once the expression held that long.
+        wait_until(
+            lambda: scraper.states("LockgateKeyGroupsHalted") == ["firing"],
+            30,
+            interval=0.25,
+            what="LockgateKeyGroupsHalted firing after its for:",
+        )
+        halted = scraper.transitions("LockgateKeyGroupsHalted")
+        assert [w for _, w in halted] == ["pending", "firing"], halted
+        assert halted[1][0] - halted[0][0] >= 3, halted
         _produce(kafka_bootstrap, inp, 0, _records(300, int(time.time() * 1000), start=100))
         wait_fired("LockgateConsumerLag", 60)
+        # The chart's for: 15m is far off: the lag alert is pending, not firing.
+        assert scraper.states("LockgateConsumerLag") == ["pending"]
         # The dashboard's per-partition lag: all of it on partition 0.
         by_partition = scraper.firing(
             f'max by (partition) (lockgate_partition_lag_records{{app="{app}"}})'

@@ -10,14 +10,18 @@ operator would:
   changes while the page stays open (the live refresh, no reload);
 * a savepoint trigger without the token is refused (401) and nothing leaks the token;
 * a savepoint triggered from the page with the token appears in the savepoint list, and
-  its page (``savepoint describe``) opens.
+  its page (``savepoint describe``) opens;
+* the dashboard page (the chart's Grafana dashboard drawn by the console): the records-in
+  rate panel shows a positive rate for the click app's instances, its chart gains points
+  without a reload, and every panel shows data or says why not.
 
 ``make test`` installs Chromium first (tests/support/ensure-chromium.sh) and sets
 ``LOCKGATE_TEST_REQUIRE_BROWSER=1``: a missing browser fails there. Run alone, the test
 skips (naming the reason) when no Chromium is found and it cannot be installed.
 
 With ``LOCKGATE_TEST_CONSOLE_SCREENSHOT=PATH`` the test saves a screenshot of the console there
-(docs/images/console.png is made that way).
+(docs/images/console.png is made that way), with ``LOCKGATE_TEST_DASHBOARD_SCREENSHOT=PATH``
+one of the dashboard page (docs/images/dashboard.png).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from tests.support.procs import LOCKGATE, ROOT, wait_until
 PARTITIONS = 4
 TOKEN = "console-test-token-1234"
 SCREENSHOT_ENV = "LOCKGATE_TEST_CONSOLE_SCREENSHOT"
+DASHBOARD_SCREENSHOT_ENV = "LOCKGATE_TEST_DASHBOARD_SCREENSHOT"
 
 
 def _browser_or_skip() -> tuple[Any, str]:
@@ -86,6 +91,7 @@ def _start_console(
     bootstrap: str, sp_dir: Path, port: int, fleets: list[PipelineFleet], log: Path
 ) -> subprocess.Popen[bytes]:
     args = [str(LOCKGATE), "console", "--port", str(port), "--refresh", "0.5"]
+    args += ["--scrape-interval", "1"]
     for fleet in fleets:
         for iid, p in fleet.ports.items():
             args += ["--instance", f"{iid}=http://127.0.0.1:{p}"]
@@ -128,6 +134,10 @@ def test_console_in_a_real_browser(kafka_bootstrap: str, tmp_path: Path) -> None
                 page.goto(url)
                 _check_apps(page, topics)
                 _check_checkpoint_advances(page, topics.click_app)
+                dashboard_started = time.monotonic()
+                _check_dashboard(page, url)
+                print(f"dashboard check: {time.monotonic() - dashboard_started:.1f} s")
+                page.goto(url)
                 _check_savepoint(page, topics)
                 shot = os.environ.get(SCREENSHOT_ENV)
                 if shot:
@@ -197,6 +207,53 @@ def _check_checkpoint_advances(page: Any, app: str) -> None:
     )
     rows = page.locator(f'table.checkpoints[data-app="{app}"] tbody tr')
     assert rows.count() >= 1
+
+
+def _check_dashboard(page: Any, url: str) -> None:
+    """The dashboard page: a live records rate that updates without a reload."""
+    page.goto(url + "dashboard")
+    navigations: list[str] = []
+    page.on("framenavigated", lambda frame: navigations.append(frame.url))
+    panel = page.locator('section.panel[data-title="Records in / s"]')
+
+    def rates() -> dict[str, float]:
+        rows = panel.locator("tr.legend-row")
+        return {
+            str(rows.nth(i).get_attribute("data-name")): float(
+                rows.nth(i).get_attribute("data-last") or "nan"
+            )
+            for i in range(rows.count())
+        }
+
+    wait_until(
+        lambda: {"c1", "c2"} <= {n for n, v in rates().items() if v > 0},
+        timeout=30,
+        interval=0.5,
+        what="a positive records-in rate of c1 and c2 on the dashboard",
+    )
+    line = panel.locator('polyline.series[data-name="c1"]')
+
+    def points() -> int:
+        return len((line.get_attribute("points") or "").split()) if line.count() else 0
+
+    first = points()
+    wait_until(
+        lambda: points() >= first + 2,
+        timeout=20,
+        interval=0.5,
+        what="the records-in chart gains points without a reload",
+    )
+    assert navigations == [], navigations
+    # No panel is blank: each shows data, or a note that says why not.
+    panels = page.locator("section.panel")
+    assert panels.count() >= 12
+    for i in range(panels.count()):
+        p = panels.nth(i)
+        if p.get_attribute("data-state") != "data":
+            assert p.locator(".panel-note").count() > 0, p.inner_html()[:500]
+    shot = os.environ.get(DASHBOARD_SCREENSHOT_ENV)
+    if shot:
+        page.screenshot(path=shot, full_page=True)
 
 
 def _check_savepoint(page: Any, topics: Topics) -> None:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 
 import click
 
 from processors._ops.cli_common import ops_settings
+from processors._ops.console.dashboard import MetricsHistory, load_dashboard
 from processors._ops.console.data import Snapshotter
 from processors._ops.console.instances import InstanceDirectory
 from processors._ops.console.jobs import SavepointJobs
@@ -84,6 +86,27 @@ def parse_instances(values: tuple[str, ...]) -> dict[str, str]:
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a savepoint triggered from the console waits for every key group.",
 )
+@click.option(
+    "--scrape-interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0.2),
+    help="Seconds between two /metrics scrapes kept for the dashboard page.",
+)
+@click.option(
+    "--history",
+    "history_s",
+    default=900.0,
+    show_default=True,
+    type=click.FloatRange(min=10),
+    help="Seconds of /metrics history the dashboard page keeps and draws.",
+)
+@click.option(
+    "--dashboard",
+    "dashboard_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A Grafana dashboard JSON to draw instead of the chart's (dashboards/lockgate.json).",
+)
 def console(
     host: str,
     port: int,
@@ -91,22 +114,31 @@ def console(
     instance_url: str | None,
     refresh: float,
     savepoint_timeout: float,
+    scrape_interval: float,
+    history_s: float,
+    dashboard_file: Path | None,
 ) -> None:
     """Serve the web console: pipeline, key groups, checkpoints, lag, savepoints.
 
     Reads the registry and the control topics (read_committed), the savepoint store
     (LOCKGATE_SAVEPOINT_DIR) and the instances' /metrics and /readyz where their address
-    is known. Savepoint trigger and cancel need LOCKGATE_QUERY_TOKEN (sent by the page as
+    is known; /dashboard draws the chart's Grafana dashboard from a history of /metrics.
+    Savepoint trigger and cancel need LOCKGATE_QUERY_TOKEN (sent by the page as
     a bearer token). Runs until SIGTERM or Ctrl-C. See docs/console.md.
     """
     settings = ops_settings()
     directory = InstanceDirectory(
         parse_instances(instances), instance_url or settings.query_peer_url
     )
-    snapshots = Snapshotter(settings, directory, refresh)
+    try:
+        dashboard = load_dashboard(dashboard_file)
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--dashboard") from exc
+    history = MetricsHistory(dashboard, scrape_interval, history_s)
+    snapshots = Snapshotter(settings, directory, refresh, history)
     jobs = SavepointJobs(settings, savepoint_timeout, on_done=snapshots.refresh_savepoints)
     try:
-        server = ConsoleServer(settings, snapshots, jobs, host, port)
+        server = ConsoleServer(settings, snapshots, jobs, host, port, history)
     except OSError as exc:
         click.echo(f"lockgate: console: cannot listen on {host}:{port} ({exc.strerror})", err=True)
         raise SystemExit(2) from exc

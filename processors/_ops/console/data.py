@@ -15,6 +15,8 @@ known, from its ``/readyz`` and ``/metrics``:
 * throughput: input records committed per second, from the committed offsets over the
   last :data:`RATE_WINDOW_S` seconds (on internal topics, barrier records count too);
 * dead letters: the record count of ``<app>.dlq``;
+* the instances' ``/metrics`` texts, kept for the dashboard every ``scrape_s``
+  (:class:`~processors._ops.console.dashboard.MetricsHistory`);
 * an app's ``error`` when the console's principal may not read its control topic or
   describe its inputs or DLQ (such topics look missing in the cluster's metadata: without
   it the app would show no checkpoint, lag or dead letter, silently).
@@ -46,6 +48,7 @@ from processors._ops.catalog import (
     pipeline_closure,
     topo_order,
 )
+from processors._ops.console.dashboard import MetricsHistory
 from processors._ops.console.graph import pipeline_graph
 from processors._ops.console.instances import InstanceDirectory, probe_instance
 from processors._ops.dlq import dlq_topic
@@ -213,11 +216,18 @@ class Snapshotter:
         settings: the lockgate settings (bootstrap servers, security, savepoint dir).
         directory: where instances' HTTP endpoints are.
         refresh_s: seconds between two snapshots.
+        history: where the instances' ``/metrics`` are kept for the dashboard (every
+            ``history.scrape_s``; a default :class:`MetricsHistory` when ``None``).
     """
 
     def __init__(
-        self, settings: Settings, directory: InstanceDirectory, refresh_s: float = 1.0
+        self,
+        settings: Settings,
+        directory: InstanceDirectory,
+        refresh_s: float = 1.0,
+        history: MetricsHistory | None = None,
     ) -> None:
+        self.history = history if history is not None else MetricsHistory()
         self._settings = settings
         self._directory = directory
         self._refresh_s = refresh_s
@@ -295,6 +305,10 @@ class Snapshotter:
                 statuses = list(pool.map(probe_instance, urls))
             for iid, status in zip(ids, statuses, strict=True):
                 snap["instances"].append({"id": iid, **instances[iid], **status.to_json()})
+            if self.history.due():
+                self.history.ingest(
+                    [(i, s.text) for i, s in zip(ids, statuses, strict=True) if s.text]
+                )
         except (LockgateError, KafkaException, OSError) as exc:
             log.warning("console snapshot failed", extra={"error": str(exc)})
             snap["error"] = f"{type(exc).__name__}: {exc}"

@@ -72,8 +72,10 @@ class InstanceStatus:
         url: the base URL asked (``None``: not known).
         ready: ``True``/``False`` from ``/readyz``; ``None`` when not asked or no answer.
         metrics: short name -> value (see :data:`SHOWN` and :data:`MEANS`).
-        watermarks: one row per ``*watermark*`` sample: labels and value.
+        watermarks: one row per ``*watermark*`` (and ``lockgate_key_group_idle``) sample:
+            labels and value.
         error: why the endpoints did not answer.
+        text: the ``/metrics`` text (for the dashboard's history; not in :meth:`to_json`).
     """
 
     url: str | None
@@ -81,6 +83,7 @@ class InstanceStatus:
     metrics: dict[str, float] = field(default_factory=dict)
     watermarks: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    text: str | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-able form."""
@@ -101,7 +104,7 @@ def parse_metrics(text: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
 
     Returns:
         (short name -> value, [{"name", "labels", "value"}] for every sample whose name
-        contains ``watermark``).
+        contains ``watermark``, and ``lockgate_key_group_idle``).
     """
     values: dict[str, float] = {}
     watermarks: list[dict[str, Any]] = []
@@ -112,7 +115,7 @@ def parse_metrics(text: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
             name = sample.name
             if name in SHOWN:
                 values[SHOWN[name]] = float(sample.value)
-            elif "watermark" in name:
+            elif "watermark" in name or name == "lockgate_key_group_idle":
                 labels = {
                     k: v for k, v in sample.labels.items() if k not in ("app", "lockgate_instance")
                 }
@@ -151,7 +154,8 @@ def probe_instance(url: str | None, timeout_s: float = 1.0) -> InstanceStatus:
         status.ready = code == 200
         code, body = _get(f"{url}/metrics", timeout_s)
         if code == 200:
-            status.metrics, status.watermarks = parse_metrics(body.decode(errors="replace"))
+            status.text = body.decode(errors="replace")
+            status.metrics, status.watermarks = parse_metrics(status.text)
         else:
             status.error = f"/metrics answered {code}"
     except (OSError, ValueError) as exc:

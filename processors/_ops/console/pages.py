@@ -9,11 +9,22 @@ a page). The script carries the response's CSP nonce.
 
 from __future__ import annotations
 
+import contextlib
 import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["POLL_MS", "actions", "live_fragment", "page", "savepoint_page"]
+from state.savepoint import ms_to_iso
+
+__all__ = [
+    "POLL_MS",
+    "actions",
+    "dashboard_page",
+    "key_group_watermarks",
+    "live_fragment",
+    "page",
+    "savepoint_page",
+]
 
 #: The live fragment is fetched again this often.
 POLL_MS = 1500
@@ -37,6 +48,12 @@ input{padding:3px 6px} button{padding:3px 10px;cursor:pointer}
 #msg{font-size:13px;margin:6px 0;white-space:pre-wrap}
 svg text{font-size:12px;font-family:system-ui,sans-serif}
 pre{background:#f0f2f5;padding:8px;overflow:auto;font-size:12px}
+.panels{display:grid;grid-template-columns:repeat(auto-fill,minmax(590px,1fr));gap:10px}
+.panels section.card{margin:0} .panel h3{font-size:14px}
+.panel-note{font-size:12px;margin:4px 0} .unsupported{color:#8a1c12} .no-data{color:#6b4d00}
+table.legend{font-size:12px;margin:2px 0} .swatch{display:inline-block;width:10px;height:10px;
+margin-right:6px;border-radius:2px} .app-filter a{margin-right:8px;color:#2f6fde}
+.app-filter a.on{font-weight:bold;color:#1d2330}
 """
 
 _SCRIPT = """
@@ -46,7 +63,7 @@ _SCRIPT = """
   const tokenBox = document.getElementById('token');
   async function refresh(){
     try{
-      const r = await fetch('/partial/live', {cache:'no-store'});
+      const r = await fetch(live.dataset.src || '/partial/live', {cache:'no-store'});
       if(r.ok){ live.innerHTML = await r.text(); }
     }catch(e){ /* the next poll tries again */ }
   }
@@ -122,8 +139,24 @@ def page(title: str, body: str, nonce: str, live: bool = True) -> str:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>"
         '<header><h1>lockgate console</h1><a href="/">overview</a>'
-        '<a href="/api/overview">JSON</a></header>'
+        '<a href="/dashboard">dashboard</a><a href="/api/overview">JSON</a></header>'
         f'<main>{body}</main><script nonce="{_e(nonce)}">{script}</script></body></html>'
+    )
+
+
+def dashboard_page(fragment: str, src: str) -> str:
+    """Return the dashboard page's body: the live dashboard fragment and where it is fetched.
+
+    Args:
+        fragment: the escaped HTML of the dashboard
+            (:meth:`~processors._ops.console.dashboard.MetricsHistory.fragment`).
+        src: the URL the page's script fetches the fragment from again.
+    """
+    return (
+        '<h2>Dashboard</h2><p class="muted">The panels of the chart\'s Grafana dashboard '
+        "(dashboards/lockgate.json), evaluated by the console over the instances' /metrics: "
+        "no Grafana or Prometheus involved.</p>"
+        f'<div id="live" data-src="{_e(src)}">{fragment}</div>'
     )
 
 
@@ -259,6 +292,9 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
             lag_by_group[int(r["partition"])] = lag_by_group.get(int(r["partition"]), 0) + int(
                 r["lag"]
             )
+    insts = _instances_of(snapshot, name)
+    marks_of = key_group_watermarks(insts)
+    now_ms = snapshot.get("generated_ms")
     kg_rows = []
     for r in app.get("key_group_rows") or ():
         g = int(r["key_group"])
@@ -279,6 +315,7 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
                 state,
                 _e(r.get("origin")),
                 _num(lag_by_group.get(g)),
+                _watermark_cell(g, marks_of.get(g), r.get("instance"), now_ms),
             ]
         )
     kg_table = _table(
@@ -291,6 +328,7 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
             "state",
             "restored from",
             "lag",
+            "watermark",
         ],
         kg_rows,
         f'class="key-groups" data-app="{_e(name)}"',
@@ -324,7 +362,6 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
         ),
         'class="lag"',
     )
-    insts = _instances_of(snapshot, name)
     align = [
         i["metrics"]["alignment_mean_s"]
         for i in insts
@@ -349,11 +386,14 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
         ]
         for i in insts
         for w in i.get("watermarks") or ()
+        if "key_group" not in w["labels"]
     ]
     marks_html = (
         _table(["instance", "metric", "labels", "value"], marks, 'class="watermarks"')
+        + '<p class="muted">each key group\'s watermark: the key groups table</p>'
         if marks
-        else '<p class="muted">watermarks: not exposed by the instances\' /metrics</p>'
+        else '<p class="muted">watermarks: not exposed by the instances\' /metrics (the app '
+        "uses no event time, or no record carried a timestamp yet)</p>"
     )
     return (
         f'<section class="card app" data-app="{_e(name)}"><h3>{_e(name)}</h3>'
@@ -363,6 +403,53 @@ def _app_section(app: Mapping[str, Any], snapshot: Mapping[str, Any]) -> str:
         "<div><h2>Completed checkpoints</h2>" + ck_table + "</div>"
         "<div><h2>Lag per partition</h2>" + lag_table + "</div></div>"
         "<h2>Watermarks</h2>" + marks_html + "</section>"
+    )
+
+
+def key_group_watermarks(
+    instances: Sequence[Mapping[str, Any]],
+) -> dict[int, list[tuple[str, float, bool]]]:
+    """Return key group -> [(instance, watermark in Unix seconds, idle)] of one app.
+
+    From each instance's ``lockgate_key_group_watermark_timestamp_seconds`` and
+    ``lockgate_key_group_idle`` samples (``watermarks`` of the snapshot's instances).
+    """
+    out: dict[int, list[tuple[str, float, bool]]] = {}
+    for inst in instances:
+        idle: set[str] = {
+            str(w["labels"].get("key_group"))
+            for w in inst.get("watermarks") or ()
+            if w["name"] == "lockgate_key_group_idle" and w["value"]
+        }
+        for w in inst.get("watermarks") or ():
+            g = w["labels"].get("key_group")
+            if w["name"] != "lockgate_key_group_watermark_timestamp_seconds" or g is None:
+                continue
+            with contextlib.suppress(ValueError):
+                out.setdefault(int(g), []).append(
+                    (str(inst["id"]), float(w["value"]), str(g) in idle)
+                )
+    return out
+
+
+def _watermark_cell(
+    g: int,
+    found: Sequence[tuple[str, float, bool]] | None,
+    owner: Any,
+    now_ms: Any,
+) -> str:
+    """The key group's watermark (from its owner's /metrics when two instances say)."""
+    if not found:
+        return f'<td class="watermark none" data-watermark-of="{g}">–</td>'
+    iid, value, idle = next((f for f in found if f[0] == owner), found[0])
+    ms = int(value * 1000)
+    behind = ""
+    if isinstance(now_ms, int):
+        behind = f" ({max(0, now_ms - ms) / 1000:,.1f} s behind)"
+    badge = ' <span class="badge">idle</span>' if idle else ""
+    return (
+        f'<td class="watermark" data-watermark-of="{g}" data-watermark-ms="{ms}" '
+        f'title="from {_e(iid)}">{_e(ms_to_iso(ms))}{_e(behind)}{badge}</td>'
     )
 
 

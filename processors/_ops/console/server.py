@@ -4,6 +4,8 @@ Read-only routes need no token::
 
     GET /                      the overview (live)
     GET /partial/live          the overview's live fragment (HTML)
+    GET /dashboard[?app=APP]   the chart's Grafana dashboard, drawn here (live)
+    GET /partial/dashboard     the dashboard's live fragment (HTML; same ?app=)
     GET /savepoints/<id>       a savepoint's page
     GET /api/overview          the snapshot (JSON)
     GET /api/savepoints        the savepoint list (JSON, as `savepoint list --json`)
@@ -38,9 +40,16 @@ from confluent_kafka import KafkaException
 
 from processors._config.settings import Settings
 from processors._ops.catalog import OpsError, describe_savepoint, list_savepoints, open_store
+from processors._ops.console.dashboard import MetricsHistory
 from processors._ops.console.data import Snapshotter
 from processors._ops.console.jobs import SavepointJobs
-from processors._ops.console.pages import actions, live_fragment, page, savepoint_page
+from processors._ops.console.pages import (
+    actions,
+    dashboard_page,
+    live_fragment,
+    page,
+    savepoint_page,
+)
 from processors.exceptions import LockgateError
 from state.savepoint import SavepointError
 
@@ -89,6 +98,7 @@ class ConsoleServer:
         jobs: the savepoint jobs.
         host: the address to bind.
         port: the port to bind (0: any free port).
+        history: the dashboard's metrics history (the snapshots' own by default).
     """
 
     def __init__(
@@ -98,8 +108,11 @@ class ConsoleServer:
         jobs: SavepointJobs,
         host: str,
         port: int,
+        history: MetricsHistory | None = None,
     ) -> None:
         self._settings = settings
+        found = history if history is not None else getattr(snapshots, "history", None)
+        self._history = found if isinstance(found, MetricsHistory) else MetricsHistory()
         self._snapshots = snapshots
         self._jobs = jobs
         token = settings.query_token
@@ -140,8 +153,21 @@ class ConsoleServer:
         return None
 
     def get(self, path: str, nonce: str) -> tuple[int, str, bytes]:
-        """Answer a GET: (status, content type, body)."""
+        """Answer a GET of ``path`` (with its query string, if any): (status, type, body)."""
         html_type = "text/html; charset=utf-8"
+        path, _, query = path.partition("?")
+        if path in ("/dashboard", "/partial/dashboard"):
+            app = (urllib.parse.parse_qs(query).get("app") or [""])[0] or None
+            apps = [str(a["name"]) for a in self._snapshots.snapshot().get("apps") or ()]
+            fragment = self._history.fragment(app, apps)
+            if path == "/partial/dashboard":
+                return 200, html_type, fragment.encode()
+            src = "/partial/dashboard" + (f"?{urllib.parse.urlencode({'app': app})}" if app else "")
+            return (
+                200,
+                html_type,
+                page("lockgate dashboard", dashboard_page(fragment, src), nonce).encode(),
+            )
         if path == "/":
             snap = self._snapshots.snapshot()
             body = actions(self._token is not None) + (
@@ -221,7 +247,7 @@ class ConsoleServer:
 
             def do_GET(self) -> None:  # noqa: N802 - http.server API
                 nonce = secrets.token_urlsafe(12)
-                path = self.path.partition("?")[0]
+                path = self.path
                 self._answer(lambda: console.get(path, nonce), nonce)
 
             def do_POST(self) -> None:  # noqa: N802 - http.server API
