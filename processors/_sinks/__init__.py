@@ -89,6 +89,9 @@ class Sinks:
             for name, spec in specs.items()
         }
         self._txn_timeout_s = txn_timeout_s
+        for sink in self._sinks.values():
+            if isinstance(sink, IcebergSink):
+                sink.warm()
 
     def __contains__(self, name: object) -> bool:
         return name in self._sinks

@@ -196,6 +196,25 @@ class IcebergSink:
             max_workers=1, thread_name_prefix=f"lockgate-sink-{spec.name}"
         )
 
+    def warm(self) -> None:
+        """Load pyiceberg, the catalog and the table on the worker, in the background.
+
+        The first settle comes right after the first assignment, with a short bound: the
+        imports and the first catalog connection should not eat it. Errors are left for
+        the calls that need the catalog (logged here at debug level).
+        """
+
+        def run() -> None:
+            try:
+                import pyiceberg.io.pyarrow  # noqa: F401 - imported for its cost, now
+                import pyiceberg.table  # noqa: F401
+
+                self._load(_Job(time.monotonic() + 60.0))
+            except Exception as exc:  # noqa: BLE001 - the real calls report it
+                log.debug("iceberg sink: warm-up failed: %s", exc, extra={"sink": self.spec.name})
+
+        self._worker.submit(run)
+
     # -- the epoch's rows -----------------------------------------------------------------
 
     def add(self, g: int, key: Any, value: Any) -> None:
@@ -442,7 +461,7 @@ class IcebergSink:
                 part = self._to_rollback[0]
             table = self._table if self._table is not None else self._load(job)
             self._live(job)
-            self._roll_back(table, part, None)
+            self._roll_back(table, part)
             with self._lock:
                 if self._to_rollback and self._to_rollback[0] == part:
                     self._to_rollback.pop(0)
@@ -552,12 +571,18 @@ class IcebergSink:
                 return True
         return False
 
-    def _roll_back(self, table: Any, part: _Part, current: str | None) -> None:
-        """Delete an uncommitted part's file and marker (only the marker if it is in)."""
-        if current == part.token or self._in_history(table, part.g, part.token):
+    def _roll_back(self, table: Any, part: _Part) -> None:
+        """Delete an uncommitted part's file and marker (only the marker if it is in).
+
+        A part whose epoch did not commit in Kafka is never in the table; the check of the
+        register and the snapshots' summaries guards the files of the table all the same.
+        """
+        if table.properties.get(self._register(part.g)) == part.token or self._in_history(
+            table, part.g, part.token
+        ):
             log.error(
-                "iceberg sink: a marker of an epoch whose files are in the table was left "
-                "behind; deleting the marker only",
+                "iceberg sink: a marker to roll back names an epoch whose files are in the "
+                "table; deleting the marker only",
                 extra={"sink": self.spec.name, "key_group": part.g, "token": part.token},
             )
         else:
@@ -597,8 +622,6 @@ class IcebergSink:
                     part = _Part(g, token, self._data_path(table, g, token), marker)
                     if token == committed and current != committed:
                         forward.append(part)
-                    elif token == committed:
-                        back.append((part, committed))  # in already: the marker only
                     else:
                         back.append((part, current))
             if forward:
@@ -613,13 +636,21 @@ class IcebergSink:
                     continue
             for part, current in back:
                 self._live(job)
-                if current != part.token:
-                    log.warning(
-                        "settling a key group taken over: deleting the files of an epoch "
-                        "that did not commit in Kafka",
+                if current == part.token:
+                    # Appended by its committer, which died before deleting the marker.
+                    log.info(
+                        "settling a key group taken over: its last epoch is in the table "
+                        "already; deleting the marker left behind",
                         extra={"sink": self.spec.name, "key_group": part.g, "token": part.token},
                     )
-                self._roll_back(table, part, current)
+                    self._delete(table.io, part.marker)
+                    continue
+                log.warning(
+                    "settling a key group taken over: deleting the files of an epoch "
+                    "that did not commit in Kafka",
+                    extra={"sink": self.spec.name, "key_group": part.g, "token": part.token},
+                )
+                self._roll_back(table, part)
             for part in forward:
                 self._delete(table.io, part.marker)
             with self._lock:

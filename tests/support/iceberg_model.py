@@ -55,6 +55,14 @@ class Warehouse:
         except Exception:  # noqa: BLE001 - locked by a test's outage
             return -1
 
+    def markers(self, table: str) -> list[str]:
+        """The prepare markers left in ``table``'s location (settled ones are deleted)."""
+        try:
+            location = Path(self.catalog().load_table(table).location().removeprefix("file://"))
+        except Exception:  # noqa: BLE001 - locked by a test's outage
+            return ["?"]
+        return sorted(p.name for p in (location / "lockgate").rglob("*.json"))
+
     def lock_catalog(self, seconds: float) -> threading.Thread:
         """Hold an exclusive lock on the catalog's SQLite file for ``seconds`` (an outage)."""
         held = threading.Event()
@@ -110,7 +118,9 @@ def check_table(wh: Warehouse, table: str, inputs: list[tuple[str, int, int]]) -
     markers = sorted(p.name for p in (location / "lockgate").rglob("*.json"))
     if markers:
         problems.append(f"{len(markers)} prepare markers left, e.g. {markers[:3]}")
-    in_table = {Path(f.file.file_path.removeprefix("file://")).name for f in tbl.scan().plan_files()}
+    in_table = {
+        Path(f.file.file_path.removeprefix("file://")).name for f in tbl.scan().plan_files()
+    }
     on_disk = {p.name for p in (location / "data").glob("*.parquet")}
     orphans = sorted(on_disk - in_table)
     if orphans:
