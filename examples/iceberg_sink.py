@@ -61,7 +61,10 @@ def create_table(properties: dict[str, str], table: str) -> None:
     catalog.create_table_if_not_exists(table, schema)
 
 
-app = App("iceberg-sums", env=[URI_ENV, WAREHOUSE_ENV, TABLE_ENV])
+app = App(
+    "iceberg-sums",
+    env=["LOCKGATE_ICEBERG_CATALOG_URI", "LOCKGATE_ICEBERG_WAREHOUSE", "LOCKGATE_ICEBERG_TABLE"],
+)
 totals = app.value_state("totals")
 app.iceberg_output("events", catalog=catalog_properties(), table=TABLE)
 
