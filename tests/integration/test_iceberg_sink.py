@@ -19,9 +19,9 @@ from tests.support.iceberg_model import Warehouse, check_table
 from tests.support.kafka import create_topic, produce_numbers, read_inputs, unique
 from tests.support.procs import AppProcess
 
-RECORDS = 3000
+RECORDS = 2000
 KEYS = 40
-TXN_TIMEOUT_MS = 6000
+TXN_TIMEOUT_MS = 4000
 
 
 def _inputs(start: int, n: int) -> list[tuple[str, int, int]]:
@@ -61,7 +61,7 @@ def test_iceberg_sink_exactly_once_through_a_catalog_outage(
         step = RECORDS // 2 // 10
         for i in range(10):
             produce_numbers(kafka_bootstrap, inp, _inputs(RECORDS // 2 + i * step, step))
-            time.sleep(0.6)
+            time.sleep(TXN_TIMEOUT_MS / 1000 * 1.5 / 10)
         locked.join()
         deadline = time.monotonic() + 60  # then the checker says what is missing
         while wh.count(table) < RECORDS and time.monotonic() < deadline:
