@@ -76,17 +76,23 @@ def test_iceberg_sink_exact_under_kill9(kafka_bootstrap: str, tmp_path: Path) ->
     kills: list[str] = []
     started = time.monotonic()
     try:
+        # The random kills overlap the first incarnations' crashes (the short variant's
+        # time is the faults lane's critical path); each hits an instance whose first
+        # incarnation crashed already (else its crash point might never be reached).
+        wait_until(lambda: "crash point" in fleet.logs_full(), timeout=60, what="a crash")
+        for _ in range(KILLS):
+            time.sleep(rng.uniform(0.3, 3.0))
+            crashed = [i for i in fleet.ids if "crash point" in fleet.procs[i].log_text()]
+            victim = rng.choice(crashed)
+            with sup.lock:
+                fleet.procs[victim].kill9()
+            kills.append(f"{time.monotonic() - started:.1f}s {victim}")
         wait_until(
             lambda: all(f"crash point {p}" in fleet.logs_full() for p in CRASH_POINTS),
             timeout=90,
             what="the first incarnations' crashes",
         )
-        for _ in range(KILLS):
-            time.sleep(rng.uniform(0.3, 3.0))
-            victim = rng.choice(fleet.ids)
-            with sup.lock:
-                fleet.procs[victim].kill9()
-            kills.append(f"{time.monotonic() - started:.1f}s {victim}")
+        faults_done = time.monotonic() - started
         stop_feeding_soon(feeder)
         feeder.join(120)
         assert feeder.error is None, feeder.error
@@ -97,6 +103,7 @@ def test_iceberg_sink_exact_under_kill9(kafka_bootstrap: str, tmp_path: Path) ->
         # append leaves markers until the key groups' next owner settles them).
         while (wh.count(table) < produced or wh.markers(table)) and time.monotonic() < deadline:
             time.sleep(0.5)
+        drained = time.monotonic() - started
         time.sleep(1.0)  # a duplicate or a late settle would show by now
         sup.stop()
         codes = fleet.stop_all()  # a clean stop finishes pending appends and settles
@@ -107,11 +114,12 @@ def test_iceberg_sink_exact_under_kill9(kafka_bootstrap: str, tmp_path: Path) ->
         fleet.report_and_kill()
         raise
     logs = fleet.logs_full()
-    crashed = {p: logs.count(f"crash point {p}") for p in CRASH_POINTS}
+    points = {p: logs.count(f"crash point {p}") for p in CRASH_POINTS}
     snapshots = len(wh.catalog().load_table(table).metadata.snapshots)
     print(
         f"chaos seed {seed}: {produced} inputs, {snapshots} snapshots, {fleet.starts} starts, "
-        f"kills {kills}; crash points {crashed}; restarts {sup.restarts}; exit codes {codes}"
+        f"kills {kills}; crash points {points}; restarts {sup.restarts}; exit codes {codes}; "
+        f"faults done at {faults_done:.1f}s, drained at {drained:.1f}s"
     )
     assert problems == [], f"seed {seed}\n" + "\n".join(problems) + "\n" + fleet.logs()
-    assert all(n >= 1 for n in crashed.values()), crashed
+    assert all(n >= 1 for n in points.values()), points
