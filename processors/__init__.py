@@ -11,6 +11,7 @@ from processors._dsl.context import Context
 from processors._dsl.partitioner import key_group, murmur2
 from processors._dsl.topics import OutputSpec, TopicConfig
 from processors._runtime.runner import Runner, run_app
+from processors._sinks.iceberg import IcebergOutput
 from processors._sinks.postgres import PostgresOutput, SinkRowError
 from processors._task.time import NO_WATERMARK, TimerContext, Timers, Watermarks
 from processors.exceptions import (
@@ -47,6 +48,7 @@ __all__ = [
     "FatalKafkaError",
     "Global",
     "Guarantee",
+    "IcebergOutput",
     "LockgateError",
     "Model",
     "OnError",

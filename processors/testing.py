@@ -41,6 +41,7 @@ from processors._dsl.app import App
 from processors._dsl.context import Context, Headers
 from processors._dsl.partitioner import key_group
 from processors._dsl.record import Record as _Record
+from processors._sinks.iceberg import IcebergOutput, IcebergSink
 from processors._sinks.postgres import PostgresSink
 from processors._task.failures import ReplayPoison, stop_error
 from processors._task.keygroups import KeyGroup
@@ -165,8 +166,14 @@ class TestDriver:
         for table in self._globals.values():
             table.clear()  # a fresh driver, like a fresh process, starts from nothing
         self._outputs = app.outputs
-        #: Postgres outputs: emits to them are checked and recorded like topic emits.
-        self._sinks = {n: PostgresSink(app.name, s) for n, s in app.sinks.items()}
+        #: Postgres and Iceberg outputs: emits to them are checked and recorded like topic
+        #: emits.
+        self._sinks: dict[str, PostgresSink | IcebergSink] = {
+            n: IcebergSink(app.name, s)
+            if isinstance(s, IcebergOutput)
+            else PostgresSink(app.name, s)
+            for n, s in app.sinks.items()
+        }
         self._backend = MemoryBackend()
         self._handles = app.stores
         self._kgs: dict[int, KeyGroup] = {}
@@ -277,8 +284,8 @@ class TestDriver:
                 raise ConfigError(
                     f"emit to {topic!r}: not a declared output of app {self.app.name!r}"
                 )
-            # A Postgres output: the row is checked as production checks it (SinkRowError)
-            # and recorded as an emit to the output's name (no database here).
+            # A Postgres or Iceberg output: the row is checked as production checks it
+            # (SinkRowError) and recorded as an emit to the output's name (no database here).
             sink.operation(key, value)
             self._emitted.append(Emitted(topic, key, value, headers, timestamp))
             return

@@ -6,13 +6,14 @@ import dataclasses
 import hashlib
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from processors._checkpoint.protocol import EVENT_TIME, WRITER
 from processors._dsl.context import Context
 from processors._dsl.topics import OutputSpec, TopicConfig
+from processors._sinks.iceberg import IcebergOutput
 from processors._sinks.postgres import PostgresOutput
 from processors._task.time import TIME_STORE, TimeService, Watermarks
 from processors.exceptions import ConfigError
@@ -568,7 +569,7 @@ class _Definition:
     globals: dict[str, GlobalTable] = field(default_factory=dict)
     outputs: dict[str, OutputSpec] = field(default_factory=dict)
     #: Outputs outside Kafka (exactly-once sinks, processors/_sinks), by name.
-    sinks: dict[str, PostgresOutput] = field(default_factory=dict)
+    sinks: dict[str, PostgresOutput | IcebergOutput] = field(default_factory=dict)
     stores: dict[str, StateHandle] = field(default_factory=dict)
     joins: int = 0
     time: TimeService | None = None
@@ -885,7 +886,10 @@ class App:
             return spec
         _check_topic(topic, "output topic")
         if topic in self._def.sinks:
-            raise ConfigError(f"output {topic!r} is already declared as a Postgres output")
+            kind = (
+                "an Iceberg" if isinstance(self._def.sinks[topic], IcebergOutput) else "a Postgres"
+            )
+            raise ConfigError(f"output {topic!r} is already declared as {kind} output")
         spec = _bound_output(OutputSpec(topic, key, value, partitions, internal))
         self._def.outputs[topic] = spec
         return spec
@@ -933,9 +937,50 @@ class App:
         self._def.sinks[name] = spec
         return spec
 
+    def iceberg_output(
+        self,
+        name: str,
+        *,
+        catalog: str | Mapping[str, str] | Callable[[], Any],
+        table: str,
+        mode: Literal["append"] = "append",
+    ) -> IcebergOutput:
+        """Declare an Apache Iceberg table as an output: ``ctx.emit(name, key, row)`` appends.
+
+        Exactly once: the rows of an epoch are appended to the table (one snapshot per
+        epoch and instance) if and only if the epoch commits in Kafka; after any crash the
+        table holds what an uninterrupted run would have appended (two-phase commit of
+        Parquet files settled by the epoch token, docs/sinks.md "Iceberg"). A row is a
+        mapping of column to value, converted to the table's schema (a missing optional
+        column is null).
+
+        Args:
+            name: the name emitted to (not a Kafka topic; unique among the outputs).
+            catalog: the pyiceberg catalog: its configured name (``.pyiceberg.yaml`` or
+                ``PYICEBERG_CATALOG__<NAME>__*``), a mapping of its properties (e.g. a SQL
+                catalog ``{"type": "sql", "uri": "sqlite:////data/catalog.db",
+                "warehouse": "file:///data/warehouse"}``; the key ``"name"`` names the
+                catalog, default ``"default"``), or a function returning a loaded catalog
+                (called when the sink first needs it).
+            table: an existing unpartitioned table, ``"namespace.name"``.
+            mode: ``"append"`` (the only mode: every emitted row is one table row).
+
+        Raises:
+            ConfigError: a bad name, mode, table or catalog, or the name is taken.
+
+        Needs the ``iceberg`` extra (``pip install 'lockgate[iceberg]'``: pyiceberg).
+        """
+        if not isinstance(name, str) or not _NAME.match(name) or ":" in name:
+            raise ConfigError(f"iceberg output name {name!r} must match {_NAME.pattern}")
+        if name in self._def.outputs or name in self._def.sinks:
+            raise ConfigError(f"output {name!r} is declared twice in app {self.name!r}")
+        spec = IcebergOutput(name, catalog, table, mode)
+        self._def.sinks[name] = spec
+        return spec
+
     @property
-    def sinks(self) -> dict[str, PostgresOutput]:
-        """Declared outputs outside Kafka (:meth:`postgres_output`), by name."""
+    def sinks(self) -> dict[str, PostgresOutput | IcebergOutput]:
+        """Declared outputs outside Kafka (:meth:`postgres_output`, :meth:`iceberg_output`)."""
         return dict(self._def.sinks)
 
     def _add(self, handle: StateHandle) -> Any:

@@ -9,7 +9,9 @@ windows where exactly-once is hardest to get right:
 - ``after_export``: an epoch carrying savepoint manifests, not committed (at-least-once:
   its records, the manifests among them, delivered and visible; offsets not committed);
 - ``before_sink_commit``: the transaction committed, the sinks' prepared rows not yet
-  committed (apps with a Postgres output, processors/_sinks);
+  committed (apps with a Postgres or Iceberg output, processors/_sinks);
+- ``after_sink_table_commit``: an Iceberg output's files appended to the table, their
+  prepare markers not yet deleted;
 - ``after_commit``: the transaction committed, the local RocksDB not yet written;
 - ``mid_restore``: part of a changelog partition applied to the local DB;
 - ``mid_seed``: part of a savepoint restore committed (``LOCKGATE_TEST_SEED_CHUNK``

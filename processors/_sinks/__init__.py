@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from processors._kafka.faults import crash_point
+from processors._sinks.iceberg import IcebergOutput, IcebergSink
 from processors._sinks.postgres import (
     PostgresOutput,
     PostgresSink,
@@ -33,7 +34,17 @@ from processors._sinks.postgres import (
 )
 from processors.exceptions import ConfigError
 
-__all__ = ["PostgresOutput", "SinkRowsLost", "SinkUnavailable", "Sinks"]
+__all__ = [
+    "IcebergOutput",
+    "PostgresOutput",
+    "SinkRowsLost",
+    "SinkSpec",
+    "SinkUnavailable",
+    "Sinks",
+]
+
+#: A declared output outside Kafka.
+SinkSpec = PostgresOutput | IcebergOutput
 
 log = logging.getLogger("lockgate.sinks")
 
@@ -51,28 +62,36 @@ class Sinks:
         app: the name the app runs under (prefixes each sink's transaction ids).
         specs: the declared sinks by name (``App.sinks``).
         txn_timeout_s: the Kafka transaction timeout (bounds :meth:`prepare`).
-        exactly_once: whether the app runs exactly once (postgres outputs need it).
+        exactly_once: whether the app runs exactly once (sinks need it).
 
     Raises:
-        ConfigError: postgres outputs under at-least-once, or app and output names too
-            long for a prepared transaction id.
+        ConfigError: sinks under at-least-once, or app and output names too long for a
+            prepared transaction id (postgres).
     """
 
     def __init__(
         self,
         app: str,
-        specs: Mapping[str, PostgresOutput],
+        specs: Mapping[str, SinkSpec],
         txn_timeout_s: float,
         exactly_once: bool = True,
     ) -> None:
         if specs and not exactly_once:
             raise ConfigError(
-                f"postgres outputs {sorted(specs)} need LOCKGATE_GUARANTEE=exactly_once: "
-                "under at_least_once an offset commit whose outcome is unknown would roll "
-                "back rows that may have committed (lost rows)"
+                f"postgres/iceberg outputs {sorted(specs)} need "
+                "LOCKGATE_GUARANTEE=exactly_once: under at_least_once an offset commit whose "
+                "outcome is unknown would roll back rows that may have committed (lost rows)"
             )
-        self._sinks = {name: PostgresSink(app, spec) for name, spec in specs.items()}
+        self._sinks: dict[str, PostgresSink | IcebergSink] = {
+            name: IcebergSink(app, spec)
+            if isinstance(spec, IcebergOutput)
+            else PostgresSink(app, spec)
+            for name, spec in specs.items()
+        }
         self._txn_timeout_s = txn_timeout_s
+        for sink in self._sinks.values():
+            if isinstance(sink, IcebergSink):
+                sink.warm()
 
     def __contains__(self, name: object) -> bool:
         return name in self._sinks
@@ -172,7 +191,7 @@ class Sinks:
                 raise ConfigError(
                     f"key group {g}: the committed offsets of its input partitions name "
                     f"different epochs ({known!r}, {token!r}; changed by hand?): the "
-                    "postgres outputs cannot tell which epoch's rows committed. Stop the app "
+                    "sinks cannot tell which epoch's rows committed. Stop the app "
                     "and commit the offsets of every input of the key group together"
                 )
             tokens[g] = token

@@ -202,7 +202,8 @@ def check_backfillable(app: App) -> None:
         )
     if app.sinks:
         raise ConfigError(
-            f"app {app.name!r} writes postgres outputs {sorted(app.sinks)}: backfill cannot "
+            f"app {app.name!r} writes outputs outside Kafka {sorted(app.sinks)} (postgres outputs, "
+            "iceberg outputs): backfill cannot "
             "write them exactly once (its tasks commit to Kafka only); run the app live "
             "(lockgate run --until ...) instead"
         )

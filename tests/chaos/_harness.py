@@ -217,3 +217,31 @@ def chaos_env(bootstrap: str, app: str, inp: str, out: str) -> dict[str, str]:
         "LOCKGATE_KAFKA__HEARTBEAT_INTERVAL_MS": "1000",
         "LOCKGATE_GROUP_PROTOCOL": os.environ.get("LOCKGATE_CHAOS_GROUP_PROTOCOL", "classic"),
     }
+
+
+class Supervisor(threading.Thread):
+    """Restarts every instance of ``fleet`` that is not running (like an orchestrator)."""
+
+    def __init__(self, fleet: Fleet, rng: random.Random) -> None:
+        super().__init__(daemon=True)
+        self.fleet = fleet
+        self.rng = rng
+        self.restarts: list[str] = []
+        self.halt = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        while not self.halt.wait(0.3):
+            with self.lock:
+                for iid in self.fleet.ids:
+                    proc = self.fleet.procs[iid]
+                    if proc.alive:
+                        continue
+                    code = proc.wait(1)
+                    wipe = self.rng.random() < 0.25
+                    self.restarts.append(f"{iid} exit {code}{' (wiped)' if wipe else ''}")
+                    self.fleet.start(iid, wipe_state=wipe)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)

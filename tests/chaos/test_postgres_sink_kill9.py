@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,14 @@ from pathlib import Path
 import pytest
 
 from examples.postgres_sink import DSN_ENV, TABLE_ENV, ddl
-from tests.chaos._harness import Fleet, InputFeeder, chaos_env, chaos_seed, stop_feeding_soon
+from tests.chaos._harness import (
+    Fleet,
+    InputFeeder,
+    Supervisor,
+    chaos_env,
+    chaos_seed,
+    stop_feeding_soon,
+)
 from tests.support.kafka import create_topic, read_inputs, unique
 from tests.support.pg_model import check_tables
 from tests.support.postgres import PostgresServer, PostgresUnavailable
@@ -41,34 +47,6 @@ from tests.support.procs import wait_until
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "5"))
 #: Rows prepared, Kafka not committed (roll back) / Kafka committed, rows prepared (commit).
 CRASH_POINTS = ("before_commit", "before_sink_commit")
-
-
-class Supervisor(threading.Thread):
-    """Restarts every instance of ``fleet`` that is not running (like an orchestrator)."""
-
-    def __init__(self, fleet: Fleet, rng: random.Random) -> None:
-        super().__init__(daemon=True)
-        self.fleet = fleet
-        self.rng = rng
-        self.restarts: list[str] = []
-        self.halt = threading.Event()
-        self.lock = threading.Lock()
-
-    def run(self) -> None:
-        while not self.halt.wait(0.3):
-            with self.lock:
-                for iid in self.fleet.ids:
-                    proc = self.fleet.procs[iid]
-                    if proc.alive:
-                        continue
-                    code = proc.wait(1)
-                    wipe = self.rng.random() < 0.25
-                    self.restarts.append(f"{iid} exit {code}{' (wiped)' if wipe else ''}")
-                    self.fleet.start(iid, wipe_state=wipe)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
 
 
 def _pg_env(bootstrap: str, pg: PostgresServer, app: str, inp: str, table: str) -> dict[str, str]:

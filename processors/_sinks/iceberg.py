@@ -1,0 +1,753 @@
+"""The Iceberg sink: each epoch's rows land in the table iff the epoch commits in Kafka.
+
+Two-phase commit, as Flink's Iceberg sink does it (docs/sinks.md, "Iceberg"):
+
+1. **Prepare** (before the Kafka commit): the rows of each key group ``g`` are written to
+   one Parquet data file whose path is a function of ``(app, sink, g, token)`` (``token``:
+   the epoch's token, also written in its committed offsets' metadata). First a *marker*
+   ``<table location>/lockgate/<app>/<sink>/<g>.<token>.json`` naming that file is
+   written, then the file itself. Nothing is visible to readers yet.
+2. **Commit** (after the Kafka commit): every prepared file of the epoch is appended to
+   the table in one Iceberg snapshot (summary ``lockgate.app``, ``lockgate.sink``,
+   ``lockgate.epochs`` = ``g=token,...``), which sets, in the same metadata commit, the
+   table property ``lockgate:<app>:<sink>:<g>`` to ``token`` for each key group: the
+   *register* of the last epoch of ``g`` in the table. Then the markers are deleted.
+3. **Settle** (when ``g`` is assigned, with the token ``T`` of ``g``'s committed offsets):
+   markers of ``g`` are listed *before* the table is loaded; a marker of ``T`` whose
+   register is not ``T`` is rolled forward (appended, register set to ``T``); a marker of
+   any other token is rolled back (its file and marker deleted) unless the register or a
+   snapshot summary names it (then only the marker goes).
+
+Why this is exact with several instances (a zombie and the new owner) on one table:
+
+- Every append is a compare-and-set on the register. The commit is built on metadata
+  loaded just before; each of our commits also adds a snapshot to ``main``, and pyiceberg
+  puts the requirement "``main`` is still the snapshot I read" on it, which the catalog
+  checks atomically with the swap of the metadata pointer (the SQL catalog: ``UPDATE ...
+  WHERE metadata_location = <the one read>``). So no register changes between our read
+  and our commit; if anything committed meanwhile the catalog refuses
+  (``CommitFailedException``): we load again, decide again, and retry (pyiceberg's own
+  retry, which re-applies the append on newer metadata without our check, is switched
+  off for our commits).
+- The owner's commit of epoch ``T`` of ``g`` expects the register to hold the token this
+  instance last saw for ``g`` (set by the settle, advanced by each commit). If it holds
+  ``T``, someone settled it already: done. If it holds anything else, another instance
+  took ``g`` over and settled ``T`` (the latest Kafka epoch of ``g`` at its assignment
+  was ``T`` or later, and every earlier one was in the table before a later one could
+  commit in Kafka): the commit is dropped, never repeated.
+- No Kafka commit moves past an unresolved epoch: :meth:`IcebergSink.prepare` first
+  finishes pending commits (append *and* marker deletion) and settles, and aborts the
+  epoch (:class:`SinkUnavailable`) when it cannot. So at a settle a marker whose token is
+  not the committed one belongs to an epoch that did not commit in Kafka (rolled back),
+  and the register of ``g`` is either ``T`` or the epoch before it.
+- Tokens are random per epoch, so a register value never comes back (no ABA).
+
+Every catalog and file call runs on one worker thread per sink and is bounded by the
+time the Kafka transaction has left: a catalog or file store that is down or slow makes
+the epoch abort (and replay); a commit after the Kafka commit that fails stays pending
+and is retried before the next epoch may commit. Append mode only (an upsert would need
+equality deletes or a copy-on-write rewrite per epoch: neither exact and cheap here).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeVar
+from urllib.parse import quote
+
+from processors._kafka.faults import crash_point
+from processors._sinks.postgres import SinkRowError, SinkUnavailable
+from processors.exceptions import ConfigError
+
+__all__ = ["IcebergOutput", "IcebergSink"]
+
+log = logging.getLogger("lockgate.sinks")
+
+T = TypeVar("T")
+
+#: Table property prefix of the per key group registers (``<prefix><app>:<sink>:<g>``).
+REGISTER_PREFIX = "lockgate:"
+#: Snapshot summary keys of lockgate's appends.
+SUMMARY_APP, SUMMARY_SINK, SUMMARY_EPOCHS = "lockgate.app", "lockgate.sink", "lockgate.epochs"
+#: Directory (under the table location) of the prepare markers.
+MARKER_DIR = "lockgate"
+#: pyiceberg's commit retry (re-applies an append on newer metadata): off for our commits.
+_NO_RETRY = {"commit.retry.num-retries": "0"}
+#: Pause bounds between attempts of a commit the catalog refused for a concurrent one.
+_CONFLICT_PAUSE_S = (0.02, 0.15)
+
+
+class _Part(NamedTuple):
+    """One prepared data file: key group, epoch token, data file path, marker path."""
+
+    g: int
+    token: str
+    path: str
+    marker: str
+
+
+class _Cancelled(Exception):  # noqa: N818 - control flow on the worker thread
+    """The call was cancelled (timed out, or its epoch aborted) or its deadline passed."""
+
+
+class _Job:
+    """One bounded call on the worker thread (``cancelled``: under the sink's lock)."""
+
+    __slots__ = ("cancelled", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.cancelled = False
+
+    def check(self) -> None:
+        """Raise :class:`_Cancelled` when cancelled or past the deadline."""
+        if self.cancelled or self.deadline - time.monotonic() <= 0:
+            raise _Cancelled
+
+
+@dataclass(frozen=True)
+class IcebergOutput:
+    """An Apache Iceberg table declared as an output (:meth:`processors.App.iceberg_output`).
+
+    Attributes:
+        name: the name records are emitted to (``ctx.emit(name, key, row)``).
+        catalog: the pyiceberg catalog: its name in pyiceberg's configuration
+            (``.pyiceberg.yaml``, ``PYICEBERG_CATALOG__*``), a mapping of its properties
+            (e.g. ``{"type": "sql", "uri": "sqlite:////data/catalog.db", "warehouse":
+            "file:///data/warehouse"}``; the catalog's name is the key ``"name"``, default
+            ``"default"``: a SQL catalog keeps tables per catalog name), or a function
+            returning a loaded catalog (called on the sink's worker at the first use).
+        table: the table, ``"namespace.name"``; it must exist and be unpartitioned.
+        mode: ``"append"`` (every emitted row is one table row); the only mode.
+    """
+
+    name: str
+    catalog: str | Mapping[str, str] | Callable[[], Any]
+    table: str
+    mode: Literal["append"] = "append"
+
+    def __post_init__(self) -> None:
+        where = f"iceberg_output({self.name!r})"
+        if self.mode != "append":
+            raise ConfigError(
+                f"{where}: mode must be 'append', got {self.mode!r} (an exact upsert would "
+                "need equality deletes per epoch, which pyiceberg does not write)"
+            )
+        if not isinstance(self.table, str) or "." not in self.table.strip("."):
+            raise ConfigError(f"{where}: table must be 'namespace.name'")
+        if not (isinstance(self.catalog, str | Mapping) or callable(self.catalog)):
+            raise ConfigError(
+                f"{where}: catalog must be a catalog name, a mapping of catalog properties "
+                "or a function returning a catalog"
+            )
+
+    def load_catalog(self) -> Any:
+        """The pyiceberg catalog (loads it from the name or properties given)."""
+        if callable(self.catalog):
+            return self.catalog()
+        from pyiceberg.catalog import load_catalog
+
+        if isinstance(self.catalog, str):
+            return load_catalog(self.catalog)
+        props = dict(self.catalog)
+        return load_catalog(props.pop("name", "default"), **props)
+
+
+class IcebergSink:
+    """The runtime side of one :class:`IcebergOutput` (one worker thread, one owner thread).
+
+    The bookkeeping (all of this app and sink):
+
+    - ``_rows``: the open epoch's rows per key group;
+    - ``_prepared``: parts prepared for the epoch being committed;
+    - ``_to_commit``: parts whose epoch committed in Kafka, table append pending;
+    - ``_to_rollback``: parts of aborted epochs, deletion pending;
+    - ``_settle``: key groups taken over, with their committed token, not settled yet;
+    - ``_last``: per owned key group, its register as this instance last saw or set it.
+
+    Invariant: :meth:`prepare` returns only when ``_to_commit`` and ``_settle`` are empty.
+    """
+
+    def __init__(self, app: str, spec: IcebergOutput) -> None:
+        self.spec = spec
+        self.app = app
+        self._register_prefix = f"{REGISTER_PREFIX}{app}:{spec.name}:"
+        self._rows: dict[int, list[dict[str, Any]]] = {}
+        self._prepared: list[_Part] = []
+        self._to_commit: list[_Part] = []
+        self._to_rollback: list[_Part] = []
+        self._settle: dict[int, str | None] = {}
+        self._last: dict[int, str | None] = {}
+        self._prepare_job: _Job | None = None
+        self._closed = False
+        self._catalog: Any = None
+        #: The table as last loaded (schema and location for a prepare; never for a commit).
+        self._table: Any = None
+        self._lock = threading.Lock()
+        self._worker = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"lockgate-sink-{spec.name}"
+        )
+
+    def warm(self) -> None:
+        """Load pyiceberg, the catalog and the table on the worker, in the background.
+
+        The first settle comes right after the first assignment, with a short bound: the
+        imports and the first catalog connection should not eat it. Errors are left for
+        the calls that need the catalog (logged here at debug level).
+        """
+
+        def run() -> None:
+            try:
+                import pyiceberg.io.pyarrow  # noqa: F401 - imported for its cost, now
+                import pyiceberg.table  # noqa: F401
+
+                self._load(_Job(time.monotonic() + 60.0))
+            except Exception as exc:  # noqa: BLE001 - the real calls report it
+                log.debug("iceberg sink: warm-up failed: %s", exc, extra={"sink": self.spec.name})
+
+        self._worker.submit(run)
+
+    # -- the epoch's rows -----------------------------------------------------------------
+
+    def add(self, g: int, key: Any, value: Any) -> None:
+        """Buffer one emitted row of key group ``g``.
+
+        Raises:
+            SinkRowError: the value is not a mapping.
+        """
+        self._rows.setdefault(g, []).append(self.operation(key, value)[1])
+
+    def operation(self, key: Any, value: Any) -> tuple[str, dict[str, Any]]:
+        """What an emit of ``(key, value)`` writes: ``("row", columns)``.
+
+        Raises:
+            SinkRowError: the value is not a mapping (``None`` included: append only).
+        """
+        if not isinstance(value, Mapping):
+            raise SinkRowError(
+                f"emit to {self.spec.name!r}: a row is a mapping of column to value, got "
+                f"{type(value).__name__} (iceberg outputs append; they take no deletes)"
+            )
+        return ("row", dict(value))
+
+    # -- the protocol -----------------------------------------------------------------------
+
+    def has_prepared(self) -> bool:
+        """Whether the epoch being committed prepared files here."""
+        with self._lock:
+            return bool(self._prepared)
+
+    def has_pending(self) -> bool:
+        """Whether settled work (commits, rollbacks, settles) waits for the catalog."""
+        with self._lock:
+            return bool(self._to_commit or self._to_rollback or self._settle)
+
+    def prepare(self, token: str, owned: set[int], deadline: float) -> None:
+        """Finish pending work, then write each owned key group's rows as a data file.
+
+        Raises:
+            SinkUnavailable: the catalog or file store failed or was too slow, or a row
+                does not fit the table: the epoch aborts and is replayed.
+        """
+        for g in [g for g in self._rows if g not in owned]:
+            del self._rows[g]  # revoked or lost: the new owner replays them
+        self._forget_settles(owned)
+        if not self._rows and not self.has_pending():
+            return
+        rows, self._rows = self._rows, {}
+        self._call(
+            lambda job: self._prepare(token, rows, job),
+            deadline,
+            "prepare",
+            "; the epoch is replayed",
+            prepare=True,
+        )
+
+    def commit(self, deadline: float) -> None:
+        """The epoch committed in Kafka: append its files (what fails stays pending).
+
+        Raises:
+            SinkRowsLost: never (kept for the interface).
+        """
+        with self._lock:
+            self._to_commit.extend(self._prepared)
+            self._prepared.clear()
+        if self.has_pending():
+            self._try(self._finish, deadline, "commit")
+
+    def abort(self, deadline: float) -> None:
+        """The epoch aborted: drop its rows, delete what it prepared (never raises)."""
+        self._rows.clear()
+        with self._lock:
+            if self._prepare_job is not None:
+                self._prepare_job.cancelled = True
+            self._to_rollback.extend(self._prepared)
+            self._prepared.clear()
+        if self.has_pending():
+            self._try(self._finish, deadline, "rollback")
+
+    def settle(self, tokens: Mapping[int, str | None], deadline: float) -> None:
+        """Key groups were assigned with these committed tokens: settle them, bounded."""
+        with self._lock:
+            for g, token in tokens.items():
+                self._rows.pop(g, None)  # anything buffered for them predates the assignment
+                self._settle[g] = token
+                self._last.pop(g, None)  # known again once settled
+        self._try(self._finish, deadline, "settle")
+
+    def tidy(self, owned: set[int], deadline: float) -> None:
+        """Finish pending work, bounded (never raises)."""
+        self._forget_settles(owned)
+        if self.has_pending():
+            self._try(self._finish, deadline, "settle")
+
+    def close(self, deadline: float) -> None:
+        """A clean stop: finish pending commits by ``deadline``, then close (never raises).
+
+        What is still pending then is logged: its files stay prepared (markers), and the
+        next owner of their key groups appends them (by the token in the offsets).
+        """
+        if self._closed:
+            return
+        if self.has_pending():
+            self._try(self._finish, deadline, "commit at stop")
+        with self._lock:
+            left = [f"{p.g}={p.token}" for p in self._to_commit]
+            self._closed = True
+            if self._prepare_job is not None:
+                self._prepare_job.cancelled = True
+        if left:
+            log.error(
+                "iceberg sink: the files of %d committed key group epoch(s) could not be "
+                "appended before the stop; they stay prepared and are appended by the next "
+                "owner of their key groups",
+                len(left),
+                extra={"sink": self.spec.name, "epochs": left},
+            )
+        self._worker.shutdown(wait=False)
+
+    def _forget_settles(self, owned: set[int]) -> None:
+        with self._lock:
+            for g in [g for g in self._settle if g not in owned]:
+                del self._settle[g]
+            for g in [g for g in self._last if g not in owned]:
+                del self._last[g]
+
+    # -- on the worker thread -----------------------------------------------------------
+
+    def _live(self, job: _Job) -> None:
+        with self._lock:
+            job.check()
+
+    def _load(self, job: _Job) -> Any:
+        """The table, loaded now from the catalog (its current metadata)."""
+        self._live(job)
+        if self._catalog is None:
+            self._catalog = self.spec.load_catalog()
+        table = self._catalog.load_table(self.spec.table)
+        if not table.spec().is_unpartitioned():
+            raise ConfigError(
+                f"iceberg_output({self.spec.name!r}): table {self.spec.table!r} is "
+                "partitioned; lockgate writes one data file per key group and epoch, so the "
+                "table must be unpartitioned"
+            )
+        self._table = table
+        return table
+
+    def _register(self, g: int) -> str:
+        return f"{self._register_prefix}{g}"
+
+    def _marker_dir(self, table: Any) -> str:
+        app, sink = quote(self.app, safe=""), quote(self.spec.name, safe="")
+        return f"{table.location().rstrip('/')}/{MARKER_DIR}/{app}/{sink}"
+
+    def _data_path(self, table: Any, g: int, token: str) -> str:
+        from pyiceberg.table.locations import load_location_provider
+
+        provider = load_location_provider(table.metadata.location, table.metadata.properties)
+        return str(
+            provider.new_data_location(
+                self._task(g, token, None, []).generate_data_file_filename("parquet")
+            )
+        )
+
+    def _task(self, g: int, token: str, schema: Any, batches: list[Any]) -> Any:
+        """The write of ``g``'s file of ``token``: its name is a function of them alone."""
+        from pyiceberg.table import WriteTask
+
+        ident = uuid.uuid5(uuid.NAMESPACE_URL, f"lockgate:{self.app}:{self.spec.name}:{g}:{token}")
+        return WriteTask(ident, 0, schema, batches)
+
+    def _prepare(self, token: str, rows: dict[int, list[dict[str, Any]]], job: _Job) -> None:
+        import pyarrow as pa
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        self._finish(job)
+        table = self._table if self._table is not None else self._load(job)
+        schema = table.schema()
+        arrow_schema = schema_to_pyarrow(schema, include_field_ids=False)
+        for g in sorted(rows):
+            if not rows[g]:
+                continue
+            try:
+                data = pa.Table.from_pylist(rows[g], schema=arrow_schema)
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                raise SinkRowError(
+                    f"iceberg sink {self.spec.name!r}: rows of key group {g} do not fit "
+                    f"table {self.spec.table!r} ({type(exc).__name__}: {exc})"
+                ) from exc
+            part = _Part(
+                g,
+                token,
+                self._data_path(table, g, token),
+                f"{self._marker_dir(table)}/{g}.{token}.json",
+            )
+            # Noted (under the lock the caller cancels under) before anything is written:
+            # whatever this writes is deleted by the abort if the epoch does not commit.
+            with self._lock:
+                job.check()
+                self._prepared.append(part)
+            body = {"app": self.app, "sink": self.spec.name, "key_group": g, "token": token}
+            body |= {"file": part.path, "records": data.num_rows}
+            self._write_bytes(table.io, part.marker, json.dumps(body).encode())
+            self._live(job)
+            self._write_data(table, part, data)
+
+    def _write_data(self, table: Any, part: _Part, data: Any) -> None:
+        from pyiceberg.io.pyarrow import write_file
+
+        task = self._task(part.g, part.token, table.schema(), data.to_batches())
+        # write_file names the file by the task (00000-0-<its uuid>): the path the marker names.
+        written = list(write_file(table.io, table.metadata, iter([task])))
+        if len(written) != 1 or written[0].file_path != part.path:
+            raise RuntimeError(f"iceberg sink: data file written at an unexpected path {written}")
+
+    @staticmethod
+    def _write_bytes(io: Any, path: str, body: bytes) -> None:
+        with io.new_output(path).create(overwrite=True) as out:
+            out.write(body)
+
+    @staticmethod
+    def _delete(io: Any, path: str) -> None:
+        try:
+            io.delete(path)
+        except FileNotFoundError:
+            pass
+
+    def _finish(self, job: _Job) -> None:
+        """Append what committed in Kafka, delete what aborted, settle key groups taken over."""
+        with self._lock:
+            busy = bool(self._to_commit or self._to_rollback or self._settle)
+        if not busy:
+            return
+        while True:
+            with self._lock:
+                commits = list(self._to_commit)
+            if not commits:
+                break
+            self._commit_own(commits, job)
+        while True:
+            with self._lock:
+                if not self._to_rollback:
+                    break
+                part = self._to_rollback[0]
+            table = self._table if self._table is not None else self._load(job)
+            self._live(job)
+            self._roll_back(table, part)
+            with self._lock:
+                if self._to_rollback and self._to_rollback[0] == part:
+                    self._to_rollback.pop(0)
+        with self._lock:
+            settle = dict(self._settle)
+        if settle:
+            self._settle_groups(settle, job)
+
+    def _commit_own(self, parts: list[_Part], job: _Job) -> None:
+        """Append our parts of epochs that committed in Kafka (compare-and-set, retried)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        while True:
+            table = self._load(job)
+            props = table.properties
+            with self._lock:
+                last = dict(self._last)
+            todo: list[_Part] = []
+            done: list[_Part] = []
+            for part in parts:
+                current = props.get(self._register(part.g))
+                if current == part.token:
+                    done.append(part)  # appended already (our lost answer, or a settle)
+                elif current == last.get(part.g):
+                    todo.append(part)
+                else:
+                    # Another instance took the key group over and settled this epoch (it
+                    # was the latest of g in Kafka then, or an earlier one already in).
+                    seen = self._in_history(table, part.g, part.token)
+                    log.warning(
+                        "iceberg sink: key group taken over; its new owner settled the epoch "
+                        "(%s); not appending it again",
+                        "its files are in the table" if seen else "no snapshot names it",
+                        extra={"sink": self.spec.name, "key_group": part.g, "token": part.token},
+                    )
+                    done.append(part)
+            if todo:
+                try:
+                    self._append(table, todo, job, "commit")
+                except CommitFailedException as exc:
+                    log.info(
+                        "iceberg sink: commit refused for a concurrent one, retrying",
+                        extra={"sink": self.spec.name, "error": str(exc)},
+                    )
+                    time.sleep(random.uniform(*_CONFLICT_PAUSE_S))
+                    continue
+            # Test crash point: appended, markers not deleted yet.
+            crash_point("after_sink_table_commit")
+            for part in todo + done:
+                self._delete(table.io, part.marker)
+            with self._lock:
+                for part in todo:
+                    self._last[part.g] = part.token
+                for part in todo + done:
+                    if part in self._to_commit:
+                        self._to_commit.remove(part)
+            return
+
+    def _append(self, table: Any, parts: list[_Part], job: _Job, why: str) -> None:
+        """One snapshot appending ``parts``' files and setting their registers.
+
+        Built on ``table`` as loaded; the catalog refuses it (``CommitFailedException``)
+        if ``main`` moved since. Raises what the catalog or file store raises.
+        """
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+        from pyiceberg.table import Table
+
+        meta = table.metadata
+        # pyiceberg's own retry would re-apply the append on newer metadata, past our
+        # check of the registers: off, for this commit only (not written to the table).
+        base = Table(
+            table.name(),
+            meta.model_copy(update={"properties": {**meta.properties, **_NO_RETRY}}),
+            table.metadata_location,
+            table.io,
+            table.catalog,
+        )
+        files = [parquet_file_to_data_file(table.io, meta, p.path) for p in parts]
+        summary = {
+            SUMMARY_APP: self.app,
+            SUMMARY_SINK: self.spec.name,
+            SUMMARY_EPOCHS: ",".join(f"{p.g}={p.token}" for p in parts),
+        }
+        txn = base.transaction()
+        with txn.update_snapshot(snapshot_properties=summary).fast_append() as append:
+            for data_file in files:
+                append.append_data_file(data_file)
+        txn.set_properties({self._register(p.g): p.token for p in parts})
+        self._live(job)
+        txn.commit_transaction()
+        log.debug(
+            "iceberg sink: appended",
+            extra={"sink": self.spec.name, "why": why, "epochs": summary[SUMMARY_EPOCHS]},
+        )
+
+    def _in_history(self, table: Any, g: int, token: str) -> bool:
+        """Whether a snapshot still in the table's metadata appended ``g``'s ``token``."""
+        needle = f"{g}={token}"
+        for snap in table.metadata.snapshots:
+            summary = snap.summary
+            if summary is None:
+                continue
+            props = summary.additional_properties
+            if props.get(SUMMARY_APP) != self.app or props.get(SUMMARY_SINK) != self.spec.name:
+                continue
+            if needle in props.get(SUMMARY_EPOCHS, "").split(","):
+                return True
+        return False
+
+    def _roll_back(self, table: Any, part: _Part) -> None:
+        """Delete an uncommitted part's file and marker (only the marker if it is in).
+
+        A part whose epoch did not commit in Kafka is never in the table; the check of the
+        register and the snapshots' summaries guards the files of the table all the same.
+        """
+        if table.properties.get(self._register(part.g)) == part.token or self._in_history(
+            table, part.g, part.token
+        ):
+            log.error(
+                "iceberg sink: a marker to roll back names an epoch whose files are in the "
+                "table; deleting the marker only",
+                extra={"sink": self.spec.name, "key_group": part.g, "token": part.token},
+            )
+        else:
+            self._delete(table.io, part.path)
+        self._delete(table.io, part.marker)
+
+    def _markers(self, table: Any) -> dict[int, dict[str, str]]:
+        """The prepare markers of this app and sink: key group -> token -> marker path."""
+        base = self._marker_dir(table)
+        found: dict[int, dict[str, str]] = {}
+        for name in _list_dir(table.io, base):
+            stem, _, ext = name.rpartition(".")
+            g_text, _, token = stem.partition(".")
+            if ext != "json" or not g_text.isdigit() or not token:
+                continue
+            found.setdefault(int(g_text), {})[token] = f"{base}/{name}"
+        return found
+
+    def _settle_groups(self, settle: dict[int, str | None], job: _Job) -> None:
+        """Settle key groups taken over by their committed tokens (see the module doc)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        while True:
+            self._live(job)
+            # Markers first, then the table: a marker appended and deleted by someone in
+            # between is then seen in the register (else the register could look older
+            # than an append we never saw the marker of).
+            catalog_table = self._table if self._table is not None else self._load(job)
+            markers = self._markers(catalog_table)
+            table = self._load(job)
+            props = table.properties
+            forward: list[_Part] = []
+            back: list[tuple[_Part, str | None]] = []
+            for g, committed in settle.items():
+                current = props.get(self._register(g))
+                for token, marker in sorted(markers.get(g, {}).items()):
+                    part = _Part(g, token, self._data_path(table, g, token), marker)
+                    if token == committed and current != committed:
+                        forward.append(part)
+                    else:
+                        back.append((part, current))
+            if forward:
+                log.warning(
+                    "settling key groups taken over: appending epochs that committed in Kafka",
+                    extra={"sink": self.spec.name, "epochs": [f"{p.g}={p.token}" for p in forward]},
+                )
+                try:
+                    self._append(table, forward, job, "settle")
+                except CommitFailedException:
+                    time.sleep(random.uniform(*_CONFLICT_PAUSE_S))
+                    continue
+            for part, current in back:
+                self._live(job)
+                if current == part.token:
+                    # Appended by its committer, which died before deleting the marker.
+                    log.info(
+                        "settling a key group taken over: its last epoch is in the table "
+                        "already; deleting the marker left behind",
+                        extra={"sink": self.spec.name, "key_group": part.g, "token": part.token},
+                    )
+                    self._delete(table.io, part.marker)
+                    continue
+                log.warning(
+                    "settling a key group taken over: deleting the files of an epoch "
+                    "that did not commit in Kafka",
+                    extra={"sink": self.spec.name, "key_group": part.g, "token": part.token},
+                )
+                self._roll_back(table, part)
+            for part in forward:
+                self._delete(table.io, part.marker)
+            with self._lock:
+                for g, committed in settle.items():
+                    if self._settle.get(g, "-") != committed:
+                        continue  # settled again meanwhile: that settle decides
+                    rolled = any(p.g == g for p in forward)
+                    self._last[g] = committed if rolled else props.get(self._register(g))
+                    del self._settle[g]
+            return
+
+    # -- bounded calls ---------------------------------------------------------------------
+
+    def _call(
+        self,
+        fn: Callable[[_Job], T],
+        deadline: float,
+        what: str,
+        then: str = "",
+        prepare: bool = False,
+    ) -> T:
+        """Run ``fn(job)`` on the worker thread, by ``deadline``.
+
+        Raises:
+            SinkUnavailable: no time left, the deadline passed, or the catalog, the file
+                store or a row failed.
+            ConfigError: the table does not fit (partitioned).
+        """
+        left = deadline - time.monotonic()
+        if self._closed or left < 0.1:
+            raise SinkUnavailable(
+                f"iceberg sink {self.spec.name!r}: no time left for the {what}{then}"
+                + (" (closed)" if self._closed else "")
+            )
+        job = _Job(deadline)
+        if prepare:
+            with self._lock:
+                self._prepare_job = job
+
+        def run() -> T:
+            self._live(job)
+            return fn(job)
+
+        future = self._worker.submit(run)
+        try:
+            return future.result(timeout=left)
+        except concurrent.futures.TimeoutError:
+            with self._lock:
+                job.cancelled = True
+            future.cancel()
+            raise SinkUnavailable(
+                f"iceberg sink {self.spec.name!r}: the {what} took longer than the "
+                f"{left:.1f}s it had{then}"
+            ) from None
+        except (SinkUnavailable, ConfigError):
+            raise
+        except _Cancelled:
+            raise SinkUnavailable(
+                f"iceberg sink {self.spec.name!r}: the {what} ran out of time{then}"
+            ) from None
+        except Exception as exc:
+            self._table = None  # load it again next time
+            raise SinkUnavailable(
+                f"iceberg sink {self.spec.name!r}: the {what} failed "
+                f"({type(exc).__name__}: {str(exc).strip()[:500]}){then}"
+            ) from exc
+        finally:
+            if prepare:
+                with self._lock:
+                    if self._prepare_job is job and future.done():
+                        self._prepare_job = None
+
+    def _try(self, fn: Callable[[_Job], Any], deadline: float, what: str) -> None:
+        """:meth:`_call`, logging what stays pending (never raises but ``ConfigError``)."""
+        try:
+            self._call(fn, deadline, what)
+        except SinkUnavailable as exc:
+            log.warning(
+                "iceberg sink: %s left pending (done before the next epoch commits)",
+                what,
+                extra={"sink": self.spec.name, "error": str(exc)},
+            )
+
+
+def _list_dir(io: Any, uri: str) -> list[str]:
+    """The names of the files directly in ``uri`` (none when it does not exist)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    if isinstance(io, PyArrowFileIO):
+        from pyarrow.fs import FileSelector, FileType
+
+        scheme, netloc, path = PyArrowFileIO.parse_location(uri)
+        fs = io.fs_by_scheme(scheme, netloc)
+        infos = fs.get_file_info(FileSelector(path, allow_not_found=True))
+        return [i.base_name for i in infos if i.type == FileType.File]
+    fs = io.get_fs(uri.partition("://")[0] or "file")
+    try:
+        return [str(p).rstrip("/").rpartition("/")[2] for p in fs.ls(uri, detail=False)]
+    except FileNotFoundError:
+        return []
