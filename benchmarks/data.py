@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from benchmarks.broker import Admin
-from benchmarks.common import say
+from benchmarks.admin import Admin
+from benchmarks.producers import input_producer
+from benchmarks.progress import say
 from processors import key_group
 
 PAD = "x" * 60  # key (8 B) + value (~92 B) = ~100 B per record
@@ -53,20 +54,6 @@ class Dataset:
     open_max: int = 0
 
 
-def _producer(bootstrap: str) -> Producer:
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "partitioner": "murmur2_random",
-            "linger.ms": 50,
-            "batch.size": 1_000_000,
-            "compression.type": "lz4",
-            "enable.idempotence": True,
-            "queue.buffering.max.messages": 1_000_000,
-        }
-    )
-
-
 def produce_numbers(
     admin: Admin, topic: str, records: int, keys: int, partitions: int, seed: int = 7
 ) -> Dataset:
@@ -75,7 +62,7 @@ def produce_numbers(
     rng = random.Random(seed)
     sums = [0] * keys
     counts = [0] * keys
-    p = _producer(admin.bootstrap)
+    p = input_producer(admin.bootstrap)
     produce = p.produce
     dumps = orjson.dumps
     started = time.monotonic()
@@ -240,7 +227,7 @@ def produce_events(
     part = [key_group(key_of(k), partitions) for k in range(keys)]
     model = WindowModel(partitions, window_ms, delay_ms)
     add = model.add
-    p = _producer(admin.bootstrap)
+    p = input_producer(admin.bootstrap)
     produce = p.produce
     dumps = orjson.dumps
     started = time.monotonic()

@@ -83,21 +83,18 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from benchmarks import broker, venvs
 from benchmarks import proc as procs
-from benchmarks.common import (
-    BENCH_DIR,
-    LOCKGATE_BIN,
-    ROOT,
-    Config,
-    _int,
-    run_standalone,
-    say,
-    section_footer,
-    splice_section,
-)
-from benchmarks.data import _producer
-from benchmarks.pipeline import delete_topics, free_port, histogram, metric, scrape
+from benchmarks import venvs
+from benchmarks.admin import Admin, GroupOffsets, delete_topics
+from benchmarks.config import Config, env_int
+from benchmarks.metrics import histogram, metric, scrape
+from benchmarks.paths import BENCH_DIR, LOCKGATE_BIN, ROOT
+from benchmarks.ports import free_port
+from benchmarks.producers import input_producer
+from benchmarks.profiles import analyze_profile
+from benchmarks.progress import say
+from benchmarks.sections import section_footer, splice_section
+from benchmarks.standalone import run_standalone
 
 ENRICH_SPEC = "examples.enrich_orders:app"
 SUM_SPEC = "examples.running_sum:app"
@@ -116,12 +113,12 @@ REGIONS = ("eu-west", "eu-central", "us-east", "us-west", "ap-south")
 class EnrichConfig:
     """``BENCH_ENRICH_*`` settings (``--records`` / ``--customers`` / ``--quick`` override)."""
 
-    records: int = field(default_factory=lambda: _int("BENCH_ENRICH_RECORDS", 200_000))
-    customers: int = field(default_factory=lambda: _int("BENCH_ENRICH_CUSTOMERS", 10_000))
-    partitions: int = field(default_factory=lambda: _int("BENCH_ENRICH_PARTITIONS", 4))
-    repeat: int = field(default_factory=lambda: _int("BENCH_ENRICH_REPEAT", 3))
-    timeout: int = field(default_factory=lambda: _int("BENCH_ENRICH_TIMEOUT", 600))
-    seed: int = field(default_factory=lambda: _int("BENCH_ENRICH_SEED", 20261126))
+    records: int = field(default_factory=lambda: env_int("BENCH_ENRICH_RECORDS", 200_000))
+    customers: int = field(default_factory=lambda: env_int("BENCH_ENRICH_CUSTOMERS", 10_000))
+    partitions: int = field(default_factory=lambda: env_int("BENCH_ENRICH_PARTITIONS", 4))
+    repeat: int = field(default_factory=lambda: env_int("BENCH_ENRICH_REPEAT", 3))
+    timeout: int = field(default_factory=lambda: env_int("BENCH_ENRICH_TIMEOUT", 600))
+    seed: int = field(default_factory=lambda: env_int("BENCH_ENRICH_SEED", 20261126))
     profile: bool = field(default_factory=lambda: os.environ.get("BENCH_ENRICH_PROFILE") == "1")
     quick: bool = False
 
@@ -181,7 +178,7 @@ def _flush(p: Producer, topic: str) -> None:
         raise RuntimeError(f"could not produce every input record to {topic}")
 
 
-def produce_inputs(admin: broker.Admin, ec: EnrichConfig, tag: str) -> Inputs:
+def produce_inputs(admin: Admin, ec: EnrichConfig, tag: str) -> Inputs:
     """Create and fill the three input topics; return them with the expected results."""
     rng = random.Random(ec.seed)
     n, k = ec.records, ec.customers
@@ -230,7 +227,7 @@ def produce_inputs(admin: broker.Admin, ec: EnrichConfig, tag: str) -> Inputs:
     records.sort(key=lambda r: r[0])
     inp.customer_records = len(records)
     t = time.monotonic()
-    p = _producer(admin.bootstrap)
+    p = input_producer(admin.bootstrap)
     for i, (off, c, value) in enumerate(records):
         _send(
             p,
@@ -492,7 +489,7 @@ class EnrichBench:
     """One run of the enrich section; ``results`` is what goes into the JSON."""
 
     def __init__(
-        self, cfg: Config, ec: EnrichConfig, admin: broker.Admin, out_dir: Path, run_id: str
+        self, cfg: Config, ec: EnrichConfig, admin: Admin, out_dir: Path, run_id: str
     ) -> None:
         self.cfg, self.ec, self.admin = cfg, ec, admin
         self.bootstrap = admin.bootstrap
@@ -577,7 +574,7 @@ class EnrichBench:
             spec, topics = SUM_SPEC, [inp.numbers_topic]
             env["LOCKGATE_INPUT_TOPIC"] = inp.numbers_topic
             total_in, expected_out = inp.numbers, inp.numbers
-        offsets = broker.GroupOffsets(self.bootstrap, tag, topics, ec.partitions)
+        offsets = GroupOffsets(self.bootstrap, tag, topics, ec.partitions)
         reader = CountReader(self.bootstrap, output, ec.partitions, expected_out)
         reader.start()
         log = self.logs / f"{tag}.log"
@@ -663,8 +660,6 @@ class EnrichBench:
         if which == "enrich":
             row["e2e_orders_rate"] = round(inp.orders / e2e)
         if ec.profile:
-            from benchmarks.run import analyze_profile
-
             raw = self.out_dir / f"profile-{tag}.txt"
             main_only = self.out_dir / f"profile-{tag}-main.txt"
             main_only.write_text("".join(_main_thread_stacks(raw)))

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import venvs
-from benchmarks.common import CACHE, ROOT, say
+from benchmarks.paths import CACHE, ROOT
+from benchmarks.progress import say
 
 POM = ROOT / "benchmarks" / "nexmark" / "pom.xml"
 JOB = ROOT / "benchmarks" / "nexmark" / "flink_job.py"

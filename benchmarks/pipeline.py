@@ -39,16 +39,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 import traceback
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,21 +55,16 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from benchmarks import broker
 from benchmarks import proc as procs
-from benchmarks.common import (
-    BENCH_DIR,
-    LOCKGATE_BIN,
-    ROOT,
-    Config,
-    _int,
-    _list,
-    elapsed,
-    run_standalone,
-    say,
-    section_footer,
-    splice_section,
-)
+from benchmarks.admin import Admin, GroupOffsets, delete_topics
+from benchmarks.config import Config, env_int, env_list
+from benchmarks.metrics import histogram, metric, quantile, scrape
+from benchmarks.paths import BENCH_DIR, LOCKGATE_BIN, ROOT
+from benchmarks.ports import free_port
+from benchmarks.progress import elapsed, say
+from benchmarks.revision import same_runtime
+from benchmarks.sections import section_footer, splice_section
+from benchmarks.standalone import run_standalone
 
 CLICK_SPEC = "examples.click_pipeline:click_app"
 REGION_SPEC = "examples.click_pipeline:region_app"
@@ -87,23 +79,24 @@ RETRY_TXN_TIMEOUT_MS = 120_000
 class PipelineConfig:
     """``BENCH_PIPELINE_*`` / ``BENCH_SAVEPOINT_*`` settings."""
 
-    records: int = field(default_factory=lambda: _int("BENCH_PIPELINE_RECORDS", 300_000))
-    users: int = field(default_factory=lambda: _int("BENCH_PIPELINE_USERS", 400))
-    regions: int = field(default_factory=lambda: _int("BENCH_PIPELINE_REGIONS", 8))
-    partitions: int = field(default_factory=lambda: _int("BENCH_PIPELINE_PARTITIONS", 4))
-    repeat: int = field(default_factory=lambda: _int("BENCH_PIPELINE_REPEAT", 5))
+    records: int = field(default_factory=lambda: env_int("BENCH_PIPELINE_RECORDS", 300_000))
+    users: int = field(default_factory=lambda: env_int("BENCH_PIPELINE_USERS", 400))
+    regions: int = field(default_factory=lambda: env_int("BENCH_PIPELINE_REGIONS", 8))
+    partitions: int = field(default_factory=lambda: env_int("BENCH_PIPELINE_PARTITIONS", 4))
+    repeat: int = field(default_factory=lambda: env_int("BENCH_PIPELINE_REPEAT", 5))
     intervals: list[int] = field(
-        default_factory=lambda: [int(x) for x in _list("BENCH_PIPELINE_INTERVALS", "1000,200")]
+        default_factory=lambda: [int(x) for x in env_list("BENCH_PIPELINE_INTERVALS", "1000,200")]
     )
     savepoint_keys: list[int] = field(
         default_factory=lambda: [
-            int(x.replace("_", "")) for x in _list("BENCH_SAVEPOINT_KEYS", "10000,100000,1000000")
+            int(x.replace("_", ""))
+            for x in env_list("BENCH_SAVEPOINT_KEYS", "10000,100000,1000000")
         ]
     )
     parts: list[str] = field(
-        default_factory=lambda: _list("BENCH_PIPELINE_PARTS", "throughput,savepoint")
+        default_factory=lambda: env_list("BENCH_PIPELINE_PARTS", "throughput,savepoint")
     )
-    timeout: int = field(default_factory=lambda: _int("BENCH_PIPELINE_TIMEOUT", 300))
+    timeout: int = field(default_factory=lambda: env_int("BENCH_PIPELINE_TIMEOUT", 300))
     #: ``STOP_MS/PERIOD_MS`` of a second, periodically stopped click_app instance, or "".
     slow: str = field(default_factory=lambda: os.environ.get("BENCH_PIPELINE_SLOW", ""))
 
@@ -152,12 +145,6 @@ class _Pauser(threading.Thread):
             os.kill(self.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass  # it exited (its run reports that)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pick_regions(n: int, partitions: int) -> list[str]:
@@ -291,72 +278,6 @@ class TotalsReader(threading.Thread):
             c.close()
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return str(r.read().decode())
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def histogram(text: str, name: str) -> dict[str, Any]:
-    """Cumulative buckets (le -> count), sum and count of histogram ``name``."""
-    buckets: dict[float, float] = {}
-    total = count = 0.0
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        metric, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
-        if metric == f"{name}_bucket":
-            le = re.search(r'le="([^"]+)"', labels)
-            if le:
-                bound = float("inf") if le.group(1) == "+Inf" else float(le.group(1))
-                buckets[bound] = buckets.get(bound, 0) + value
-        elif metric == f"{name}_sum":
-            total += value
-        elif metric == f"{name}_count":
-            count += value
-    return {"buckets": sorted(buckets.items()), "sum": total, "count": count}
-
-
-def metric(text: str, name: str) -> float | None:
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if m and m.group(1) == name:
-            return float(m.group(3))
-    return None
-
-
-def quantile(q: float, buckets: list[tuple[float, float]]) -> float | None:
-    """Prometheus-style ``histogram_quantile``: linear interpolation inside the bucket."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for bound, cum in buckets:
-        if cum >= rank:
-            if bound == float("inf"):
-                return lower  # beyond the last finite bound: report that bound
-            if cum == below:
-                return bound
-            return lower + (bound - lower) * (rank - below) / (cum - below)
-        lower, below = bound, cum
-    return lower
-
-
-def delete_topics(admin: broker.Admin, tag: str) -> None:
-    """Delete every topic whose name contains ``tag`` (this run's topics only)."""
-    doomed = [t for t in admin.topics() if tag in t]
-    if not doomed:
-        return
-    for fut in admin.admin.delete_topics(doomed, operation_timeout=30).values():
-        try:
-            fut.result(60)
-        except Exception:  # noqa: BLE001, S110 - best effort
-            pass
-
-
 def _log_fields(log: Path, message: str) -> list[dict[str, str]]:
     """``key=value`` fields of every console log line containing ``message``."""
     out = []
@@ -373,7 +294,7 @@ class PipelineBench:
     """One run of the pipeline section; ``results`` is what goes into results.json."""
 
     def __init__(
-        self, cfg: Config, pcfg: PipelineConfig, admin: broker.Admin, out_dir: Path, run_id: str
+        self, cfg: Config, pcfg: PipelineConfig, admin: Admin, out_dir: Path, run_id: str
     ) -> None:
         self.cfg, self.pcfg, self.admin = cfg, pcfg, admin
         self.bootstrap = admin.bootstrap
@@ -601,7 +522,7 @@ class PipelineBench:
             "LOCKGATE_SAVEPOINT_DIR": str(sp_dir),
         }
         argv = [str(LOCKGATE_BIN), "run", SUM_SPEC]
-        groups = broker.GroupOffsets(self.bootstrap, app, topic, pc.partitions)
+        groups = GroupOffsets(self.bootstrap, app, topic, pc.partitions)
         row: dict[str, Any] = {"keys": keys, "produce_seconds": round(produce_s, 1)}
         log1 = self.logs / f"{tag}-1.log"
         p = procs.Proc(argv, env, log1)
@@ -769,10 +690,8 @@ def render(p: dict[str, Any], meta: dict[str, Any]) -> list[str]:  # noqa: C901
         f"`{meta.get('uptime_before', '')}`, after `{meta.get('uptime_after', '')}`."
     )
     if meta.get("git_after") and meta["git_after"] != meta.get("git"):
-        from benchmarks.report import _same_runtime
-
         a("")
-        if _same_runtime(meta.get("git", ""), meta["git_after"]):
+        if same_runtime(meta.get("git", ""), meta["git_after"]):
             a(
                 f"HEAD moved during the run (at the end: git `{meta['git_after']}`), by "
                 "commits outside `processors/` and `state/`: every run measured the same "

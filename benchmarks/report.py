@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import venvs
-from benchmarks.common import BENCH_DIR, ROOT, say
 from benchmarks.enrich import render as enrich_render
+from benchmarks.paths import BENCH_DIR, ROOT
 from benchmarks.pipeline import render as pipeline_render
+from benchmarks.progress import say
+from benchmarks.revision import same_runtime
 from benchmarks.runner import ONLY, WORKLOADS
 from benchmarks.windows import from_make_bench as windows_results
 from benchmarks.windows import render as windows_render
@@ -747,7 +749,7 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
     after = res.get("git_after")
     if after and after != lg.get("git"):
         a("")
-        if _same_runtime(lg.get("git", ""), after):
+        if same_runtime(lg.get("git", ""), after):
             a(
                 f"HEAD moved during the run (at the end: git `{after}`), by commits outside "
                 "`processors/` and `state/`: every run measured the same lockgate code."
@@ -915,27 +917,6 @@ def _bounds(profiles: dict[str, Any]) -> str:
             "is Python bytecode and allocation, i.e. interpreter overhead per record."
         )
     return " ".join(parts)
-
-
-def _same_runtime(before: str, after: str) -> bool:
-    """Whether git revisions ``before`` and ``after`` (as recorded: a short hash, maybe
-    followed by "+ uncommitted changes ...") have the same ``processors/`` and ``state/``.
-
-    False when either carries uncommitted changes or git cannot tell.
-    """
-
-    if not before or not after or " " in before or " " in after:
-        return False
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "diff", "--quiet", before, after, "--", "processors", "state"],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0
 
 
 def _records_for(cfg: dict[str, Any], system: str) -> int:

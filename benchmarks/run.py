@@ -8,7 +8,7 @@ per key group vs throughput, windows.py), recovery (kill -9 vs state size), late
 (fixed offered load), profile (py-spy on lockgate's exactly-once sum), pipeline (two-app
 pipelines, savepoints: pipeline.py), enrich (two-input as-of join vs the running sum:
 enrich.py), nexmark (Nexmark queries, lockgate vs Flink: benchmarks/nexmark/harness.py).
-Every knob is a ``BENCH_*`` variable, see benchmarks/common.py and docs/benchmarks.md.
+Every knob is a ``BENCH_*`` variable, see benchmarks/config.py and docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -16,21 +16,24 @@ from __future__ import annotations
 import gc
 import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import time
 import traceback
 from array import array
-from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks import broker, data, enrich, pipeline, report, runner, venvs, windows
 from benchmarks import proc as procs
-from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, MAIN_PY, ROOT, Config, elapsed, say
+from benchmarks.admin import Admin, GroupOffsets
+from benchmarks.config import Config
+from benchmarks.machine import machine, uptime
+from benchmarks.paths import BENCH_DIR, LOCKGATE_BIN, MAIN_PY, ROOT
+from benchmarks.profiles import analyze_native, analyze_profile
+from benchmarks.progress import elapsed, say
+from benchmarks.revision import revision
 
 PEER_VENVS = {"quix": "quix", "quix_handler": "quix", "faust": "faust"}
 #: the pipeline step's defaults within make bench (its own defaults when run alone are
@@ -40,45 +43,6 @@ MAKE_BENCH_SAVEPOINT_KEYS = (10_000, 100_000)
 #: the window sweep's points within make bench (the fewest and the most open windows per
 #: key group of windows.py's default points); BENCH_WINDOW_SWEEP overrides them
 MAKE_BENCH_WINDOW_SWEEP = "1000:1000,10000:10000:10000"
-
-
-# ------------------------------------------------------------------ environment facts
-
-
-def _sh(*argv: str) -> str:
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return (out.stdout + out.stderr).strip()
-
-
-def machine() -> dict[str, Any]:
-    """What this machine is."""
-    cpu = ""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
-    osname = ""
-    for line in Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("PRETTY_NAME="):
-            osname = line.split("=", 1)[1].strip('"')
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(mem_kb / 1024 / 1024, 1),
-        "os": osname,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "java": _sh("java", "-version").splitlines()[0] if _sh("java", "-version") else "",
-    }
-
-
-def uptime() -> str:
-    """``uptime`` output (load averages)."""
-    return _sh("uptime")
 
 
 # ------------------------------------------------------------------ steps
@@ -93,7 +57,7 @@ class Bench:
         self.out_dir = BENCH_DIR / "out" / stamp
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = stamp[-6:]
-        self.admin: broker.Admin | None = None
+        self.admin: Admin | None = None
         self.datasets: dict[tuple[str, int], data.Dataset] = {}
         self.inputs: set[str] = set()
         self.results: dict[str, Any] = {
@@ -310,7 +274,7 @@ class Bench:
             "LOCKGATE_LOG_FORMAT": "console",
         }
         argv = [str(LOCKGATE_BIN), "run", "benchmarks.apps.lockgate_apps:running_sum"]
-        groups = broker.GroupOffsets(cfg.bootstrap, app, topic, cfg.partitions)
+        groups = GroupOffsets(cfg.bootstrap, app, topic, cfg.partitions)
         logs = self.out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
@@ -594,94 +558,6 @@ class Bench:
         self.save()
 
 
-def analyze_profile(path: Path) -> dict[str, Any]:
-    """Self and inclusive time per function from py-spy's raw (collapsed) output."""
-    if not path.exists():
-        return {"samples": 0, "self": [], "total": []}
-    own: Counter[str] = Counter()
-    incl: Counter[str] = Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = [_short(f) for f in stack.split(";")]
-        own[frames[-1]] += n
-        for f in set(frames):
-            incl[f] += n
-    skip = ("<module>", "_run_module_as_main", "_run_code", "main", "invoke", "run")
-
-    def rows(c: Counter[str], k: int) -> list[dict[str, Any]]:
-        return [
-            {"function": f, "pct": round(100 * n / total, 1), "samples": n}
-            for f, n in c.most_common()
-            if f.split(" ")[0].split(".")[-1] not in skip
-        ][:k]
-
-    return {"samples": total, "self": rows(own, 20), "total": rows(incl, 25)}
-
-
-def analyze_native(path: Path) -> dict[str, Any]:
-    """Where the CPU goes by library (py-spy --native): leaf frames grouped by their binary."""
-    if not path.exists():
-        return {"samples": 0, "by_library": []}
-    libs: Counter[str] = Counter()
-    leaves: Counter[str] = Counter()
-    total = gc_samples = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = stack.split(";")
-        if any("gc_collect" in f for f in frames):
-            gc_samples += n
-        fn, _, where = frames[-1].partition(" (")
-        where = where.rstrip(")")
-        if ".py" in where:
-            lib = "Python bytecode (lockgate, app, stdlib frames)"
-        elif "rocksdict" in where:
-            lib = "rocksdict / RocksDB"
-        elif "librdkafka" in where:
-            lib = "librdkafka"
-        elif "cimpl" in where:
-            lib = "confluent-kafka binding (cimpl)"
-        elif "orjson" in where:
-            lib = "orjson"
-        elif "libpython" in where:
-            lib = "CPython runtime (gc, alloc, builtins)"
-        elif "libc." in where:
-            lib = "libc (malloc, memcpy, locks)"
-        else:
-            lib = "other native"
-        libs[lib] += n
-        leaves[f"{fn[:70]} [{where.rsplit('/', 1)[-1][:40]}]"] += n
-
-    def pct(n: int) -> float:
-        return round(100 * n / total, 1) if total else 0.0
-
-    return {
-        "samples": total,
-        "gc_pct": pct(gc_samples),
-        "by_library": [{"function": k, "pct": pct(n)} for k, n in libs.most_common()],
-        "leaves": [{"function": k, "pct": pct(n)} for k, n in leaves.most_common(15)],
-    }
-
-
-def _short(frame: str) -> str:
-    """``fn (/long/path/site-packages/pkg/mod.py)`` -> ``fn (pkg/mod.py)``."""
-    fn, _, where = frame.partition(" (")
-    where = where.rstrip(")")
-    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
-        if marker in where:
-            where = where.split(marker, 1)[1]
-            break
-    return f"{fn} ({where})" if where else fn
-
-
 def _produce_keys(bootstrap: str, topic: str, keys: Any, seq0: int) -> None:
     """One running-sum record (v=1) per key index in ``keys``."""
     import orjson
@@ -709,7 +585,7 @@ def _produce_keys(bootstrap: str, topic: str, keys: Any, seq0: int) -> None:
 
 
 def _wait_committed(
-    groups: broker.GroupOffsets, want: int, p: procs.Proc, timeout: float, since: float = 0
+    groups: GroupOffsets, want: int, p: procs.Proc, timeout: float, since: float = 0
 ) -> float:
     """Wait until the group committed ``want`` input offsets; return seconds since ``since``."""
     started = since or time.time()
@@ -747,7 +623,7 @@ def versions(cfg: Config) -> dict[str, Any]:
     out: dict[str, Any] = {
         "lockgate": {
             "lockgate": main.get("lockgate", "?"),
-            "git": _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty(),
+            "git": revision(),
             "confluent-kafka": main.get("confluent-kafka", "?"),
             "rocksdict": main.get("rocksdict", "?"),
             "orjson": main.get("orjson", "?"),
@@ -765,13 +641,6 @@ def versions(cfg: Config) -> dict[str, Any]:
     except ImportError:
         pass
     return out
-
-
-def _dirty() -> str:
-    """' + uncommitted changes in ...' when lockgate's sources differ from HEAD."""
-    changed = _sh("git", "-C", str(ROOT), "status", "--short", "--", "processors", "state")
-    files = [line.split()[-1] for line in changed.splitlines() if line.strip()]
-    return f" + uncommitted changes in {', '.join(files)}" if files else ""
 
 
 def main() -> int:
@@ -799,7 +668,7 @@ def main() -> int:
         t = time.monotonic()
         if not cfg.external_broker:
             broker.up(cfg.kafka_port)
-        bench.admin = broker.Admin(cfg.bootstrap)
+        bench.admin = Admin(cfg.bootstrap)
         bench.results["step_seconds"]["broker"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
         say("producing the inputs (once per workload and size)")
@@ -839,8 +708,7 @@ def main() -> int:
         if not cfg.keep_broker and not cfg.external_broker:
             broker.down(cfg.kafka_port)
         bench.results["uptime_after"] = uptime()
-        bench.results["git_after"] = _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD")
-        bench.results["git_after"] += _dirty()
+        bench.results["git_after"] = revision()
         bench.results["total_seconds"] = round(elapsed(), 1)
         bench.save()
     say(f"machine load: {bench.results['uptime_after']}")

@@ -33,9 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import proc as procs
-from benchmarks.broker import Admin, GroupOffsets, broker_pid
-from benchmarks.common import LOCKGATE_BIN, MAIN_PY, VENVS, Config, say
+from benchmarks.admin import Admin, GroupOffsets
+from benchmarks.broker import broker_pid
+from benchmarks.config import Config
 from benchmarks.data import Dataset, read_output
+from benchmarks.paths import LOCKGATE_BIN, MAIN_PY, VENVS
+from benchmarks.progress import say
 
 
 @dataclass(frozen=True)

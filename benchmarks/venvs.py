@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import VENVS, say
+from benchmarks.paths import VENVS
+from benchmarks.progress import say
 
 PINS: dict[str, list[str]] = {
     "quix": [

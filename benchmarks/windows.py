@@ -46,18 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import broker, data, runner, venvs
-from benchmarks.common import (
-    BENCH_DIR,
-    ROOT,
-    Config,
-    _list,
-    elapsed,
-    run_standalone,
-    say,
-    section_footer,
-    splice_section,
-)
+from benchmarks import data, runner, venvs
+from benchmarks.admin import Admin
+from benchmarks.config import Config, env_list
+from benchmarks.paths import BENCH_DIR, ROOT
+from benchmarks.progress import elapsed, say
+from benchmarks.sections import section_footer, splice_section
+from benchmarks.standalone import run_standalone
 
 BEGIN, END = "<!-- windows:begin -->", "<!-- windows:end -->"
 TITLE = "## Windows (real operator)"
@@ -142,7 +137,7 @@ class WindowBench:
     def __init__(
         self,
         cfg: Config,
-        admin: broker.Admin,
+        admin: Admin,
         out_dir: Path,
         run_id: str,
         keep: set[str] | None = None,
@@ -536,7 +531,7 @@ def main() -> int:
         print(__doc__)
         return 2
     cfg = Config()
-    parts = _list("BENCH_WINDOW_PARTS", "matrix,sweep")
+    parts = env_list("BENCH_WINDOW_PARTS", "matrix,sweep")
     # The exact command: the BENCH_* variables set (run_standalone adds BENCH_BROKER).
     knobs = [
         f"{k}={v}"
@@ -570,7 +565,7 @@ def main() -> int:
 
 class _Standalone(WindowBench):
     def __init__(
-        self, cfg: Config, admin: broker.Admin, out_dir: Path, run_id: str, parts: list[str]
+        self, cfg: Config, admin: Admin, out_dir: Path, run_id: str, parts: list[str]
     ) -> None:
         super().__init__(cfg, admin, out_dir, run_id)
         self.parts = parts

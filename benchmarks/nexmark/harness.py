@@ -47,9 +47,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from benchmarks import broker, flink, venvs
 from benchmarks import proc as procs
-from benchmarks.broker import Admin, GroupOffsets
-from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, ROOT, Config, say
+from benchmarks.admin import Admin, GroupOffsets
+from benchmarks.config import Config
+from benchmarks.machine import machine, uptime
 from benchmarks.nexmark.generator import GenConfig, produce
+from benchmarks.paths import BENCH_DIR, LOCKGATE_BIN, ROOT
+from benchmarks.progress import say
+from benchmarks.revision import revision
 
 QUERIES = ["q0", "q1", "q2", "q7", "q3", "q5", "q8"]
 TWO_STAGE = {"q5", "q7"}
@@ -819,8 +823,6 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the harness (or re-render)."""
-    from benchmarks.run import _dirty, _sh, machine, uptime
-
     s, ns = parse(argv)
     if ns.render:
         doc = json.loads(Path(ns.render).read_text())
@@ -840,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         + cmd.strip(),
         "machine": machine(),
         "uptime_before": uptime(),
-        "git": _sh("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD") + _dirty(),
+        "git": revision(),
     }
     t0 = time.monotonic()
     code = 0

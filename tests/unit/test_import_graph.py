@@ -1,5 +1,6 @@
 """The packages' import graph: no cycle, and ``state`` never imports ``processors``.
 
+The packages are ``processors``, ``state`` and the benchmark harness (``benchmarks``).
 Every import counts: module level, under ``TYPE_CHECKING`` and inside functions (a
 call-time import is a cycle all the same). Run alone to print the graph's size:
 ``python -m pytest tests/unit/test_import_graph.py -q -s``.
@@ -11,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("processors", "state")
+PACKAGES = ("processors", "state", "benchmarks")
 
 
 def _module_name(path: Path) -> str:
@@ -135,6 +136,13 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
         for t in targets:
             folded.setdefault(t, set())
     return folded
+
+
+def test_benchmarks_are_in_the_graph() -> None:
+    """The no-cycle checks above cover the harness too (its modules import each other)."""
+    graph = import_graph()
+    assert {"benchmarks.run", "benchmarks.broker", "benchmarks.nexmark.harness"} <= set(graph)
+    assert any(t.startswith("benchmarks.") for t in graph["benchmarks.run"])
 
 
 def test_no_cycles_between_packages() -> None:
