@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from benchmarks.paths import ROOT
+
 
 def analyze_profile(path: Path) -> dict[str, Any]:
     """Self and inclusive time per function from py-spy's raw (collapsed) output."""
@@ -88,7 +90,7 @@ def _short(frame: str) -> str:
     """``fn (/long/path/site-packages/pkg/mod.py)`` -> ``fn (pkg/mod.py)``."""
     fn, _, where = frame.partition(" (")
     where = where.rstrip(")")
-    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
+    for marker in ("site-packages/", f"{ROOT}/", "lib/python3.11/"):
         if marker in where:
             where = where.split(marker, 1)[1]
             break
