@@ -54,6 +54,11 @@ test: CHECKS_LANE_TESTS := tests/integration/test_schema_registry.py \
     tests/security
 test: FAULTS_LANE_TESTS := tests/chaos tests/containers \
     tests/integration/test_pipeline_savepoint.py
+every_other = $(foreach i,$(shell seq 2 2 $(words $(1))),$(word $(i),$(1)))
+# Phase 2's other integration tests run in two lanes: every other file (by name) in
+# [integration2], the rest (and any test outside tests/integration) in [integration].
+test: INTEGRATION2_TESTS := $(call every_other,$(filter-out $(CHECKS_LANE_TESTS) \
+    $(FAULTS_LANE_TESTS),$(sort $(wildcard tests/integration/test_*.py))))
 # Each lane's whole output is also kept in $(TEST_LOGS)/<lane>.log. When a phase fails, the
 # FAILED/ERROR summary lines and the tally of its failed lanes (else their last lines) are
 # repeated last, so the tail of a CI log names the failing tests (not the Spark lane when
@@ -73,10 +78,11 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# CPU-heavy: the schema registry, Faust, the SASL_SSL+ACL tier (75-120 s at load average
 	@# 6-13, 170 s at 15-18); their own brokers) while the longer Spark lane
 	@# finishes | [spark] the Spark tier (its own broker). Nothing here is timing-sensitive.
-	@# Phase 2, two lanes, each with its own broker: [faults] chaos, containers and the longest
-	@# fault tests | [integration] the other integration tests. Both mostly wait (load average
-	@# below 1 when phase 2 ran alone); the Spark lane never runs beside them (chaos tests
-	@# failed when it did on this 2-core machine).
+	@# Phase 2, three lanes, each with its own broker: [faults] chaos, containers and the
+	@# longest fault tests | [integration] and [integration2] the other integration tests,
+	@# every other file each. They mostly wait (load average below 1 when phase 2 ran alone
+	@# with two lanes); the Spark lane never runs beside them (chaos tests failed when it did
+	@# on this 2-core machine).
 	@# The console's browser test (phase 2) needs Chromium: tests/support/ensure-chromium.sh
 	@# installs Debian's package when it is missing and we are root (about 35 s, once); the
 	@# test then fails rather than skips without it (LOCKGATE_TEST_REQUIRE_BROWSER).
@@ -109,21 +115,31 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	    $(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 \
 	    $(PYTEST_ARGS) $(FAULTS_LANE_TESTS) 2>&1 | tee $(TEST_LOGS)/faults.log \
 	    | sed -u "s/^/[faults] /"' & faults=$$!; \
-	trap 'kill -- -$$faults 2>/dev/null' INT TERM; \
+	browser=$$(tests/support/ensure-chromium.sh >/dev/null 2>&1 && echo 1 || echo 0); \
+	setsid bash -o pipefail -c '$(call lane_ports,20000-21999,22000-22999) \
+	    LOCKGATE_TEST_REQUIRE_BROWSER='"$$browser"' \
+	    $(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 \
+	    $(PYTEST_ARGS) $(INTEGRATION2_TESTS) 2>&1 | tee $(TEST_LOGS)/integration2.log \
+	    | sed -u "s/^/[integration2] /"' & integration2=$$!; \
+	trap 'kill -- -$$faults -$$integration2 2>/dev/null' INT TERM; \
 	integration=0; \
 	$(call lane_ports,29000-31499,31500-32699) \
-	LOCKGATE_TEST_REQUIRE_BROWSER=$$(tests/support/ensure-chromium.sh >/dev/null 2>&1 && echo 1 || echo 0) \
+	LOCKGATE_TEST_REQUIRE_BROWSER=$$browser \
 	$(BIN)/pytest -p no:cacheprovider -q -ra --durations=25 $(PYTEST_ARGS) tests \
 	    --ignore=tests/unit --ignore=tests/deploy --ignore=tests/spark --ignore=tests/k8s \
-	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS) $(FAULTS_LANE_TESTS)) 2>&1 \
-	    | tee $(TEST_LOGS)/integration.log | sed -u 's/^/[integration] /' || integration=$$?; \
+	    $(addprefix --ignore=,$(CHECKS_LANE_TESTS) $(FAULTS_LANE_TESTS) $(INTEGRATION2_TESTS)) \
+	    2>&1 | tee $(TEST_LOGS)/integration.log | sed -u 's/^/[integration] /' || integration=$$?; \
 	if [ $$integration -eq 5 ]; then integration=0; fi; \
 	faultsrc=0; wait $$faults || faultsrc=$$?; \
 	if [ $$faultsrc -eq 5 ]; then faultsrc=0; fi; \
-	if [ $$integration -ne 0 ] || [ $$faultsrc -ne 0 ]; then \
+	integration2rc=0; wait $$integration2 || integration2rc=$$?; \
+	if [ $$integration2rc -eq 5 ]; then integration2rc=0; fi; \
+	if [ $$integration -ne 0 ] || [ $$faultsrc -ne 0 ] || [ $$integration2rc -ne 0 ]; then \
 	    $(call lane_failures,$$([ $$faultsrc -eq 0 ] || echo faults) \
-	        $$([ $$integration -eq 0 ] || echo integration)); \
-	    echo "make test: phase 2 failed (integration exit $$integration, faults exit $$faultsrc)" >&2; exit 1; fi
+	        $$([ $$integration -eq 0 ] || echo integration) \
+	        $$([ $$integration2rc -eq 0 ] || echo integration2)); \
+	    echo "make test: phase 2 failed (integration exit $$integration, integration2 exit" \
+	         "$$integration2rc, faults exit $$faultsrc)" >&2; exit 1; fi
 	@cache="$(K8S_CACHE)"; \
 	if [ "$$(id -u)" -eq 0 ] && [ -x "$$cache/bin/kube-apiserver" ] && [ -x "$$cache/bin/kubelet" ] \
 	    && [ -x "$$cache/bin/coredns" ]; then \
