@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from processors._checkpoint.alignment import Aligner, Mode, Snapshot
 from processors._checkpoint.control_topics import control_topic
 from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
+from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._checkpoint.txn import WATCHDOG_MARGIN_S, TransactionalProducer
 from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
@@ -96,9 +97,6 @@ class RunnerCore:
         #: Key groups whose grouped aligners could complete but one of them was replaying
         #: (completed once no input replays, see ``BarrierMixin._complete_deferred``).
         self._deferred_groups: set[int] = set()
-        #: (key group, savepoint id) -> the checkpoint it was taken at in this process:
-        #: the same savepoint announced at another id later is not taken twice.
-        self._sp_taken: dict[tuple[int, str], int] = {}
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
         #: its state descends from, a halt, a restore under way; and their committed state.
         self._marks = KeyGroupCheckpoints()
@@ -106,10 +104,8 @@ class RunnerCore:
         self._halted = self._marks.halted
         #: Halted (or savepointed mid-batch) partitions: the snapshot to commit for them.
         self._frozen: dict[tuple[str, int], Snapshot] = {}
-        #: A savepoint request this instance's source key groups take at the next epoch.
-        self._sp_request: dict[str, Any] | None = None
-        #: Requests read while another one is in progress: taken one at a time, in order.
-        self._sp_queue: deque[dict[str, Any]] = deque()
+        #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
+        self._sp_requests = SavepointRequests()
         self._registered = False
         #: Per input topic, the writers (``<app>/<key group>``) registered for it at start.
         self._upstream_writers: dict[str, list[str]] = {}
@@ -122,8 +118,6 @@ class RunnerCore:
         #: Something besides fetched records happened in the open epoch (a completion,
         #: released records processed, a halt lifted): it must commit even if idle.
         self._epoch_active = False
-        #: Savepoints cancelled by ``lockgate savepoint cancel`` (or a failed --stop).
-        self._sp_cancelled: set[str] = set()
         #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
         self._aligned_until: dict[tuple[str, int], int] = {}
         #: Orders the records of several co-partitioned inputs (``None``: one input).
@@ -284,7 +278,7 @@ class RunnerCore:
         pending = [
             c
             for c, sp in snapshot.savepoints.items()
-            if c > snapshot.done and sp not in self._sp_cancelled
+            if c > snapshot.done and sp not in self._sp_requests.cancelled
         ]
         mode = self._mode
         self._aligned_until.pop(key, None)

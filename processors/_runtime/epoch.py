@@ -233,7 +233,7 @@ class EpochMixin(SavepointMixin):
             and not self._epoch_active
             and self._out.records == 0
             and self._out.dead_letters == 0
-            and (self._sp_request is None or not self._kgs)
+            and (self._sp_requests.current is None or not self._kgs)
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
         ):
             if self._writes_barriers():
@@ -499,10 +499,7 @@ class EpochMixin(SavepointMixin):
         interval = self.settings.checkpoint_interval_ms
         now_ms = int(time.time() * 1000)
         ckpt = max(self._checkpoint + 1, now_ms // interval * interval)
-        request = self._sp_request
-        if request is not None and int(request.get("expires_ms", 0)) < now_ms:
-            log.warning("savepoint request expired", extra={"savepoint": request["savepoint"]})
-            request = self._sp_request = None
+        request = self._sp_requests.current_unexpired(now_ms)
         if request is None or not any(self._live_source(g) for g in self._kgs):
             return ckpt, None
         seeding = [g for g in self._kgs if self._marks.seeding(g)]

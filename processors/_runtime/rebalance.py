@@ -311,7 +311,7 @@ class RebalanceMixin(EpochMixin):
                     record.get("globals"), self._txn_timeout_s + 30, lambda: self._stop
                 )
             halted_at = str(record["halted"]) if record.get("halted") else None
-            if halted_at is not None and halted_at in self._sp_cancelled:
+            if halted_at is not None and halted_at in self._sp_requests.cancelled:
                 log.info(
                     "savepoint was cancelled: key group not halted",
                     extra={"key_group": g, "savepoint": halted_at},

@@ -364,9 +364,6 @@ class Runner(BarrierMixin):
             )
         if s.until is not None:
             self._bound = self._plan_bounded_run(admin, s.until)
-        self._sp_stop = {}
-        self._sp_apps = {}
-        self._sp_not_ours = set()
         self._open_request_reader()
         self._open_producer()
         self._restorer = Restorer(
@@ -413,7 +410,7 @@ class Runner(BarrierMixin):
                 "registry not readable; learning writers from barriers", extra={"error": str(exc)}
             )
             return {}
-        self._sp_cancelled |= cancelled
+        self._sp_requests.note_cancelled(cancelled)
         return registry
 
     def _plan_bounded_run(self, admin: Admin, until: str) -> BoundedRun:
@@ -781,12 +778,12 @@ class Runner(BarrierMixin):
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
                 log.warning("producer flush on close failed: %s", exc)
         self._globals.close()
-        for side in (self._reader, self._sp_consumer):
-            if side is not None:
-                try:
-                    side.close()
-                except Exception as exc:  # noqa: BLE001 - best effort on the way out
-                    log.debug("side consumer close failed: %s", exc)
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                log.debug("side consumer close failed: %s", exc)
+        self._sp_requests.close()
 
     def _close_consumer(self) -> bool:
         """Close the consumer within :data:`CONSUMER_CLOSE_S`, else abandon it.

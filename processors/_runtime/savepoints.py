@@ -34,19 +34,13 @@ import hashlib
 import logging
 import os
 import time
-from collections import deque
 from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
-from processors._checkpoint.control_topics import (
-    CANCEL_PREFIX,
-    REQUEST_PARTITION,
-    REQUEST_PREFIX,
-    manifest_key,
-)
+from processors._checkpoint.control_topics import manifest_key
 from processors._kafka.clients import restore_consumer_config
 from processors._kafka.errors import AbortEpoch
 from processors._kafka.faults import crash_point
@@ -74,17 +68,11 @@ log = logging.getLogger("lockgate.savepoint")
 #: Entries (or tombstones) of a savepoint restore committed per transaction (the test
 #: suite lowers it to drive many chunks).
 _SEED_CHUNK = int(os.environ.get("LOCKGATE_TEST_SEED_CHUNK", "50000"))
-#: How far back a starting instance looks for savepoint requests it may have missed.
-_REQUEST_LOOKBACK_MS = 60_000
-_POLL_INTERVAL_S = 0.25
 
 
 class SavepointMixin(RunnerCore):
     """Savepoint requests, exports, halts and restores (see the module docs)."""
 
-    _sp_consumer: Any = None
-    _sp_next_poll = 0.0
-    _sp_seen: set[str]
     _sp_location: SavepointStore | None = None
     _sp_plan_logged: str | None = None
 
@@ -103,91 +91,50 @@ class SavepointMixin(RunnerCore):
 
     def _open_request_reader(self) -> None:
         """Follow partition 0 of this app's control topic for savepoint requests."""
-        self._sp_seen = set()
-        self._sp_queue = deque()
         conf = restore_consumer_config(self.settings, self.name)
         conf["client.id"] = f"{self.name}-{self.settings.instance_id}-requests"
         conf["isolation.level"] = "read_uncommitted"  # requests are plain records
-        consumer = Consumer(conf)
-        since = int(time.time() * 1000) - _REQUEST_LOOKBACK_MS
-        tp = TopicPartition(self._control_topic, REQUEST_PARTITION, since)
-        # A control topic created a moment ago has no leader yet: retried, bounded.
-        found = self._call(
-            consumer.offsets_for_times, [tp], 10, what="savepoint request offsets", timeout_s=60
-        )[0]
-        start = found.offset if found.offset is not None and found.offset >= 0 else -1
-        # -1 (OFFSET_END): nothing written since the lookback.
-        consumer.assign([TopicPartition(self._control_topic, REQUEST_PARTITION, start)])
-        self._sp_consumer = consumer
+
+        def start_offset(consumer: Consumer, tp: TopicPartition) -> int | None:
+            # A control topic created a moment ago has no leader yet: retried, bounded.
+            found = self._call(
+                consumer.offsets_for_times, [tp], 10, what="savepoint request offsets", timeout_s=60
+            )[0]
+            return int(found.offset) if found.offset is not None else None
+
+        self._sp_requests.open(conf, self._control_topic, start_offset)
 
     def _poll_requests(self) -> None:
-        """Take a pending savepoint request (cheap; runs at most every 250 ms)."""
-        now = time.monotonic()
-        if self._sp_consumer is None or now < self._sp_next_poll:
-            return
-        self._sp_next_poll = now + _POLL_INTERVAL_S
-        resume: AbortEpoch | None = None
-        for msg in self._sp_consumer.consume(100, 0):
-            if msg.error() is not None or msg.key() is None:
-                continue
-            if msg.key().startswith(CANCEL_PREFIX):
-                try:
-                    self._cancel(msg.key()[len(CANCEL_PREFIX) :].decode(errors="replace"))
-                except AbortEpoch as exc:  # after the rest of the batch: none of it is lost
-                    resume = resume or exc
-                continue
-            if not msg.key().startswith(REQUEST_PREFIX):
-                continue
-            try:
-                request = orjson.loads(msg.value())
-                sp_id = str(request["savepoint"])
-                int(request["checkpoint"])
-            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                log.warning("ignoring a malformed savepoint request", extra={"key": msg.key()})
-                continue
-            if sp_id in self._sp_seen or sp_id in self._sp_cancelled:
-                continue
-            self._sp_seen.add(sp_id)
-            if int(request.get("expires_ms", 0)) < time.time() * 1000:
-                log.info("savepoint request expired", extra={"savepoint": sp_id})
-                continue
-            log.info(
-                "savepoint requested",
-                extra={"savepoint": sp_id, "checkpoint": request["checkpoint"]},
-            )
-            self._sp_queue.append(request)
-        if self._sp_request is None and self._sp_queue:
-            # One savepoint at a time, in the order they were requested: a second trigger
-            # waits for the first to be taken (or to expire, or to be cancelled).
-            self._sp_request = self._sp_queue.popleft()
-            self._commit_now = True
-        if resume is not None:
-            raise resume
-
-    def _cancel(self, sp_id: str) -> None:
-        """Savepoint ``sp_id`` was cancelled: never take it, lift its halts.
-
-        Key groups halted at it resume by a rewind of the open epoch (every key group
-        back to its last commit, as after a restart): a halted key group replays from
-        its committed position and alignment, completes the savepoint's checkpoint
-        again — now without taking the savepoint — and goes on. Records a halt left
-        unprocessed (skipped in the batch, released by the completion) come back that
-        way, exactly once.
+        """Take a pending savepoint request, lift the halts of cancelled savepoints.
 
         Raises:
-            AbortEpoch: some key group was halted at ``sp_id`` (the loop rewinds).
+            AbortEpoch: a cancel lifted halts (after the whole read: none of it is lost).
         """
-        if sp_id in self._sp_cancelled:
-            return
-        self._sp_cancelled.add(sp_id)
-        if self._sp_request is not None and self._sp_request.get("savepoint") == sp_id:
-            self._sp_request = None
-        queued = [r for r in self._sp_queue if r.get("savepoint") != sp_id]
-        self._sp_queue.clear()
-        self._sp_queue.extend(queued)
-        lifted = self._marks.lift(sp_id)  # an abort of the open epoch keeps them running
+        cancelled, started = self._sp_requests.poll()
+        if started:
+            self._commit_now = True
+        lifted = [g for sp_id in cancelled for g in self._lift_halts(sp_id)]
+        if lifted:
+            raise AbortEpoch(
+                f"savepoint(s) {cancelled} cancelled: resuming halted key groups {lifted}"
+            )
+
+    def _lift_halts(self, sp_id: str) -> list[int]:
+        """Savepoint ``sp_id`` was cancelled: resume the key groups halted at it.
+
+        They resume by a rewind of the open epoch (every key group back to its last
+        commit, as after a restart; the caller raises the :class:`AbortEpoch`): a halted
+        key group replays from its committed position and alignment, completes the
+        savepoint's checkpoint again — now without taking the savepoint — and goes on.
+        Records a halt left unprocessed (skipped in the batch, released by the
+        completion) come back that way, exactly once.
+
+        Returns:
+            The key groups that were halted at ``sp_id`` (none: nothing to rewind).
+        """
+        lifted: list[int] = self._marks.lift(sp_id)  # an epoch abort keeps them running
         if not lifted:
-            return
+            return []
         for g in lifted:
             for t in self._inputs:
                 self._frozen.pop((t, g), None)
@@ -197,7 +144,7 @@ class SavepointMixin(RunnerCore):
             "savepoint cancelled: key groups resume",
             extra={"key_groups": lifted, "savepoint": sp_id},
         )
-        raise AbortEpoch(f"savepoint {sp_id} cancelled: resuming halted key groups {lifted}")
+        return lifted
 
     # -- export ---------------------------------------------------------------------------
 
@@ -319,8 +266,7 @@ class SavepointMixin(RunnerCore):
         self, request: dict[str, Any], manifests: dict[int, dict[str, Any]]
     ) -> None:
         """The source epoch carrying a savepoint committed: halt on a stop request."""
-        if self._sp_request is request:
-            self._sp_request = None
+        self._sp_requests.done(request)
         if not request.get("stop"):
             return
         for g, manifest in manifests.items():
