@@ -36,6 +36,7 @@ from processors._kafka.errors import (
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
+from processors._runtime.timer_guard import TimerGuard
 from processors._sinks import Sinks
 from processors._task.failures import ReplayPoison
 from processors._task.global_tables import GlobalTables
@@ -138,8 +139,8 @@ class RunnerCore:
         self._epoch_bytes = 0  # value bytes fetched in the open epoch
         self._leaving = False  # the stop's explicit group leave is under way
         self._last_epoch_records = 0
-        #: Timers to dead-letter instead of running on the replay: (key, time, name) -> cause.
-        self._poison_timers: dict[tuple[bytes | None, int, str], BaseException] = {}
+        #: Around each timer callback (apps with timers; set up by the Runner).
+        self._timer_guard: TimerGuard | None = None
         #: Records to dead-letter instead of processing on the replay: coords -> cause.
         self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
         self._commit_now = False

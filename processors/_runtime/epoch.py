@@ -311,7 +311,8 @@ class EpochMixin(SavepointMixin):
         if savepoint is not None:
             self._savepoint_committed(savepoint, manifests)
         self._marks.commit(list(self._kgs))
-        self._poison_timers.clear()  # dead-lettered timers are deleted in this commit
+        if self._timer_guard is not None:
+            self._timer_guard.committed()  # dead-lettered timers are deleted in this commit
         if self._poison.entries:  # dead-lettered records behind the committed positions are done
             self._poison.keep(
                 {
