@@ -23,6 +23,7 @@ from processors._checkpoint.alignment import Aligner, Completion, Mode, Snapshot
 from processors._checkpoint.protocol import read_barrier
 from processors._kafka.errors import AbortEpoch
 from processors._runtime.rebalance import RebalanceMixin
+from processors._runtime.savepoint_files import dirty_overlay
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -279,7 +280,7 @@ class BarrierMixin(RebalanceMixin):
                 "LOCKGATE_ALIGNMENT_MAX_HELD records): a savepoint needs an aligned cut"
             )
         try:
-            overlay = self._dirty_overlay(g)
+            overlay = dirty_overlay(self._kgs[g])
         except Exception as exc:  # noqa: BLE001 - a store codec may raise anything
             # Find the record whose state cannot be encoded: replay checking every write.
             self._check_writes = True
@@ -291,8 +292,9 @@ class BarrierMixin(RebalanceMixin):
         # position now is part of the cut.
         offsets = {t: self._next.get((t, g), 0) for t in self._inputs if t not in befores}
         offsets.update({t: b.low for t, b in befores.items()})
-        manifest = self._export(
+        manifest = self._sp_files.export(
             g,
+            self._kgs[g],
             request,
             ckpt,
             offsets,

@@ -36,6 +36,7 @@ from processors._kafka.errors import (
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
+from processors._runtime.savepoint_files import SavepointFiles
 from processors._runtime.timer_guard import TimerGuard
 from processors._sinks import Sinks
 from processors._task.failures import ReplayPoison
@@ -90,6 +91,10 @@ class RunnerCore:
         self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000, self.eos)
         self._out = OutputWriter(
             self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
+        )
+        #: The savepoint files: the location, exports, and a restore's checks and reads.
+        self._sp_files = SavepointFiles(
+            self.name, app, settings, self._out, self._control_topic, self.metrics.beat
         )
         #: Barrier alignment per owned input partition that has upstream lockgate writers.
         self._aligners: dict[tuple[str, int], Aligner] = {}

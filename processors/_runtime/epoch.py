@@ -558,9 +558,9 @@ class EpochMixin(SavepointMixin):
             "outputs": sorted(self._out.outputs),
             "internal_outputs": sorted(self._out.internal_outputs),
             "key_groups": self._partitions,
-            "stores": self._store_schemas(),
-            "state_version": self._state_version(),
-            "operators": self._operator_stores(),
+            "stores": self._sp_files.store_schemas(),
+            "state_version": self._sp_files.state_version(),
+            "operators": self._sp_files.operator_stores(),
             "instance": self.settings.instance_id,
             "ts": int(time.time() * 1000),
         }
@@ -659,8 +659,8 @@ class EpochMixin(SavepointMixin):
                         "savepoint was requested: trigger it again",
                     }
                 if saving is not None:
-                    manifests[g] = self._export(
-                        g, saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})
+                    manifests[g] = self._sp_files.export(
+                        g, self._kgs[g], saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})
                     )
                     if manifests[g]["error"] is not None:
                         saving = None  # downstream takes it (and stops) only where we did
