@@ -37,6 +37,7 @@ from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
 from processors._runtime.savepoint_files import SavepointFiles
+from processors._runtime.savepoint_seeding import SavepointSeeding
 from processors._runtime.timer_guard import TimerGuard
 from processors._sinks import Sinks
 from processors._task.failures import ReplayPoison
@@ -106,6 +107,10 @@ class RunnerCore:
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
         #: its state descends from, a halt, a restore under way; and their committed state.
         self._marks = KeyGroupCheckpoints()
+        #: Restores from a savepoint: which key groups, checked, written in chunks.
+        self._seeding = SavepointSeeding(
+            self._sp_files, self._marks, settings, self._inputs, self._commit_seed_chunk
+        )
         #: The halted key groups (the component's own dict; read here, changed there).
         self._halted = self._marks.halted
         #: Halted (or savepointed mid-batch) partitions: the snapshot to commit for them.
@@ -331,6 +336,9 @@ class RunnerCore:
             conf["client.id"] = f"{self.name}-{self.settings.instance_id}-control"
             self._reader = Consumer(conf)
         return self._reader
+
+    def _commit_seed_chunk(self) -> None:  # pragma: no cover - defined by SavepointMixin
+        raise NotImplementedError
 
     def _check_stop(self) -> None:
         if self._stop:

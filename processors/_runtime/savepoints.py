@@ -31,7 +31,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -41,22 +40,8 @@ from processors._kafka.clients import restore_consumer_config
 from processors._kafka.errors import AbortEpoch
 from processors._kafka.faults import crash_point
 from processors._runtime.core import RunnerCore
-from processors._runtime.operator_plan import (
-    OperatorPlan,
-    rename_timers,
-    savepoint_to_seed,
-)
-from processors._task.time import TIME_STORE
-from state.cache import DELETED
-from state.savepoint import (
-    StoreFile,
-)
 
 log = logging.getLogger("lockgate.savepoint")
-
-#: Entries (or tombstones) of a savepoint restore committed per transaction (the test
-#: suite lowers it to drive many chunks).
-_SEED_CHUNK = int(os.environ.get("LOCKGATE_TEST_SEED_CHUNK", "50000"))
 
 
 class SavepointMixin(RunnerCore):
@@ -154,98 +139,37 @@ class SavepointMixin(RunnerCore):
         raise NotImplementedError
 
     def _seed_from_savepoint(self, g: int) -> bool:
-        """Put key group ``g``'s state, offsets and alignment at savepoint ``--from-savepoint``.
+        """Put key group ``g``'s state, offsets and alignment at its savepoint, if it has one.
 
-        The entries go into the key group's caches as epoch writes (a tombstone for
-        every current key not saved) and are committed in chunks of
-        :data:`_SEED_CHUNK` (one transaction per chunk, so a large state never outlives
-        the transaction timeout); each chunk's checkpoint record says ``seeding``. The
-        last commit also moves the offsets and alignment to the manifest's and records
-        ``origin``. Seeding is idempotent: a restore cut short is redone from the start
-        by the next owner — also without ``--from-savepoint``, because the checkpoint
-        record names the savepoint being seeded. Returns False when the key group
-        descends from that savepoint already (a restart), True when seeded.
+        The entries are written as epoch writes and committed in chunks
+        (processors/_runtime/savepoint_seeding.py); the last part commits with the
+        caller's epoch, together with the offsets and alignment moved to the manifest's
+        and ``origin``.
+
+        Returns:
+            ``True`` when seeded, ``False`` when there is nothing to seed (no savepoint,
+            or the key group descends from it already: a restart).
 
         Raises:
             ConfigError: the savepoint is missing, incomplete or incompatible with the
                 app's stores (the message names the store), or a file is corrupt.
             AbortEpoch: a chunk's commit failed (the caller stops; a restart redoes it).
         """
-        sp_id = savepoint_to_seed(
-            seeding=self._marks.seeding(g),
-            from_savepoint=self.settings.from_savepoint,
-            origin=self._marks.origin(g),
-            halted=self._marks.halted.get(g),
-            resume_halted=self.settings.resume_from_stop_savepoint,
-        )
-        if sp_id is None:
-            self._marks.end_seeding(g)
+        plan = self._seeding.plan(g, self._partitions)
+        if plan is None:
             return False
-        if self._marks.seeding(g) == sp_id and sp_id != self.settings.from_savepoint:
-            log.warning(
-                "finishing an interrupted restore of this key group from a savepoint",
-                extra={"key_group": g, "savepoint": sp_id},
-            )
-        elif sp_id != self.settings.from_savepoint:
-            log.info(
-                "resuming a key group halted by a stop-with-savepoint from that savepoint "
-                "(LOCKGATE_RESUME_FROM_STOP_SAVEPOINT)",
-                extra={"key_group": g, "savepoint": sp_id},
-            )
-        manifest = self._sp_files.committed_manifest(sp_id, g, self._partitions)
-        plan, files, offsets = self._sp_files.seed_plan(sp_id, g, manifest, self._inputs)
-        self._marks.start_seeding(g, sp_id)
-        entries = self._seed_entries(sp_id, g, plan, files)
-        self._seed_positions(g, manifest, offsets)
-        self._marks.seeded(g, sp_id, int(manifest.get("checkpoint", 0)))
+        entries = self._seeding.write(g, self._kgs[g], plan)
+        self._seed_positions(g, plan.manifest, plan.offsets)
+        self._seeding.done(g, plan)
         self._checkpoint = max(self._checkpoint, self._marks.done(g))
         # The last part of the seeding commits with the caller's epoch (not an input
         # record: lockgate_records_in counts input records only).
         self._epoch_active = True
         log.info(
             "key group seeded from a savepoint",
-            extra={"key_group": g, "savepoint": sp_id, "entries": entries},
+            extra={"key_group": g, "savepoint": plan.savepoint, "entries": entries},
         )
         return True
-
-    def _seed_entries(
-        self, sp_id: str, g: int, plan: OperatorPlan, files: dict[str, StoreFile]
-    ) -> int:
-        """Write the saved entries (and tombstones for every other key) as epoch writes.
-
-        Commits every :data:`_SEED_CHUNK` writes; returns how many entries were saved.
-        """
-        kg = self._kgs[g]
-        entries = 0
-        pending = 0
-        for name, cache in kg.caches.items():
-            saved_keys: set[bytes] = set()
-            if name in files:
-                decode = cache.codec.decode
-                renames = plan.timers if name == TIME_STORE else None
-                for key, raw in self._sp_files.read_entries(
-                    sp_id, g, plan.sources[name], files[name]
-                ):
-                    value = decode(raw)
-                    if renames and key[:1] == b"t" and isinstance(value, list):
-                        value = rename_timers(value, renames)
-                        if not value:
-                            continue  # only dropped operators' timers: a tombstone below
-                    cache.put(key, value)
-                    saved_keys.add(key)
-                    entries += 1
-                    pending += 1
-                    if pending >= _SEED_CHUNK:
-                        self._commit_seed_chunk()
-                        pending = 0
-            for key, _ in kg.db.items(name):  # an iterator over the DB as it was
-                if key not in saved_keys:
-                    cache.put(key, DELETED)
-                    pending += 1
-                    if pending >= _SEED_CHUNK:
-                        self._commit_seed_chunk()
-                        pending = 0
-        return entries
 
     def _seed_positions(self, g: int, manifest: dict[str, Any], offsets: dict[str, int]) -> None:
         """Move key group ``g``'s offsets and alignment to the savepoint's."""
