@@ -3,10 +3,15 @@
 One thread owns the consumer, the operator chain and the producer. The parts:
 
 * this module — life cycle (start, signals, stop) and the per-record path;
-* :mod:`processors._runtime.epoch` — the commit sequence, aborts and rewinds;
-* :mod:`processors._runtime.rebalance` — assign (restore), revoke, lost;
-* :mod:`processors._kafka.errors` — how Kafka errors are classified and calls bounded;
-* :mod:`processors._runtime.core` — the shared state, offset tracking and producing.
+* the layers ``Runner`` is built from, sharing the epoch's state:
+  :mod:`processors._runtime.barriers` (barriers read downstream),
+  :mod:`processors._runtime.rebalance` (assign, restore, revoke, lost),
+  :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
+  :mod:`processors._runtime.savepoints` (halts, cancels, a restore's positions),
+  :mod:`processors._runtime.core` (the shared state, bounded waits);
+* the components they use, each owning its state (docs/architecture.md has the table):
+  output, txn, savepoint requests, files and seeding, the timer guard, gauges,
+  membership, query routing, bounded runs, sinks.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so

@@ -45,7 +45,15 @@ log = logging.getLogger("lockgate.savepoint")
 
 
 class SavepointMixin(RunnerCore):
-    """Savepoint requests, exports, halts and restores (see the module docs)."""
+    """The runtime's side of savepoints: halts, cancels, and where a restore puts positions.
+
+    What savepoints need beyond the epoch's shared state is in components:
+    :class:`~processors._checkpoint.savepoint_requests.SavepointRequests` (requests,
+    cancels, barrier announcements), :class:`~processors._runtime.savepoint_files.SavepointFiles`
+    (exports, manifests, a restore's checks and reads) and
+    :class:`~processors._runtime.savepoint_seeding.SavepointSeeding` (which key groups a
+    restore seeds, in chunks).
+    """
 
     # -- requests -------------------------------------------------------------------------
 
