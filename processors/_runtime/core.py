@@ -33,6 +33,7 @@ from processors._kafka.errors import (
     Stopping,
     kafka_call,
 )
+from processors._runtime.checkpoint_writer import CheckpointWriter
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
@@ -107,6 +108,10 @@ class RunnerCore:
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
         #: its state descends from, a halt, a restore under way; and their committed state.
         self._marks = KeyGroupCheckpoints()
+        #: Registrations, barriers and checkpoint records in each epoch's transaction.
+        self._checkpoints = CheckpointWriter(
+            self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
+        )
         #: Restores from a savepoint: which key groups, checked, written in chunks.
         self._seeding = SavepointSeeding(
             self._sp_files, self._marks, settings, self._inputs, self._commit_seed_chunk
@@ -123,8 +128,6 @@ class RunnerCore:
         #: Records an alignment released, processed before the next fetched record (and
         #: upstream watermark updates, applied in their place among them).
         self._released: deque[Any] = deque()
-        #: Per key group, the (watermark, idle) its barriers carried last (event time).
-        self._announced: dict[int, tuple[int, bool]] = {}
         self._reader: Any = None
         #: Something besides fetched records happened in the open epoch (a completion,
         #: released records processed, a halt lifted): it must commit even if idle.
@@ -212,7 +215,6 @@ class RunnerCore:
         #: Input partitions rewound while consume() served a callback: records of theirs
         #: in the batch that consume() returns may predate the seek (dropped, re-sought).
         self._rewound: set[tuple[str, int]] = set()
-        self._internal_partitions: dict[str, int] = {}
         self._gauges = ProgressGauges(
             self.metrics,
             app.time_service,

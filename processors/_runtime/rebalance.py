@@ -85,7 +85,7 @@ class RebalanceMixin(EpochMixin):
         restore each key group, put its offsets and checkpoint records in place, seed
         those restored from a savepoint (committed at once), then fetch from there.
         """
-        self._announced.clear()  # re-announce watermarks to whoever reads them now
+        self._checkpoints.forget()  # re-announce watermarks to whoever reads them now
         if self._state_cleaner is not None:  # first: the epoch end below sweeps
             assigned = {tp.partition for tp in partitions}
             self._state_cleaner.claimed(assigned)

@@ -345,7 +345,7 @@ class Runner(BarrierMixin):
         )
         self._partitions = p = topology.partitions
         self._changelog_retention_ms = topology.changelog_retention_ms
-        self._internal_partitions = topology.internal_partitions
+        self._checkpoints.start(p, topology.internal_partitions)
         self._out.compacted = set(topology.compacted)
         self._out.writer_headers = {g: writer_header(self.name, g) for g in range(p)}
         registry = self._read_registry(admin)
