@@ -102,7 +102,7 @@ def test_expired_and_malformed_requests_are_never_taken() -> None:
     )
     assert _poll(requests) == ([], False)
     assert requests.current is None
-    late = _requests([_request("late", expires_in_ms=50)])
+    late = _requests([_request("late", expires_in_ms=5_000)])
     assert _poll(late) == ([], True)
     assert late.current_unexpired(int(time.time() * 1000) + 10_000) is None
     assert late.current is None
