@@ -30,7 +30,6 @@ and every other one continues from its last commit.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -58,7 +57,13 @@ from processors._spark.backfill_task import (
     run_task,
 )
 from processors.exceptions import ConfigError
-from state.savepoint import SavepointStore, build_descriptor, check_savepoint_id, new_savepoint_id
+from state.savepoint import (
+    SavepointStore,
+    build_descriptor,
+    check_savepoint_id,
+    new_savepoint_id,
+    state_version,
+)
 
 __all__ = ["BackfillError", "Position", "parse_position", "progress_topic", "run_backfill"]
 
@@ -204,7 +209,7 @@ def _state_version(app: App) -> tuple[dict[str, dict[str, str]], str]:
         name: {"kind": h.spec.kind, "codec": h.spec.codec.name}
         for name, h in sorted(app.stores.items())
     }
-    return schemas, hashlib.sha256(orjson.dumps(schemas)).hexdigest()[:16]
+    return schemas, state_version(schemas)
 
 
 # -- the plan record -------------------------------------------------------------------

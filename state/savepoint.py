@@ -65,6 +65,7 @@ __all__ = [
     "merged_items",
     "ms_to_iso",
     "new_savepoint_id",
+    "state_version",
 ]
 
 #: The savepoint-level descriptor, in ``<root>/<savepoint id>/``.
@@ -347,6 +348,20 @@ def key_group_manifest(
         "ts": int(time.time() * 1000),
         **extra,
     }
+
+
+def state_version(schemas: Mapping[str, Mapping[str, str]]) -> str:
+    """The state version of an app: a short hash of its store schemas.
+
+    Args:
+        schemas: store name -> its ``kind`` and ``codec`` (as registered and saved).
+
+    Returns:
+        16 hex digits that change when a store's definition does; the runtime records
+        it in the registry and in manifests, backfill plans and rewritten savepoints
+        carry the same value for the same stores.
+    """
+    return hashlib.sha256(orjson.dumps(dict(sorted(schemas.items())))).hexdigest()[:16]
 
 
 def check_compatible(

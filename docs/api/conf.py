@@ -81,7 +81,7 @@ nitpick_ignore += [
     ("py:class", "state.rocksdb.store.RocksDBKeyGroupStore"),
     ("py:class", "state.rocksdb.memory.RocksDBMemory"),
     ("py:data", "NON_SETTINGS_ENV"),
-    ("py:exc", "_TimerRewind"),
+    ("py:exc", "TimerRewind"),
     ("py:mod", "processors._spark.backfill_task"),
 ]
 # The type variables of generic signatures (``T``, ``A``, ``R``, ...) are not documented.

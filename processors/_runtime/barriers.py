@@ -23,6 +23,7 @@ from processors._checkpoint.alignment import Aligner, Completion, Mode, Snapshot
 from processors._checkpoint.protocol import read_barrier
 from processors._kafka.errors import AbortEpoch
 from processors._runtime.rebalance import RebalanceMixin
+from processors._runtime.savepoint_files import dirty_overlay
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -41,10 +42,6 @@ class WatermarkUpdate:
 
 class BarrierMixin(RebalanceMixin):
     """Feeds barriers to the aligners and acts on completed checkpoints."""
-
-    _sp_stop: dict[str, bool]
-    _sp_apps: dict[str, tuple[str, ...]]
-    _sp_not_ours: set[str]
 
     def _start_alignment(self, topic: str, g: int) -> Aligner:
         """Key group ``g`` met its first upstream lockgate record: it is downstream now.
@@ -104,18 +101,16 @@ class BarrierMixin(RebalanceMixin):
                 self._released.extend(later)
         savepoint = barrier.for_app(self.name)
         if savepoint is None and barrier.savepoint is not None:
-            if barrier.savepoint not in self._sp_not_ours:
-                self._sp_not_ours.add(barrier.savepoint)
+            if self._sp_requests.not_ours(barrier.savepoint):
                 log.info(
                     "a barrier carries a savepoint requested for other apps: not taken here",
                     extra={"savepoint": barrier.savepoint, "apps": list(barrier.apps)},
                 )
         if savepoint is not None:
-            if savepoint in self._sp_cancelled or self._marks.origin(g) == savepoint:
+            if savepoint in self._sp_requests.cancelled or self._marks.origin(g) == savepoint:
                 savepoint = None  # cancelled, or restored from it (taken already)
             else:
-                self._sp_stop[savepoint] = barrier.stop
-                self._sp_apps[savepoint] = barrier.apps
+                self._sp_requests.announced(savepoint, barrier.stop, barrier.apps)
                 if self._mode is Mode.UNALIGNED:
                     # Savepoints are always aligned: hold records of writers past this
                     # barrier until the savepoint's checkpoint completes (nothing is held
@@ -254,9 +249,11 @@ class BarrierMixin(RebalanceMixin):
         self._checkpoint = max(self._checkpoint, ckpt)
         self._epoch_active = True
         sp_id = completion.savepoint
-        if sp_id is not None and (self._marks.origin(g) == sp_id or sp_id in self._sp_cancelled):
+        if sp_id is not None and (
+            self._marks.origin(g) == sp_id or sp_id in self._sp_requests.cancelled
+        ):
             sp_id = None  # restored from it (the replay completes it again), or cancelled
-        if sp_id is not None and self._sp_taken.setdefault((g, sp_id), ckpt) != ckpt:
+        if sp_id is not None and not self._sp_requests.take_once(g, sp_id, ckpt):
             # Announced again at a later id (upstream apps that took the savepoint at
             # different ids): taken at the first. A replay completes the same id again.
             sp_id = None
@@ -274,8 +271,7 @@ class BarrierMixin(RebalanceMixin):
             for t in befores:
                 self._release_watermarks(t, g, ckpt)
             return
-        stop = self._sp_stop.get(sp_id, False)
-        request = {"savepoint": sp_id, "stop": stop, "apps": self._sp_apps.get(sp_id, ())}
+        request = self._sp_requests.request_for(sp_id)
         error = None
         if not completion.aligned:
             error = (
@@ -284,7 +280,7 @@ class BarrierMixin(RebalanceMixin):
                 "LOCKGATE_ALIGNMENT_MAX_HELD records): a savepoint needs an aligned cut"
             )
         try:
-            overlay = self._dirty_overlay(g)
+            overlay = dirty_overlay(self._kgs[g])
         except Exception as exc:  # noqa: BLE001 - a store codec may raise anything
             # Find the record whose state cannot be encoded: replay checking every write.
             self._check_writes = True
@@ -296,8 +292,9 @@ class BarrierMixin(RebalanceMixin):
         # position now is part of the cut.
         offsets = {t: self._next.get((t, g), 0) for t in self._inputs if t not in befores}
         offsets.update({t: b.low for t, b in befores.items()})
-        manifest = self._export(
+        manifest = self._sp_files.export(
             g,
+            self._kgs[g],
             request,
             ckpt,
             offsets,
@@ -309,7 +306,7 @@ class BarrierMixin(RebalanceMixin):
         # Downstream takes the savepoint (and stops) only where this key group did.
         self._write_barriers(g, ckpt, request if ok else None)
         self._commit_now = True
-        if stop and ok:
+        if request["stop"] and ok:
             # Nothing after the cut is processed: the commit names the position and
             # alignment from before the completing barrier, so the records the completion
             # released are read again from Kafka by a cancel's rewind or a restore.

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from processors._checkpoint.alignment import Aligner, Mode, Snapshot
 from processors._checkpoint.control_topics import control_topic
 from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
+from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._checkpoint.txn import WATCHDOG_MARGIN_S, TransactionalProducer
 from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
@@ -32,9 +33,13 @@ from processors._kafka.errors import (
     Stopping,
     kafka_call,
 )
+from processors._runtime.checkpoint_writer import CheckpointWriter
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.output import OutputWriter
+from processors._runtime.savepoint_files import SavepointFiles
+from processors._runtime.savepoint_seeding import SavepointSeeding
+from processors._runtime.timer_guard import TimerGuard
 from processors._sinks import Sinks
 from processors._task.failures import ReplayPoison
 from processors._task.global_tables import GlobalTables
@@ -89,6 +94,10 @@ class RunnerCore:
         self._out = OutputWriter(
             self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
         )
+        #: The savepoint files: the location, exports, and a restore's checks and reads.
+        self._sp_files = SavepointFiles(
+            self.name, app, settings, self._out, self._control_topic, self.metrics.beat
+        )
         #: Barrier alignment per owned input partition that has upstream lockgate writers.
         self._aligners: dict[tuple[str, int], Aligner] = {}
         #: The alignment snapshot committed last, per aligned input partition.
@@ -96,34 +105,33 @@ class RunnerCore:
         #: Key groups whose grouped aligners could complete but one of them was replaying
         #: (completed once no input replays, see ``BarrierMixin._complete_deferred``).
         self._deferred_groups: set[int] = set()
-        #: (key group, savepoint id) -> the checkpoint it was taken at in this process:
-        #: the same savepoint announced at another id later is not taken twice.
-        self._sp_taken: dict[tuple[int, str], int] = {}
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
         #: its state descends from, a halt, a restore under way; and their committed state.
         self._marks = KeyGroupCheckpoints()
+        #: Registrations, barriers and checkpoint records in each epoch's transaction.
+        self._checkpoints = CheckpointWriter(
+            self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
+        )
+        #: Restores from a savepoint: which key groups, checked, written in chunks.
+        self._seeding = SavepointSeeding(
+            self._sp_files, self._marks, settings, self._inputs, self._commit_seed_chunk
+        )
         #: The halted key groups (the component's own dict; read here, changed there).
         self._halted = self._marks.halted
         #: Halted (or savepointed mid-batch) partitions: the snapshot to commit for them.
         self._frozen: dict[tuple[str, int], Snapshot] = {}
-        #: A savepoint request this instance's source key groups take at the next epoch.
-        self._sp_request: dict[str, Any] | None = None
-        #: Requests read while another one is in progress: taken one at a time, in order.
-        self._sp_queue: deque[dict[str, Any]] = deque()
+        #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
+        self._sp_requests = SavepointRequests()
         self._registered = False
         #: Per input topic, the writers (``<app>/<key group>``) registered for it at start.
         self._upstream_writers: dict[str, list[str]] = {}
         #: Records an alignment released, processed before the next fetched record (and
         #: upstream watermark updates, applied in their place among them).
         self._released: deque[Any] = deque()
-        #: Per key group, the (watermark, idle) its barriers carried last (event time).
-        self._announced: dict[int, tuple[int, bool]] = {}
         self._reader: Any = None
         #: Something besides fetched records happened in the open epoch (a completion,
         #: released records processed, a halt lifted): it must commit even if idle.
         self._epoch_active = False
-        #: Savepoints cancelled by ``lockgate savepoint cancel`` (or a failed --stop).
-        self._sp_cancelled: set[str] = set()
         #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
         self._aligned_until: dict[tuple[str, int], int] = {}
         #: Orders the records of several co-partitioned inputs (``None``: one input).
@@ -144,8 +152,8 @@ class RunnerCore:
         self._epoch_bytes = 0  # value bytes fetched in the open epoch
         self._leaving = False  # the stop's explicit group leave is under way
         self._last_epoch_records = 0
-        #: Timers to dead-letter instead of running on the replay: (key, time, name) -> cause.
-        self._poison_timers: dict[tuple[bytes | None, int, str], BaseException] = {}
+        #: Around each timer callback (apps with timers; set up by the Runner).
+        self._timer_guard: TimerGuard | None = None
         #: Records to dead-letter instead of processing on the replay: coords -> cause.
         self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
         self._commit_now = False
@@ -207,7 +215,6 @@ class RunnerCore:
         #: Input partitions rewound while consume() served a callback: records of theirs
         #: in the batch that consume() returns may predate the seek (dropped, re-sought).
         self._rewound: set[tuple[str, int]] = set()
-        self._internal_partitions: dict[str, int] = {}
         self._gauges = ProgressGauges(
             self.metrics,
             app.time_service,
@@ -284,7 +291,7 @@ class RunnerCore:
         pending = [
             c
             for c, sp in snapshot.savepoints.items()
-            if c > snapshot.done and sp not in self._sp_cancelled
+            if c > snapshot.done and sp not in self._sp_requests.cancelled
         ]
         mode = self._mode
         self._aligned_until.pop(key, None)
@@ -331,6 +338,9 @@ class RunnerCore:
             conf["client.id"] = f"{self.name}-{self.settings.instance_id}-control"
             self._reader = Consumer(conf)
         return self._reader
+
+    def _commit_seed_chunk(self) -> None:  # pragma: no cover - defined by SavepointMixin
+        raise NotImplementedError
 
     def _check_stop(self) -> None:
         if self._stop:

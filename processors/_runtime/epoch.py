@@ -29,8 +29,6 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
-from processors._checkpoint.control_topics import REGISTRY_TOPIC, checkpoint_key, registry_key
-from processors._checkpoint.protocol import Barrier
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
 from processors._kafka.authz import authorization_error
 from processors._kafka.clients import producer_config
@@ -39,7 +37,6 @@ from processors._kafka.faults import crash_point
 from processors._runtime.core import SlowRecordError, where
 from processors._runtime.savepoints import SavepointMixin
 from processors._task.failures import stop_error
-from processors._task.time import TIME_STORE
 from processors.exceptions import FatalKafkaError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
@@ -171,7 +168,7 @@ class EpochMixin(SavepointMixin):
         try:
             writes = self._produce_changelogs()  # 1.
             if not self._registered:
-                self._register()
+                self._checkpoints.register()
             manifests = self._write_barriers_and_checkpoints(  # 2.
                 ckpt, savepoint, offsets, snaps, writes
             )
@@ -233,7 +230,7 @@ class EpochMixin(SavepointMixin):
             and not self._epoch_active
             and self._out.records == 0
             and self._out.dead_letters == 0
-            and (self._sp_request is None or not self._kgs)
+            and (self._sp_requests.current is None or not self._kgs)
             and not any(c.dirty for kg in self._kgs.values() for c in kg.caches.values())
         ):
             if self._writes_barriers():
@@ -311,7 +308,8 @@ class EpochMixin(SavepointMixin):
         if savepoint is not None:
             self._savepoint_committed(savepoint, manifests)
         self._marks.commit(list(self._kgs))
-        self._poison_timers.clear()  # dead-lettered timers are deleted in this commit
+        if self._timer_guard is not None:
+            self._timer_guard.committed()  # dead-lettered timers are deleted in this commit
         if self._poison.entries:  # dead-lettered records behind the committed positions are done
             self._poison.keep(
                 {
@@ -499,10 +497,7 @@ class EpochMixin(SavepointMixin):
         interval = self.settings.checkpoint_interval_ms
         now_ms = int(time.time() * 1000)
         ckpt = max(self._checkpoint + 1, now_ms // interval * interval)
-        request = self._sp_request
-        if request is not None and int(request.get("expires_ms", 0)) < now_ms:
-            log.warning("savepoint request expired", extra={"savepoint": request["savepoint"]})
-            request = self._sp_request = None
+        request = self._sp_requests.current_unexpired(now_ms)
         if request is None or not any(self._live_source(g) for g in self._kgs):
             return ckpt, None
         seeding = [g for g in self._kgs if self._marks.seeding(g)]
@@ -552,75 +547,9 @@ class EpochMixin(SavepointMixin):
             offsets.append(TopicPartition(t, g, offset, metadata=meta.decode()))
         return offsets, snaps
 
-    def _register(self) -> None:
-        """Write this app's registration (once per process, in its first epoch)."""
-        record = {
-            "app": self.name,
-            "inputs": list(self._inputs),
-            "outputs": sorted(self._out.outputs),
-            "internal_outputs": sorted(self._out.internal_outputs),
-            "key_groups": self._partitions,
-            "stores": self._store_schemas(),
-            "state_version": self._state_version(),
-            "operators": self._operator_stores(),
-            "instance": self.settings.instance_id,
-            "ts": int(time.time() * 1000),
-        }
-        self._out.produce(
-            REGISTRY_TOPIC, orjson.dumps(record), registry_key(self.name), partition=0
-        )
-
-    def _barrier(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> Barrier:
-        """Barrier ``ckpt`` of key group ``g``, with its watermark if the app has event time."""
-        wm, idle, event_time = -1, False, False
-        svc = self.app.time_service
-        if svc is not None and svc.strategies:
-            # The writer's watermark: a downstream key group's is the minimum over its
-            # writers (idle ones left out), DESIGN 9.
-            wm, idle = svc.announce(self._kgs[g].caches[TIME_STORE])
-            self._announced[g] = (wm, idle)
-            event_time = True
-        return Barrier(
-            ckpt,
-            f"{self.name}/{g}",
-            self._partitions,
-            wm,
-            event_time=event_time,
-            idle=idle,
-            savepoint=None if savepoint is None else savepoint["savepoint"],
-            stop=savepoint is not None and bool(savepoint.get("stop")),
-            apps=() if savepoint is None else tuple(savepoint.get("apps") or ()),
-        )
-
     def _write_barriers(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> None:
-        """Produce barrier ``ckpt`` of key group ``g`` to each internal output partition.
-
-        In the open transaction, after every output of the epoch it ends.
-        """
-        if not self._out.internal_outputs:
-            return
-        value, headers = self._barrier(g, ckpt, savepoint).encode()
-        for topic in self._out.internal_outputs:
-            for p in range(self._internal_partitions[topic]):
-                self._out.produce(topic, value, None, partition=p, headers=headers)
-
-    def _reannounce(self, g: int) -> None:
-        """Forward the watermark of a downstream key group again if it moved.
-
-        A downstream key group whose watermark (or idleness) changed since its last
-        barrier writes that barrier once more, with the new watermark. Downstream
-        aligners ignore a barrier they have seen (same checkpoint id); the watermark
-        applies at once there, as nothing of this writer is held back past a checkpoint
-        that completed. Without it a middle stage would keep the final watermark of a
-        stream that went quiet to itself.
-        """
-        svc = self.app.time_service
-        done = self._marks.done(g)
-        if svc is None or not svc.strategies or not self._out.internal_outputs or not done:
-            return
-        now = svc.announce(self._kgs[g].caches[TIME_STORE])
-        if now != self._announced.get(g):
-            self._write_barriers(g, done, None)
+        """Produce barrier ``ckpt`` of key group ``g`` to each internal output partition."""
+        self._checkpoints.write_barriers(g, self._kgs[g], ckpt, savepoint)
 
     def _write_barriers_and_checkpoints(
         self,
@@ -661,25 +590,22 @@ class EpochMixin(SavepointMixin):
                         "savepoint was requested: trigger it again",
                     }
                 if saving is not None:
-                    manifests[g] = self._export(
-                        g, saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})
+                    manifests[g] = self._sp_files.export(
+                        g, self._kgs[g], saving, ckpt, by_group.get(g, {}), {}, writes.get(g, {})
                     )
                     if manifests[g]["error"] is not None:
                         saving = None  # downstream takes it (and stops) only where we did
                 self._write_barriers(g, ckpt, saving)
             elif not source and g not in self._halted:
-                self._reannounce(g)
+                self._checkpoints.reannounce(g, self._kgs[g], self._marks.done(g))
             align = {t: snap.to_json() for (t, kg), snap in snaps.items() if kg == g}
             halted = self._halted.get(g)
             made = manifests.get(g)
             if made is not None and made["error"] is None and made["stop"]:
                 halted = made["savepoint"]  # halts once this transaction commits
             record = {
-                "app": self.name,
-                "key_group": g,
                 "checkpoint": ckpt if live_source else self._marks.done(g),
                 "aligned": True if source else self._marks.aligned(g),
-                "instance": self.settings.instance_id,
                 "offsets": by_group.get(g, {}),
                 "align": align,
                 "origin": self._marks.origin(g),
@@ -689,9 +615,7 @@ class EpochMixin(SavepointMixin):
             }
             if self._globals:
                 record["globals"] = self._globals.snapshot()
-            self._out.produce(
-                self._control_topic, orjson.dumps(record), checkpoint_key(g), partition=g
-            )
+            self._checkpoints.write_checkpoint(g, record)
         return manifests
 
     # -- slow records -----------------------------------------------------------------
@@ -820,7 +744,7 @@ class EpochMixin(SavepointMixin):
                 (timeout, stuck state, hung call) replaces the producer instead.
         """
         log.warning("aborting epoch", extra={"reason": reason})
-        self._announced.clear()  # what the aborted barriers said never reached anyone
+        self._checkpoints.forget()  # what the aborted barriers said never reached anyone
         if not self._barrier_only:
             # A barrier-only epoch that fails (an outage) replays nothing: not a replay loop.
             self._consecutive_aborts += 1

@@ -85,7 +85,7 @@ class RebalanceMixin(EpochMixin):
         restore each key group, put its offsets and checkpoint records in place, seed
         those restored from a savepoint (committed at once), then fetch from there.
         """
-        self._announced.clear()  # re-announce watermarks to whoever reads them now
+        self._checkpoints.forget()  # re-announce watermarks to whoever reads them now
         if self._state_cleaner is not None:  # first: the epoch end below sweeps
             assigned = {tp.partition for tp in partitions}
             self._state_cleaner.claimed(assigned)
@@ -311,7 +311,7 @@ class RebalanceMixin(EpochMixin):
                     record.get("globals"), self._txn_timeout_s + 30, lambda: self._stop
                 )
             halted_at = str(record["halted"]) if record.get("halted") else None
-            if halted_at is not None and halted_at in self._sp_cancelled:
+            if halted_at is not None and halted_at in self._sp_requests.cancelled:
                 log.info(
                     "savepoint was cancelled: key group not halted",
                     extra={"key_group": g, "savepoint": halted_at},

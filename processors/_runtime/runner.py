@@ -3,10 +3,15 @@
 One thread owns the consumer, the operator chain and the producer. The parts:
 
 * this module — life cycle (start, signals, stop) and the per-record path;
-* :mod:`processors._runtime.epoch` — the commit sequence, aborts and rewinds;
-* :mod:`processors._runtime.rebalance` — assign (restore), revoke, lost;
-* :mod:`processors._kafka.errors` — how Kafka errors are classified and calls bounded;
-* :mod:`processors._runtime.core` — the shared state, offset tracking and producing.
+* the layers ``Runner`` is built from, sharing the epoch's state:
+  :mod:`processors._runtime.barriers` (barriers read downstream),
+  :mod:`processors._runtime.rebalance` (assign, restore, revoke, lost),
+  :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
+  :mod:`processors._runtime.savepoints` (halts, cancels, a restore's positions),
+  :mod:`processors._runtime.core` (the shared state, bounded waits);
+* the components they use, each owning its state (docs/architecture.md has the table):
+  output, txn, savepoint requests, files and seeding, the timer guard, gauges,
+  membership, query routing, bounded runs, sinks.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so
@@ -45,7 +50,6 @@ from processors._checkpoint.protocol import (
     CONTROL_TYPE,
     WRITER,
     lockgate_headers,
-    timer_error_headers,
     writer_header,
 )
 from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
@@ -69,6 +73,7 @@ from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
 from processors._runtime.startup import prepare_topics
+from processors._runtime.timer_guard import TimerGuard, TimerRewind
 from processors._task.failures import stop_error
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
@@ -132,10 +137,6 @@ class _Rewind(Exception):  # noqa: N818 - internal control flow
     """User code raised: abort the epoch and replay with the record dead-lettered."""
 
 
-class _TimerRewind(BaseException):  # noqa: N818 - internal control flow (past user code)
-    """A timer wrote state its codec cannot encode: replay with the timer dead-lettered."""
-
-
 def stopped_fields(checkpoint: int) -> dict[str, Any]:
     """Return the fields of the ``stopped`` log line for the last checkpoint id.
 
@@ -185,11 +186,16 @@ class Runner(BarrierMixin):
         svc = app.time_service
         self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
         self._tick_time = svc is not None and svc.needs_tick
-        self._record_error_outside: BaseException | None = None
-        self._timer_blamable = False  # see timer_started
         if svc is not None:
             svc.emit = self._out.emit
-            svc.hooks = self  # timer_started / timer_done / timer_failed
+            self._timer_guard = TimerGuard(
+                self._out,
+                settings.on_error,
+                checking_writes=lambda: self._check_writes,
+                key_state_error=self._key_state_error,
+                commit_soon=self._commit_soon,
+            )
+            svc.hooks = self._timer_guard
             svc.decode_key = app.key_codec.decode
             svc.reads_barriers = True
         self._http: HealthServer | None = None
@@ -339,7 +345,7 @@ class Runner(BarrierMixin):
         )
         self._partitions = p = topology.partitions
         self._changelog_retention_ms = topology.changelog_retention_ms
-        self._internal_partitions = topology.internal_partitions
+        self._checkpoints.start(p, topology.internal_partitions)
         self._out.compacted = set(topology.compacted)
         self._out.writer_headers = {g: writer_header(self.name, g) for g in range(p)}
         registry = self._read_registry(admin)
@@ -364,9 +370,6 @@ class Runner(BarrierMixin):
             )
         if s.until is not None:
             self._bound = self._plan_bounded_run(admin, s.until)
-        self._sp_stop = {}
-        self._sp_apps = {}
-        self._sp_not_ours = set()
         self._open_request_reader()
         self._open_producer()
         self._restorer = Restorer(
@@ -413,7 +416,7 @@ class Runner(BarrierMixin):
                 "registry not readable; learning writers from barriers", extra={"error": str(exc)}
             )
             return {}
-        self._sp_cancelled |= cancelled
+        self._sp_requests.note_cancelled(cancelled)
         return registry
 
     def _plan_bounded_run(self, admin: Admin, until: str) -> BoundedRun:
@@ -589,7 +592,7 @@ class Runner(BarrierMixin):
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
-                except _TimerRewind:
+                except TimerRewind:
                     self._slow = None
                     self._abort_epoch(
                         "user code (a timer) wrote state that cannot be encoded: replaying "
@@ -781,12 +784,12 @@ class Runner(BarrierMixin):
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
                 log.warning("producer flush on close failed: %s", exc)
         self._globals.close()
-        for side in (self._reader, self._sp_consumer):
-            if side is not None:
-                try:
-                    side.close()
-                except Exception as exc:  # noqa: BLE001 - best effort on the way out
-                    log.debug("side consumer close failed: %s", exc)
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            except Exception as exc:  # noqa: BLE001 - best effort on the way out
+                log.debug("side consumer close failed: %s", exc)
+        self._sp_requests.close()
 
     def _close_consumer(self) -> bool:
         """Close the consumer within :data:`CONSUMER_CLOSE_S`, else abandon it.
@@ -1205,26 +1208,6 @@ class Runner(BarrierMixin):
                 self._raise_producer_error()
         self.metrics.records_out_attempts += self._out.records - out_before
 
-    # -- timer hooks (processors._task.time.TimerHooks) -----------------------------------------
-
-    def timer_started(self, raw_key: bytes | None, t: int, name: str) -> bool:
-        """A timer callback starts: an output rejection from now on is the timer's.
-
-        Returns ``False`` for a timer poisoned by an earlier attempt of this epoch (its
-        state could not be encoded): it is dead-lettered instead of run.
-        """
-        poisoned = self._poison_timers.get((raw_key, t, name))
-        if poisoned is not None:
-            self._timer_failed(raw_key, t, name, poisoned)
-            self._commit_now = True  # keep the replay span short
-            return False
-        self._record_error_outside = self._out.record_error
-        self._out.record_error = None
-        # While replaying to find unencodable state: a key whose state is bad already
-        # (written by the record that moved the watermark) is not this timer's doing.
-        self._timer_blamable = self._check_writes and self._key_state_error(raw_key) is None
-        return True
-
     def _key_state_error(self, raw_key: bytes | None) -> BaseException | None:
         """The encode error of the bound key group's pending writes of ``raw_key``."""
         svc = self.app.time_service
@@ -1232,57 +1215,8 @@ class Runner(BarrierMixin):
         kg = self._kgs.get(svc.handle.cache.db.key_group)
         return None if kg is None else self._state_write_error(kg.caches, raw_key)
 
-    def _check_timer_writes(self, raw_key: bytes | None, t: int, name: str) -> None:
-        """While replaying to find unencodable state, blame this timer if it wrote some.
-
-        Raises:
-            _TimerRewind: it did (the epoch is replayed with the timer dead-lettered).
-        """
-        if self._check_writes and self._timer_blamable:
-            bad = self._key_state_error(raw_key)
-            if bad is not None:
-                self._poison_timers[(raw_key, t, name)] = bad
-                raise _TimerRewind
-
-    def timer_done(self, raw_key: bytes | None, t: int, name: str) -> None:
-        """A timer callback returned; if one of its outputs was rejected, dead-letter it.
-
-        Raises:
-            _TimerRewind: while replaying to find unencodable state, this timer wrote
-                some (the epoch is replayed without it).
-        """
-        rejected, self._out.record_error = self._out.record_error, self._record_error_outside
-        self._check_timer_writes(raw_key, t, name)
-        if rejected is not None and self._out.producer_error is None:
-            self._timer_failed(raw_key, t, name, rejected)
-
-    def timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
-        """A timer callback raised (its unencodable writes are found the same way)."""
-        self._out.record_error = self._record_error_outside
-        self._check_timer_writes(raw_key, t, name)
-        self._timer_failed(raw_key, t, name, exc)
-
-    def _timer_failed(self, raw_key: bytes | None, t: int, name: str, exc: BaseException) -> None:
-        """A timer callback failed: dead-letter the timer (its key, no value) and go on.
-
-        What the callback emitted before failing stays in the epoch (a timer is not
-        replayed alone).
-
-        Raises:
-            AbortEpoch: the producer refused a record (not the timer's fault).
-            UserCodeError: under ``LOCKGATE_ON_ERROR=fail``.
-        """
-        if self._out.producer_error is not None:
-            raise AbortEpoch(f"produce failed in a timer: {self._out.producer_error.str()}")
-        stop = stop_error(self.settings.on_error, f"timer {name!r} at {t}", exc)
-        if stop is not None:
-            raise stop
-        log.warning(
-            "timer failed: dead-lettering",
-            extra={"timer": name, "time": t, "error": f"{type(exc).__name__}: {exc}"},
-        )
-        self._out.produce(self._out.dlq, None, raw_key, headers=timer_error_headers(exc, t, name))
-        self._out.dead_letters += 1
+    def _commit_soon(self) -> None:
+        self._commit_now = True
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:
         """Apply the failure policy (processors/_task/failures.py) to input record ``msg``.

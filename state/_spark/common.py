@@ -9,7 +9,6 @@ as one line.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
@@ -168,11 +167,6 @@ def _offsets_by_group(
         else:
             raise SavepointError(f"offsets[{topic!r}]: unsupported value {spec!r}")
     return out
-
-
-def _state_version(schemas: Mapping[str, Mapping[str, str]]) -> str:
-    """The runtime's state version of these store schemas (``SavepointMixin``)."""
-    return hashlib.sha256(orjson.dumps(dict(sorted(schemas.items())))).hexdigest()[:16]
 
 
 def _run_job(what: str, action: Callable[[], T]) -> T:

@@ -25,7 +25,6 @@ from state._spark.common import (
     _offsets_by_group,
     _run_job,
     _spark_context,
-    _state_version,
 )
 from state._spark.saved import SavedApp, load_saved_app
 from state._spark.writing import _first, _fresh_id, _strictly_increasing, _write_descriptor
@@ -36,6 +35,7 @@ from state.savepoint import (
     StoreFile,
     _check_name,
     key_group_manifest,
+    state_version,
 )
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ def rewrite_savepoint(
     _check_name("app", name)
     sp_id = _fresh_id(location, new_savepoint_id)
     checkpoint = max(int(m.get("checkpoint") or 0) for m in saved.manifests.values())
-    version = str(saved.info.get("state_version") or _state_version(saved.stores))
+    version = str(saved.info.get("state_version") or state_version(saved.stores))
     files = {store: saved.files(store) for store in saved.stores}
     rekeyer = _Rekeyer(url, savepoint_id, app_name, files, saved.key_groups, p2)
     writer = _RekeyWriter(

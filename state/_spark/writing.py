@@ -20,7 +20,6 @@ from state._spark.common import (
     _offsets_by_group,
     _run_job,
     _show_key,
-    _state_version,
 )
 from state.codecs import Codec
 from state.partitioning import key_group
@@ -32,6 +31,7 @@ from state.savepoint import (
     check_savepoint_id,
     key_group_manifest,
     new_savepoint_id,
+    state_version,
 )
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ def write_savepoint(
     schemas = {
         n: {"kind": h.spec.kind, "codec": h.spec.codec.name} for n, h in sorted(handles.items())
     }
-    version = _state_version(schemas)
+    version = state_version(schemas)
     sp_id = _fresh_id(location, savepoint_id)
     ckpt = int(time.time() * 1000) if checkpoint is None else int(checkpoint)
     key_codec = app.key_codec

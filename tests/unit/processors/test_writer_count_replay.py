@@ -33,6 +33,7 @@ from typing import Any
 
 from processors._checkpoint.alignment import Aligner, Completion, Decision, Mode, Snapshot
 from processors._checkpoint.protocol import Barrier, lockgate_headers
+from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._runtime.barriers import BarrierMixin
 
 UP = "up"
@@ -52,10 +53,7 @@ class _Runtime:
         self._inputs = ("T",)
         self._aligners = {("T", 0): aligner}
         self._released: list[Any] = []
-        self._sp_not_ours: set[str] = set()
-        self._sp_cancelled: set[str] = set()
-        self._sp_stop: dict[str, bool] = {}
-        self._sp_apps: dict[str, tuple[str, ...]] = {}
+        self._sp_requests = SavepointRequests()
         self._aligned_until: dict[tuple[str, int], int] = {}
         self._marks = SimpleNamespace(origin=lambda g: origin)
         self.metrics = SimpleNamespace(observe_alignment=lambda s: None)
