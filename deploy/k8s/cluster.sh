@@ -76,7 +76,7 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
     net.bridge.bridge-nf-call-ip6tables net.netfilter.nf_conntrack_max
     net.netfilter.nf_conntrack_tcp_timeout_established
     net.netfilter.nf_conntrack_tcp_timeout_close_wait)
-PV_COUNT="${LOCKGATE_TEST_K8S_PVS:-16}"
+PV_COUNT="${LOCKGATE_TEST_K8S_PVS:-24}"
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 CACHE="${LOCKGATE_TEST_K8S_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/lockgate/k8s}"
@@ -766,9 +766,14 @@ cmd_up() {
     gen_pki
     net_up
     containerd_up
-    load_images
+    # The images load (about 17 s: docker save | ctr import) while the control plane and the
+    # node start; no pod is created before addons_up, so nothing needs them earlier.
+    local loader
+    load_images &
+    loader=$!
     control_plane_up
     node_up
+    wait "${loader}" || die "loading the images into the cluster's containerd failed"
     addons_up
     log "cluster up in $((SECONDS - t)) s: export KUBECONFIG=${STATE}/admin.kubeconfig"
 }
@@ -777,14 +782,15 @@ cmd_up() {
 # down
 # ---------------------------------------------------------------------------------------------
 
-# stop_pid NAME: stop the process recorded in $PIDS/NAME.pid (TERM, then KILL after 15 s).
+# stop_pid NAME [GRACE]: stop the process recorded in $PIDS/NAME.pid (TERM, then KILL after
+# GRACE seconds, default 15).
 stop_pid() {
-    local name=$1 pid i
+    local name=$1 grace=${2:-15} pid i
     [[ -f ${PIDS}/${name}.pid ]] || return 0
     pid="$(cat "${PIDS}/${name}.pid")"
     if [[ -n ${pid} ]] && kill -0 "${pid}" 2>/dev/null; then
         kill -TERM "${pid}" 2>/dev/null || true
-        for ((i = 0; i < 150; i++)); do
+        for ((i = 0; i < grace * 10; i++)); do
             kill -0 "${pid}" 2>/dev/null || break
             sleep 0.1
         done
@@ -933,8 +939,10 @@ cmd_down() {
         log "nothing to tear down (${STATE} does not exist)"
         return 0
     fi
+    # Their state (etcd's data, the kubelet's directory) is deleted below: no graceful drain is
+    # worth waiting for (the apiserver alone could take its whole 15 s).
     for c in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver; do
-        stop_pid "${c}"
+        stop_pid "${c}" 3
     done
     containers_down
     stop_pid etcd
