@@ -63,13 +63,10 @@ CONSOLE_PORT = 8088
 Fixture = tuple[Pipeline, Pipeline, Topics, str, S3Server]
 
 
-def release_args(
-    p: Pipeline, spec: str, topics: Topics, server: S3Server, **env_extra: str
-) -> list[str]:
+def release_args(p: Pipeline, spec: str, topics: Topics, server: S3Server) -> list[str]:
     """The release's values: the same savepoint location for both, the console in ``clicks``."""
     # The three topics, as the apps declare them (pipeline_env's other entries are the chart's).
     env = {k: v for k, v in pipeline_env("", topics, "").items() if k.endswith("_TOPIC")}
-    env.update(env_extra)
     console = ["--set", "console.enabled=true"] if p.release == "clicks" else []
     return [
         p.release, chart_dir(), "--namespace", p.ns,
@@ -248,7 +245,7 @@ def test_restore_both_releases_into_fresh_volumes_from_the_object_store_is_exact
         # No local state left: both releases and every claim of their pods gone.
         t = time.monotonic()
         for p in (regions, clicks):
-            c.helm("uninstall", p.release, "--namespace", ns, "--wait", "--timeout", "180s")
+            c.helm("uninstall", p.release, "--namespace", ns, "--wait", "--timeout", "3m")
         for p in releases:
             c.kubectl("-n", ns, "delete", "pvc", *old_claims[p.release], "--wait=true", timeout=180)
             assert claims(p) == {}, claims(p)
@@ -257,9 +254,9 @@ def test_restore_both_releases_into_fresh_volumes_from_the_object_store_is_exact
         t = time.monotonic()
         for p, spec in ((clicks, CLICK_SPEC), (regions, REGION_SPEC)):
             c.helm(
-                "install",
-                *release_args(p, spec, topics, server, LOCKGATE_FROM_SAVEPOINT=sp_id),
+                "install", *release_args(p, spec, topics, server),
                 "--set", "upgrade.mode=none",
+                "--set-string", f"env.LOCKGATE_FROM_SAVEPOINT={sp_id}",
             )  # fmt: skip
         for p in releases:
             p.wait_all_ready(REPLICAS)
