@@ -39,6 +39,13 @@ class S3Server:
             self._server.stop()
             self._server = None
 
+    def create_bucket(self) -> None:
+        """Create ``BUCKET`` unless it exists (moto's store is shared by every server of the
+        process: the tier's modules each start one, the bucket outlives them)."""
+        fs = self.fs()
+        if not fs.exists(BUCKET):
+            fs.mkdir(BUCKET)
+
     def fs(self) -> Any:
         """An s3fs filesystem on the server, with the test credentials."""
         import s3fs  # type: ignore[import-untyped]

@@ -47,6 +47,7 @@ from tests.k8s.pipeline import (
     JobWatch,
     Pipeline,
     descriptor_in,
+    json_line,
     log_text,
     restarts,
     revision_and_uids,
@@ -101,7 +102,7 @@ def pipeline(cluster: Cluster) -> Iterator[Fixture]:
     server = S3Server()
     try:
         server.start()
-        server.fs().mkdir(BUCKET)
+        server.create_bucket()
         create_secret(cluster, ns)
         bootstrap = cluster.install_kafka(ns)
         clicks.bootstrap = regions.bootstrap = bootstrap
@@ -274,11 +275,15 @@ def test_restore_both_releases_into_fresh_volumes_from_the_object_store_is_exact
         # Fresh volumes: other PersistentVolumes (the old ones are Released: Retain policy).
         assert all(new.values()), new
         assert not set(new.values()) & set(old_claims[p.release].values()), (new, old_claims)
-        logs = {n: log_text(p, n) for n in p.pods()}
-        seeded = {n: text.count("seeded from a savepoint") for n, text in logs.items()}
-        # Every key group (PARTITIONS per app) was seeded from the savepoint, on fresh volumes.
-        assert sum(seeded.values()) >= PARTITIONS, (p.release, seeded)
-        assert all(sp_id in text for n, text in logs.items() if seeded[n]), p.release
+        # Every key group of the app (one per input partition) was seeded from that savepoint.
+        seeded = [
+            line
+            for n in p.pods()
+            for line in map(json_line, log_text(p, n).splitlines())
+            if line.get("msg") == "key group seeded from a savepoint"
+        ]
+        assert {line["key_group"] for line in seeded} == set(range(PARTITIONS)), seeded
+        assert {line["savepoint"] for line in seeded} == {sp_id}, seeded
     total = before + len(feeder.produced)
     t = time.monotonic()
     counts = read_topic(bootstrap, topics.counts, expected=total, timeout=240, idle=2)

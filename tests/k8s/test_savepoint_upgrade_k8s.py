@@ -148,7 +148,7 @@ def release(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[
     try:
         if server is not None:
             server.start()
-            server.fs().mkdir(BUCKET)
+            server.create_bucket()
             create_secret(cluster, ns)
             store = s3_store(p, server)
         else:
