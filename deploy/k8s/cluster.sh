@@ -782,15 +782,14 @@ cmd_up() {
 # down
 # ---------------------------------------------------------------------------------------------
 
-# stop_pid NAME [GRACE]: stop the process recorded in $PIDS/NAME.pid (TERM, then KILL after
-# GRACE seconds, default 15).
+# stop_pid NAME: stop the process recorded in $PIDS/NAME.pid (TERM, then KILL after 15 s).
 stop_pid() {
-    local name=$1 grace=${2:-15} pid i
+    local name=$1 pid i
     [[ -f ${PIDS}/${name}.pid ]] || return 0
     pid="$(cat "${PIDS}/${name}.pid")"
     if [[ -n ${pid} ]] && kill -0 "${pid}" 2>/dev/null; then
         kill -TERM "${pid}" 2>/dev/null || true
-        for ((i = 0; i < grace * 10; i++)); do
+        for ((i = 0; i < 150; i++)); do
             kill -0 "${pid}" 2>/dev/null || break
             sleep 0.1
         done
@@ -802,6 +801,41 @@ stop_pid() {
         log "stopped ${name} (pid ${pid})"
     fi
     rm -f "${PIDS}/${name}.pid"
+}
+
+# stop_pids GRACE NAME...: stop the processes recorded in $PIDS/NAME.pid together (TERM to all,
+# then KILL to those left after GRACE seconds).
+stop_pids() {
+    local grace=$1 name pid i alive
+    shift
+    local -A pids=()
+    for name in "$@"; do
+        [[ -f ${PIDS}/${name}.pid ]] || continue
+        pid="$(cat "${PIDS}/${name}.pid")"
+        if [[ -n ${pid} ]] && kill -0 "${pid}" 2>/dev/null; then
+            kill -TERM "${pid}" 2>/dev/null || true
+            pids[${name}]=${pid}
+        fi
+    done
+    for ((i = 0; i < grace * 10 + 20; i++)); do
+        alive=()
+        for name in "${!pids[@]}"; do
+            kill -0 "${pids[${name}]}" 2>/dev/null && alive+=("${name}")
+        done
+        ((${#alive[@]} > 0)) || break
+        if ((i == grace * 10)); then
+            for name in "${alive[@]}"; do
+                log "${name} (pid ${pids[${name}]}) ignored SIGTERM: SIGKILL"
+                kill -KILL "${pids[${name}]}" 2>/dev/null || true
+            done
+        fi
+        sleep 0.1
+    done
+    for name in "$@"; do
+        [[ -n ${pids[${name}]:-} ]] && log "stopped ${name} (pid ${pids[${name}]})"
+        rm -f "${PIDS}/${name}.pid"
+    done
+    return 0
 }
 
 # PIDs of the runc shims of the cluster's containerd (their -address is our socket).
@@ -939,11 +973,10 @@ cmd_down() {
         log "nothing to tear down (${STATE} does not exist)"
         return 0
     fi
-    # Their state (etcd's data, the kubelet's directory) is deleted below: no graceful drain is
-    # worth waiting for (the apiserver alone could take its whole 15 s).
-    for c in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver; do
-        stop_pid "${c}" 3
-    done
+    # Together, with a short grace: their state (etcd's data, the kubelet's directory) is deleted
+    # below, so no graceful drain is worth waiting for (one by one with 15 s each, the apiserver
+    # alone could take its whole 15 s, and the others about 2 s each).
+    stop_pids 3 kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver
     containers_down
     stop_pid etcd
     unmount_state
