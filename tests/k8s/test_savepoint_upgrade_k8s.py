@@ -3,13 +3,14 @@
 The running-sum release with ``upgrade.mode: savepoint`` and the savepoint CronJob (suspended),
 once per savepoint location (the module's fixture is parametrized):
 
-- ``pvc``: a PersistentVolumeClaim the chart renders (the cluster's local StorageClass; one
-  node, so a ReadWriteOnce claim is shared by both pods and the Jobs);
-- ``s3``: an S3 API server (moto's) on the node address, reached by s3fs in the shipped image
-  through ``savepoints.endpointUrl``, with the credentials from a Secret
-  (``savepoints.credentials``).
+- ``pvc`` (``k8s_long``): a PersistentVolumeClaim the chart renders (the cluster's local
+  StorageClass; one node, so a ReadWriteOnce claim is shared by both pods and the Jobs);
+- ``s3``: an S3 API server (moto's, tests/k8s/store.py) on the node address, reached by s3fs in
+  the shipped image through ``savepoints.endpointUrl``, with the credentials from a Secret
+  (``savepoints.credentials``); this release also runs the chart's console.
 
-The tests run in file order against each release:
+The tests run in file order against each release (``make test`` runs the s3 release's tests
+not marked ``k8s_long``: install, ad-hoc savepoint, console, alerts):
 
 - an ad-hoc savepoint Job (``kubectl create job --from=cronjob/...``) takes a savepoint without
   halting anything;
@@ -19,7 +20,11 @@ The tests run in file order against each release:
   out of its halt, goes on exactly;
 - ``helm upgrade`` while input flows: the hook takes a stop-with-savepoint, every pod rolls and
   resumes its key groups from it (their logs say so), the savepoint is in the store, and the
-  whole committed output (read_committed) equals the model: no loss, no duplicate.
+  whole committed output (read_committed) equals the model: no loss, no duplicate;
+- the console (s3): its page names the app, and it lists the store's completed savepoints;
+- the chart's alerts over the pods' /metrics (tests/k8s/alerts.py): quiet while healthy; a
+  stop-with-savepoint while input flows fires the lag and halted-key-groups alerts; a cancel
+  resumes the pipeline exactly and the alerts go quiet.
 """
 
 from __future__ import annotations
