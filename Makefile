@@ -71,7 +71,7 @@ lane_failures = for lane in $(1); do \
 	  { grep -hE '^(FAILED|ERROR) tests/|^=* ?[0-9]+ (failed|errors?)\b' $(TEST_LOGS)/$$lane.log \
 	    || tail -n 5 $(TEST_LOGS)/$$lane.log; } 2>/dev/null | sed "s/^/make test: [$$lane] /" >&2; done
 
-test: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}/.cache}/lockgate/k8s}
+test chaos: K8S_CACHE = $${LOCKGATE_TEST_K8S_CACHE:-$${XDG_CACHE_HOME:-$${HOME:-/root}/.cache}/lockgate/k8s}
 test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, containers, Spark, chaos, k8s (when built)
 	@# Phase 1, two lanes: [checks] lint, types, API docs, the Docker engine, unit and chart
 	@# tests, then CHECKS_LANE_TESTS (integration tests that are neither timing-sensitive nor
@@ -88,7 +88,9 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# test then fails rather than skips without it (LOCKGATE_TEST_REQUIRE_BROWSER).
 	@# Phase 3: the Kubernetes tier when its parts are built (deploy/k8s/cluster.sh build, about
 	@# 40 min cold, cached after) and we are root; else it says how to get it. Without its
-	@# k8s_long scenarios (the S3 savepoint store, the two-release pipeline: make test-k8s).
+	@# k8s_long scenarios (make test-k8s, make chaos): what runs here is the s3 savepoint release
+	@# (install, an ad-hoc savepoint to the object store, the console, the lag and halted alerts on
+	@# a halted pipeline): about 2 min with the cluster's start and teardown.
 	@# pytest's exit 5 (nothing collected, e.g. a -k in PYTEST_ARGS) is not a failure.
 	@# $(SUBMAKE), not the MAKE variable: a dry run (make -n) must not run this line.
 	@set -o pipefail; \
@@ -164,8 +166,18 @@ test-k8s: $(STAMP) ## Kubernetes tier (root), k8s_long scenarios included: build
 test-fast: $(STAMP) ## Unit tests only (no broker)
 	$(BIN)/pytest -q tests/unit
 
-chaos: $(STAMP) ## Long chaos run (CHAOS_KILLS kill -9s, default 40)
+chaos: $(STAMP) ## Long chaos run (CHAOS_KILLS kill -9s, default 40), then the Kubernetes tier's k8s_long scenarios (when built)
 	LOCKGATE_CHAOS_KILLS=$(CHAOS_KILLS) $(BIN)/pytest -q -s tests/chaos
+	@# The long variants of the Kubernetes tier (make test runs only its quick subset); skipped,
+	@# as in make test, unless its parts are built and we are root.
+	@cache="$(K8S_CACHE)"; \
+	if [ "$$(id -u)" -eq 0 ] && [ -x "$$cache/bin/kube-apiserver" ] && [ -x "$$cache/bin/kubelet" ] \
+	    && [ -x "$$cache/bin/coredns" ]; then \
+	  LOCKGATE_TEST_K8S=1 $(BIN)/pytest -p no:cacheprovider -q -ra --durations=20 \
+	      -m k8s_long $(PYTEST_ARGS) tests/k8s || [ $$? -eq 5 ]; \
+	else \
+	  echo "make chaos: Kubernetes tier skipped: its parts are not built in $$cache (or not root)"; \
+	fi
 
 run: $(STAMP) ## Demo: broker (if none configured), demo input, running_sum, print its output
 	@if [ -z "$$LOCKGATE_BOOTSTRAP_SERVERS" ]; then $(MAKE) --no-print-directory kafka-up >/dev/null; fi

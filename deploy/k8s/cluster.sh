@@ -76,7 +76,7 @@ SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
     net.bridge.bridge-nf-call-ip6tables net.netfilter.nf_conntrack_max
     net.netfilter.nf_conntrack_tcp_timeout_established
     net.netfilter.nf_conntrack_tcp_timeout_close_wait)
-PV_COUNT="${LOCKGATE_TEST_K8S_PVS:-16}"
+PV_COUNT="${LOCKGATE_TEST_K8S_PVS:-24}"
 
 SCRIPT_DIR="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
 CACHE="${LOCKGATE_TEST_K8S_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/lockgate/k8s}"
@@ -766,9 +766,14 @@ cmd_up() {
     gen_pki
     net_up
     containerd_up
-    load_images
+    # The images load (about 17 s: docker save | ctr import) while the control plane and the
+    # node start; no pod is created before addons_up, so nothing needs them earlier.
+    local loader
+    load_images &
+    loader=$!
     control_plane_up
     node_up
+    wait "${loader}" || die "loading the images into the cluster's containerd failed"
     addons_up
     log "cluster up in $((SECONDS - t)) s: export KUBECONFIG=${STATE}/admin.kubeconfig"
 }
@@ -796,6 +801,41 @@ stop_pid() {
         log "stopped ${name} (pid ${pid})"
     fi
     rm -f "${PIDS}/${name}.pid"
+}
+
+# stop_pids GRACE NAME...: stop the processes recorded in $PIDS/NAME.pid together (TERM to all,
+# then KILL to those left after GRACE seconds).
+stop_pids() {
+    local grace=$1 name pid i alive
+    shift
+    local -A pids=()
+    for name in "$@"; do
+        [[ -f ${PIDS}/${name}.pid ]] || continue
+        pid="$(cat "${PIDS}/${name}.pid")"
+        if [[ -n ${pid} ]] && kill -0 "${pid}" 2>/dev/null; then
+            kill -TERM "${pid}" 2>/dev/null || true
+            pids[${name}]=${pid}
+        fi
+    done
+    for ((i = 0; i < grace * 10 + 20; i++)); do
+        alive=()
+        for name in "${!pids[@]}"; do
+            kill -0 "${pids[${name}]}" 2>/dev/null && alive+=("${name}")
+        done
+        ((${#alive[@]} > 0)) || break
+        if ((i == grace * 10)); then
+            for name in "${alive[@]}"; do
+                log "${name} (pid ${pids[${name}]}) ignored SIGTERM: SIGKILL"
+                kill -KILL "${pids[${name}]}" 2>/dev/null || true
+            done
+        fi
+        sleep 0.1
+    done
+    for name in "$@"; do
+        [[ -n ${pids[${name}]:-} ]] && log "stopped ${name} (pid ${pids[${name}]})"
+        rm -f "${PIDS}/${name}.pid"
+    done
+    return 0
 }
 
 # PIDs of the runc shims of the cluster's containerd (their -address is our socket).
@@ -933,9 +973,10 @@ cmd_down() {
         log "nothing to tear down (${STATE} does not exist)"
         return 0
     fi
-    for c in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver; do
-        stop_pid "${c}"
-    done
+    # Together, with a short grace: their state (etcd's data, the kubelet's directory) is deleted
+    # below, so no graceful drain is worth waiting for (one by one with 15 s each, the apiserver
+    # alone could take its whole 15 s, and the others about 2 s each).
+    stop_pids 3 kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver
     containers_down
     stop_pid etcd
     unmount_state

@@ -25,7 +25,9 @@ from tests.k8s.kube import Cluster, pod_ready, timed
 from tests.k8s.pipeline import Pipeline, install_args, metric, restarts
 from tests.support.kafka import create_topic, unique
 
-pytestmark = pytest.mark.k8s
+# Every scenario here is long (make test-k8s, make chaos); make test's quick subset of the tier
+# is test_savepoint_upgrade_k8s.py's s3 release (install, savepoint, console, alerts).
+pytestmark = [pytest.mark.k8s, pytest.mark.k8s_long]
 
 RELEASE = "sums"
 STS = f"{RELEASE}-lockgate"

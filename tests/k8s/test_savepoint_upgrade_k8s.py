@@ -3,13 +3,14 @@
 The running-sum release with ``upgrade.mode: savepoint`` and the savepoint CronJob (suspended),
 once per savepoint location (the module's fixture is parametrized):
 
-- ``pvc``: a PersistentVolumeClaim the chart renders (the cluster's local StorageClass; one
-  node, so a ReadWriteOnce claim is shared by both pods and the Jobs);
-- ``s3``: an S3 API server (moto's) on the node address, reached by s3fs in the shipped image
-  through ``savepoints.endpointUrl``, with the credentials from a Secret
-  (``savepoints.credentials``).
+- ``pvc`` (``k8s_long``): a PersistentVolumeClaim the chart renders (the cluster's local
+  StorageClass; one node, so a ReadWriteOnce claim is shared by both pods and the Jobs);
+- ``s3``: an S3 API server (moto's, tests/k8s/store.py) on the node address, reached by s3fs in
+  the shipped image through ``savepoints.endpointUrl``, with the credentials from a Secret
+  (``savepoints.credentials``); this release also runs the chart's console.
 
-The tests run in file order against each release:
+The tests run in file order against each release (``make test`` runs the s3 release's tests
+not marked ``k8s_long``: install, ad-hoc savepoint, console, alerts):
 
 - an ad-hoc savepoint Job (``kubectl create job --from=cronjob/...``) takes a savepoint without
   halting anything;
@@ -19,13 +20,19 @@ The tests run in file order against each release:
   out of its halt, goes on exactly;
 - ``helm upgrade`` while input flows: the hook takes a stop-with-savepoint, every pod rolls and
   resumes its key groups from it (their logs say so), the savepoint is in the store, and the
-  whole committed output (read_committed) equals the model: no loss, no duplicate.
+  whole committed output (read_committed) equals the model: no loss, no duplicate;
+- the console (s3): its page names the app, and it lists the store's completed savepoints;
+- the chart's alerts over the pods' /metrics (tests/k8s/alerts.py): quiet while healthy; a
+  stop-with-savepoint while input flows fires the lag and halted-key-groups alerts; a cancel
+  resumes the pipeline exactly and the alerts go quiet.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +41,8 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.kube import NODE_IP, Cluster, pod_ready, timed
+from tests.k8s.alerts import PodScraper, chart_rules
+from tests.k8s.kube import Cluster, pod_ready, timed
 from tests.k8s.pipeline import (
     Feeder,
     JobWatch,
@@ -45,8 +53,8 @@ from tests.k8s.pipeline import (
     restarts,
     revision_and_uids,
 )
+from tests.k8s.store import BUCKET, SECRET, S3Server, create_secret, s3_values
 from tests.support.kafka import create_topic, unique
-from tests.support.ports import free_port
 
 pytestmark = pytest.mark.k8s
 
@@ -58,9 +66,8 @@ SP_SUBDIR = "sums"
 HOOK_JOB = f"{RELEASE}-lockgate-savepoint-upgrade"
 CRONJOB = f"{RELEASE}-lockgate-savepoint"
 SP_CLAIM = f"{RELEASE}-lockgate-savepoints"
-BUCKET = "lockgate-savepoints"
-SECRET = "savepoint-store"
-ACCESS_KEY, SECRET_KEY = "lockgate", "lockgate-secret"
+#: LockgateConsumerLag's threshold in the rendered rules (the chart's default is 100000).
+LAG_THRESHOLD = 500
 
 
 @dataclass
@@ -81,34 +88,6 @@ def common_values() -> list[str]:
         "--set", "savepoints.cronJob.enabled=true",
         "--set", "upgrade.mode=savepoint",
     ]  # fmt: skip
-
-
-class S3Server:
-    """moto's S3 API server in this process, on the node address (pods route to it)."""
-
-    def __init__(self) -> None:
-        from moto.server import ThreadedMotoServer
-
-        self.port = free_port()
-        self.url = f"http://{NODE_IP}:{self.port}"
-        self._cls = ThreadedMotoServer
-        self._server: Any = None
-
-    def start(self) -> None:
-        self._server = self._cls(ip_address=NODE_IP, port=self.port)
-        self._server.start()
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    def fs(self) -> Any:
-        import s3fs  # type: ignore[import-untyped]
-
-        return s3fs.S3FileSystem(
-            endpoint_url=self.url, key=ACCESS_KEY, secret=SECRET_KEY, skip_instance_cache=True
-        )
 
 
 def pvc_store(p: Pipeline) -> Store:
@@ -150,12 +129,6 @@ def pvc_store(p: Pipeline) -> Store:
 def s3_store(p: Pipeline, server: S3Server) -> Store:
     prefix = f"{BUCKET}/{p.app}"
 
-    def ids() -> list[str]:
-        fs = server.fs()
-        if not fs.exists(prefix):
-            return []
-        return sorted(path.rsplit("/", 1)[-1] for path in fs.ls(prefix, refresh=True))
-
     @contextmanager
     def broken() -> Iterator[None]:
         server.stop()  # connection refused: s3fs fails fast
@@ -164,18 +137,12 @@ def s3_store(p: Pipeline, server: S3Server) -> Store:
         finally:
             server.start()
 
-    values = [
-        "--set", f"savepoints.location=s3://{prefix}",
-        "--set", f"savepoints.endpointUrl={server.url}",
-        "--set", f"savepoints.credentials.existingSecret={SECRET}",
-        "--set-json",
-        'savepoints.credentials.env={"AWS_ACCESS_KEY_ID": "access-key",'
-        ' "AWS_SECRET_ACCESS_KEY": "secret-key", "AWS_DEFAULT_REGION": "region"}',
-    ]  # fmt: skip
-    return Store("s3", values, ids, broken)
+    # The console runs with this release (it lists the savepoints of the same store).
+    values = [*s3_values(server, prefix), "--set", "console.enabled=true"]
+    return Store("s3", values, lambda: server.ids(prefix), broken)
 
 
-@pytest.fixture(scope="module", params=["pvc", pytest.param("s3", marks=pytest.mark.k8s_long)])
+@pytest.fixture(scope="module", params=[pytest.param("pvc", marks=pytest.mark.k8s_long), "s3"])
 def release(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[Pipeline, Store]]:
     kind: str = request.param
     ns = unique(f"lgk8s-sp-{kind}")
@@ -186,13 +153,8 @@ def release(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[
     try:
         if server is not None:
             server.start()
-            server.fs().mkdir(BUCKET)
-            cluster.kubectl(
-                "-n", ns, "create", "secret", "generic", SECRET,
-                f"--from-literal=access-key={ACCESS_KEY}",
-                f"--from-literal=secret-key={SECRET_KEY}",
-                "--from-literal=region=us-east-1",
-            )  # fmt: skip
+            server.create_bucket()
+            create_secret(cluster, ns)
             store = s3_store(p, server)
         else:
             store = pvc_store(p)
@@ -269,6 +231,7 @@ def test_an_ad_hoc_savepoint_job_halts_nothing(release: tuple[Pipeline, Store]) 
     assert p.problems() == []
 
 
+@pytest.mark.k8s_long
 def test_a_failed_savepoint_fails_the_upgrade_and_changes_nothing(
     release: tuple[Pipeline, Store],
 ) -> None:
@@ -304,6 +267,7 @@ def test_a_failed_savepoint_fails_the_upgrade_and_changes_nothing(
     assert p.problems() == []
 
 
+@pytest.mark.k8s_long
 def test_upgrade_with_a_savepoint_while_input_flows_is_exact(
     release: tuple[Pipeline, Store],
 ) -> None:
@@ -348,3 +312,110 @@ def test_upgrade_with_a_savepoint_while_input_flows_is_exact(
     t = time.monotonic()
     assert p.problems(timeout=240) == []
     timed(f"[{store.kind}] savepoint upgrade: all inputs -> checked", time.monotonic() - t)
+
+
+def test_the_console_serves_the_pipeline(release: tuple[Pipeline, Store]) -> None:
+    """The chart's console section (``console.enabled``, the s3 release): over HTTP, its page
+    names the app, its overview has the app's instances, and it lists the store's completed
+    savepoints as the processors' CLI does."""
+    p, store = release
+    if store.kind != "s3":
+        pytest.skip("the console runs with the s3 release (it lists the object store)")
+    c, ns = p.cluster, p.ns
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=lockgate-console"
+    c.kubectl(
+        "-n", ns, "wait", "--for=condition=ready", "pod", "-l", selector, "--timeout=120s",
+        timeout=140,
+    )  # fmt: skip
+    [pod] = c.pods(ns, selector)
+    base = f"http://{pod['status']['podIP']}:8088"
+    service = c.get(ns, "service", f"{p.sts}-console")
+    assert service["spec"]["ports"][0]["port"] == 8088, service["spec"]
+    # The overview (the JSON behind the page) knows the app once it read its control topic
+    # and scraped both instances by their pod DNS names.
+    deadline = time.monotonic() + 90
+    overview: Any = None
+    while time.monotonic() < deadline:
+        overview = json.loads(_get(f"{base}/api/overview"))
+        if p.app in json.dumps(overview) and all(n in json.dumps(overview) for n in p.pods()):
+            break
+        time.sleep(1)
+    assert p.app in json.dumps(overview), overview
+    assert all(n in json.dumps(overview) for n in p.pods()), (list(p.pods()), overview)
+    page = _get(f"{base}/")
+    assert "lockgate console" in page and p.app in page, page[:3000]
+    # The completed savepoints of the store, as the processors' own CLI lists them (a failed
+    # savepoint may leave an incomplete directory behind: neither lists it).
+    out = c.kubectl(
+        "-n", ns, "exec", f"{p.sts}-0", "-c", "processor", "--",
+        "lockgate", "savepoint", "list", "--json",
+    )  # fmt: skip
+    cli = json.loads(out)
+    listed = json.loads(_get(f"{base}/api/savepoints"))
+    assert [r["savepoint"] for r in cli], cli  # at least the ad-hoc savepoint's
+    assert {r["savepoint"] for r in cli} <= set(store.ids()), (cli, store.ids())
+    assert [r["savepoint"] for r in listed] == [r["savepoint"] for r in cli], (listed, cli)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200, url
+        return str(r.read().decode())
+
+
+def test_a_halted_pipeline_fires_the_lag_and_halted_alerts(
+    release: tuple[Pipeline, Store],
+) -> None:
+    """The chart's PrometheusRule over the pods' /metrics: quiet while healthy; a
+    stop-with-savepoint while input keeps flowing fires LockgateConsumerLag (the lag follows
+    the group's committed offsets, not the halted epochs) and LockgateKeyGroupsHalted, and
+    LockgateNoCheckpoint stays quiet (a halted pod still ends idle epochs); a cancel resumes
+    the pipeline exactly and the alerts go quiet again."""
+    p, store = release
+    c, ns = p.cluster, p.ns
+    install = [*install_args(p, REPLICAS), *store.values, *common_values()]
+    rules = chart_rules(
+        p, install,
+        "--set", f"metrics.prometheusRule.consumerLagRecords={LAG_THRESHOLD}",
+        "--set", "metrics.prometheusRule.noCheckpointIntervals=20",  # 10 s at 500 ms
+    )  # fmt: skip
+    assert {"LockgateConsumerLag", "LockgateKeyGroupsHalted", "LockgateNoCheckpoint"} <= set(rules)
+    pod0 = f"{p.sts}-0"
+    with PodScraper(p) as scraper:
+        p.feed(500)
+        p.wait_outputs(120)
+        scraper.wait_scrapes(REPLICAS, n=4)
+        assert scraper.firing(rules) == set(), "alerts fire on a healthy pipeline"
+        with Feeder(p):
+            time.sleep(2)
+            t = time.monotonic()
+            out = c.kubectl(
+                "-n", ns, "exec", pod0, "-c", "processor", "--",
+                "lockgate", "savepoint", "trigger", "--pipeline", p.app, "--stop",
+                "--timeout", "60", "--json",
+                timeout=120,
+            )  # fmt: skip
+            descriptor = descriptor_in(out)
+            assert descriptor["stop"] is True, descriptor
+            sp_id = descriptor["savepoint"]
+            assert sp_id in store.ids(), store.ids()
+            fired = scraper.wait_firing(rules, {"LockgateConsumerLag", "LockgateKeyGroupsHalted"})
+            timed(f"[{store.kind}] halt -> lag and halted alerts fire", time.monotonic() - t)
+            assert fired == {"LockgateConsumerLag", "LockgateKeyGroupsHalted"}, fired
+            lag = scraper.value(rules["LockgateConsumerLag"])
+            assert list(lag.values())[0] > LAG_THRESHOLD, lag
+            halted = scraper.value(rules["LockgateKeyGroupsHalted"])
+            assert {dict(k)["pod"] for k in halted} == set(p.pods()), halted
+            code, body = p.http(p.pods()[pod0], "/readyz")
+            assert code == 503 and "halted" in body, (code, body)
+            # The runbook's resume without a restore (the stop was a mistake).
+            c.kubectl(
+                "-n", ns, "exec", pod0, "-c", "processor", "--",
+                "lockgate", "savepoint", "cancel", sp_id, "--pipeline", p.app,
+            )  # fmt: skip
+        p.wait_outputs(180)
+        deadline = time.monotonic() + 90
+        while scraper.firing(rules) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert scraper.firing(rules) == set(), "alerts still fire after the resume"
+    assert p.problems() == []
