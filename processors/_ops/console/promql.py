@@ -33,11 +33,8 @@ Supported:
 Not supported: ``offset``, ``@``, ``without``, ``group_left/right``, ``or``, other
 functions and aggregations, staleness markers.
 
-Alert rules' ``for:`` is honoured by :class:`AlertEvaluator`: a rule whose expression
-returns a series is *pending* from the first evaluation that returned it and *firing*
-once it has returned it for ``for:`` without a gap (at once when ``for:`` is 0); a series
-that is no longer returned is resolved, and its clock starts over (as Prometheus'
-rule manager, evaluated every time :meth:`AlertEvaluator.evaluate` is called).
+The samples it reads are held by :class:`~processors._ops.console.samples.Store`; alert
+rules and their ``for:`` states are in :mod:`processors._ops.console.alert_rules`.
 """
 
 from __future__ import annotations
@@ -46,16 +43,13 @@ import bisect
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
+from processors._ops.console.samples import Labels, Store, strip_name
 
 __all__ = [
     "LOOKBACK_S",
-    "AlertEvaluator",
-    "AlertRule",
-    "AlertState",
     "Labels",
     "Query",
     "Store",
@@ -68,8 +62,6 @@ __all__ = [
     "parse_duration",
 ]
 
-#: A series' labels, sorted by name (``__name__`` first where a selector keeps it).
-Labels = tuple[tuple[str, str], ...]
 #: An instant vector: labels -> value.
 Vector = dict[Labels, float]
 #: What an expression evaluates to: a scalar or an instant vector.
@@ -109,116 +101,6 @@ def parse_duration(text: str) -> float:
         total += int(m.group(1)) * _UNIT_S[m.group(2)]
         pos = m.end()
     return total
-
-
-@dataclass
-class _Series:
-    """One series' samples in time order (two parallel lists, for bisection)."""
-
-    times: list[float] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-
-    def add(self, at: float, value: float) -> None:
-        if self.times and at < self.times[-1]:
-            i = bisect.bisect_right(self.times, at)
-            self.times.insert(i, at)
-            self.values.insert(i, value)
-            return
-        self.times.append(at)
-        self.values.append(value)
-
-    def drop_before(self, at: float) -> None:
-        i = bisect.bisect_left(self.times, at)
-        if i:
-            del self.times[:i]
-            del self.values[:i]
-
-    def latest(self, start: float, end: float) -> float | None:
-        """The last value sampled in ``(start, end]``, or ``None``."""
-        hi = bisect.bisect_right(self.times, end)
-        if hi == 0 or self.times[hi - 1] <= start:
-            return None
-        return self.values[hi - 1]
-
-    def window(self, start: float, end: float) -> tuple[list[float], list[float]]:
-        """The (times, values) sampled in ``(start, end]``."""
-        lo = bisect.bisect_right(self.times, start)
-        hi = bisect.bisect_right(self.times, end)
-        return self.times[lo:hi], self.values[lo:hi]
-
-
-class Store:
-    """Scraped samples: per series (name and labels), the (time, value) pairs in order.
-
-    Not thread-safe: callers that scrape and evaluate on different threads hold a lock.
-
-    Args:
-        retention_s: samples older than this (relative to the newest ingest) are dropped
-            at each ingest; ``None`` keeps everything.
-        only: keep only series with these names (``None``: every series).
-    """
-
-    def __init__(
-        self, retention_s: float | None = None, only: Collection[str] | None = None
-    ) -> None:
-        self._retention_s = retention_s
-        self._only = None if only is None else frozenset(only)
-        self._by_name: dict[str, dict[Labels, _Series]] = {}
-        self.scrapes = 0
-        self.first_at: float | None = None
-        self.last_at: float | None = None
-
-    def ingest(self, text: str, at: float | None = None, **target: str) -> None:
-        """Add one scrape of a /metrics ``text`` taken at ``at`` (now by default).
-
-        Args:
-            text: Prometheus text format.
-            at: Unix seconds of the scrape.
-            **target: labels added to every series, as Prometheus adds its target labels
-                (the Prometheus operator: ``pod``, ``namespace``, ...).
-        """
-        t = time.time() if at is None else at
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if self._only is not None and s.name not in self._only:
-                    continue
-                labels = tuple(sorted({**s.labels, **target}.items()))
-                by_labels = self._by_name.setdefault(s.name, {})
-                series = by_labels.get(labels)
-                if series is None:
-                    series = by_labels[labels] = _Series()
-                series.add(t, float(s.value))
-        self.scrapes += 1
-        self.first_at = t if self.first_at is None else min(self.first_at, t)
-        self.last_at = t if self.last_at is None else max(self.last_at, t)
-        if self._retention_s is not None:
-            self.drop_before(self.last_at - self._retention_s)
-
-    def drop_before(self, at: float) -> None:
-        """Drop the samples taken before ``at`` (and series left without any)."""
-        for name in list(self._by_name):
-            by_labels = self._by_name[name]
-            for labels in list(by_labels):
-                series = by_labels[labels]
-                series.drop_before(at)
-                if not series.times:
-                    del by_labels[labels]
-            if not by_labels:
-                del self._by_name[name]
-        if self.first_at is not None and self.first_at < at:
-            self.first_at = at
-
-    def names(self) -> set[str]:
-        """Every series name held."""
-        return set(self._by_name)
-
-    def samples(self) -> int:
-        """The number of samples held (all series)."""
-        return sum(len(s.times) for by in self._by_name.values() for s in by.values())
-
-    def series_of(self, name: str) -> Iterator[tuple[Labels, _Series]]:
-        """The series named ``name``: (labels, samples)."""
-        yield from self._by_name.get(name, {}).items()
 
 
 @dataclass(frozen=True)
@@ -273,10 +155,6 @@ def _tokens(expr: str) -> list[str]:
     return out
 
 
-def _strip_name(labels: Labels) -> Labels:
-    return tuple((k, v) for k, v in labels if k != "__name__")
-
-
 def _matches(labels: Labels, matchers: Sequence[tuple[str, str, str]]) -> bool:
     have = dict(labels)
     for label, op, want in matchers:
@@ -299,14 +177,12 @@ def _arith(op: str, a: Value, b: Value) -> Value:
     if not isinstance(a, dict) and not isinstance(b, dict):
         return f(a, b)
     if isinstance(a, dict) and not isinstance(b, dict):
-        return {_strip_name(lb): f(v, b) for lb, v in a.items()}
+        return {strip_name(lb): f(v, b) for lb, v in a.items()}
     if isinstance(b, dict) and not isinstance(a, dict):
-        return {_strip_name(lb): f(a, v) for lb, v in b.items()}
+        return {strip_name(lb): f(a, v) for lb, v in b.items()}
     assert isinstance(a, dict) and isinstance(b, dict)  # noqa: S101 - narrowed above
-    rb = {_strip_name(lb): v for lb, v in b.items()}
-    return {
-        _strip_name(lb): f(v, rb[_strip_name(lb)]) for lb, v in a.items() if _strip_name(lb) in rb
-    }
+    rb = {strip_name(lb): v for lb, v in b.items()}
+    return {strip_name(lb): f(v, rb[strip_name(lb)]) for lb, v in a.items() if strip_name(lb) in rb}
 
 
 def _quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -420,7 +296,7 @@ class _Parser:
 
         def key(labels: Labels) -> Labels:
             if on is None:
-                return _strip_name(labels)
+                return strip_name(labels)
             return tuple((k, v) for k, v in labels if k in on)
 
         def fn(store: Store, at: float) -> Value:
@@ -653,7 +529,7 @@ class Query:
             items = value.items() if isinstance(value, dict) else (((), value),)
             for labels, v in items:
                 if not math.isnan(v):
-                    out.setdefault(_strip_name(labels), []).append((t, v))
+                    out.setdefault(strip_name(labels), []).append((t, v))
         return out
 
 
@@ -696,106 +572,3 @@ def metric_names(expr: str) -> set[str]:
         if m.group(0) not in words:
             names.add(m.group(0))
     return names
-
-
-# -- alert rules -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AlertRule:
-    """One alerting rule of a ``PrometheusRule`` group.
-
-    Attributes:
-        name: the ``alert`` name.
-        expr: the expression.
-        for_s: the rule's ``for:`` in seconds (0: fires at the first evaluation).
-    """
-
-    name: str
-    expr: str
-    for_s: float = 0.0
-
-    @classmethod
-    def from_rule(cls, rule: Mapping[str, object]) -> AlertRule:
-        """Build from a rendered rule (``alert``, ``expr``, optional ``for``).
-
-        Raises:
-            Unsupported: ``for`` is not a duration.
-        """
-        for_ = rule.get("for")
-        return cls(
-            str(rule["alert"]), str(rule["expr"]), parse_duration(str(for_)) if for_ else 0.0
-        )
-
-
-@dataclass
-class AlertState:
-    """One series of one rule that the rule's expression returns.
-
-    Attributes:
-        rule: the rule's name.
-        labels: the series' labels (metric name dropped).
-        value: the expression's value at the last evaluation.
-        active_since: Unix seconds of the first evaluation that returned the series
-            without a gap since.
-        state: ``pending`` (returned for less than ``for:``) or ``firing``.
-        fired_at: Unix seconds of the evaluation that made it ``firing`` (else ``None``).
-    """
-
-    rule: str
-    labels: Labels
-    value: float
-    active_since: float
-    state: str = "pending"
-    fired_at: float | None = None
-
-
-class AlertEvaluator:
-    """Evaluates alert rules repeatedly, keeping each series' pending/firing state.
-
-    Args:
-        rules: the rules (expressions are compiled once).
-
-    Raises:
-        Unsupported: a rule's expression is outside the subset.
-    """
-
-    def __init__(self, rules: Sequence[AlertRule]) -> None:
-        self.rules = list(rules)
-        self._queries = {r.name: compile_query(r.expr) for r in self.rules}
-        self._active: dict[tuple[str, Labels], AlertState] = {}
-        #: Every state change: (Unix seconds, rule, labels, "pending"|"firing"|"resolved").
-        self.transitions: list[tuple[float, str, Labels, str]] = []
-
-    def evaluate(self, store: Store, at: float | None = None) -> list[AlertState]:
-        """Evaluate every rule at ``at`` (now by default); return the active series.
-
-        Raises:
-            Unsupported: an expression's value is outside the subset (a scalar result).
-        """
-        now = time.time() if at is None else at
-        seen: set[tuple[str, Labels]] = set()
-        for rule in self.rules:
-            value = self._queries[rule.name].at(store, now)
-            if not isinstance(value, dict):
-                raise Unsupported(f"{rule.name}: the expression is a scalar, not a vector")
-            for labels, v in value.items():
-                key = (rule.name, _strip_name(labels))
-                seen.add(key)
-                st = self._active.get(key)
-                if st is None:
-                    st = self._active[key] = AlertState(rule.name, key[1], v, now)
-                    self.transitions.append((now, rule.name, key[1], "pending"))
-                st.value = v
-                if st.state == "pending" and now - st.active_since >= rule.for_s:
-                    st.state, st.fired_at = "firing", now
-                    self.transitions.append((now, rule.name, key[1], "firing"))
-        for key in list(self._active):
-            if key not in seen:
-                del self._active[key]
-                self.transitions.append((now, key[0], key[1], "resolved"))
-        return list(self._active.values())
-
-    def states(self, rule: str) -> list[AlertState]:
-        """The active series of ``rule`` as of the last evaluation."""
-        return [s for (name, _), s in self._active.items() if name == rule]

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from processors._config.settings import Settings
+from processors._ops.console.alert_rules import AlertEvaluator, AlertRule
 from processors._ops.console.dashboard import (
     DASHBOARD_FILE,
     MetricsHistory,
@@ -23,7 +24,7 @@ from processors._ops.console.dashboard import (
     load_dashboard,
 )
 from processors._ops.console.pages import live_fragment
-from processors._ops.console.promql import AlertEvaluator, AlertRule, Store, evaluate
+from processors._ops.console.promql import Store, evaluate
 from processors._ops.console.server import ConsoleServer
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics, metrics_registry
