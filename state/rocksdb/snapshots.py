@@ -421,6 +421,22 @@ class SnapshotStore:
             removed += 1
         return removed
 
+    def remove_all(self) -> int:
+        """Delete every snapshot of the app (each key group's manifests first); return the files.
+
+        Raises:
+            OSError: the store could not be listed or a file deleted.
+        """
+        removed = 0
+        for g in self._fs.listdir(self.app):
+            if not g.isdigit():
+                continue
+            for sub in ("manifests", "objects"):
+                for name in self._fs.listdir(f"{self.app}/{g}/{sub}"):
+                    self._fs.remove(f"{self.app}/{g}/{sub}/{name}")
+                    removed += 1
+        return removed
+
     # -------------------------------------------------------------------- reading
 
     def manifests(self, key_group: int) -> list[SnapshotManifest]:

@@ -84,6 +84,8 @@ def test_upload_is_incremental_prune_keeps_the_newest_and_download_restores(
         assert new == (b"v50005-3" * 4 if m.checkpoint == 3 else None)
         restored.close()
     db.close()
+    assert store.remove_all() >= 3  # `lockgate reset`
+    assert store.manifests(3) == []
 
 
 def test_a_missing_or_altered_file_and_a_bad_manifest_are_refused(tmp_path: Path) -> None:
