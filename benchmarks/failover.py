@@ -139,23 +139,31 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     say(f"{keys:,} keys: loading through the app (snapshots every {cfg['snapshot_ms']} ms)")
     p = proc.Proc(argv, with_snaps, logs / f"{tag}-load.log")
     load_s = _wait_committed(groups, keys, p, 3600)
-    # the snapshots taken during the load are uploaded (the last one at most an interval old)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        text = (logs / f"{tag}-load.log").read_text(errors="replace")
-        if text.count("state snapshot uploaded") >= partitions:
-            break
+    # Snapshots are taken at commits that change a key group, at most once per interval:
+    # the last one of the load may be up to an interval behind its end. One more record for
+    # 64 keys (not the probes), an interval later, makes every key group take a snapshot of
+    # the whole state: the failovers below start from it (tail: the probes only).
+    load_log = logs / f"{tag}-load.log"
+    uploaded = load_log.read_text(errors="replace").count("state snapshot uploaded")
+    time.sleep(cfg["snapshot_ms"] / 1000 + 1)
+    _produce_keys(bootstrap, topic, range(keys - 64, keys), keys)
+    expected = keys + 64
+    _wait_committed(groups, expected, p, 600)
+    deadline = time.monotonic() + 600
+    while load_log.read_text(errors="replace").count("state snapshot uploaded") < (
+        uploaded + partitions
+    ):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the snapshots after the load were not uploaded")
         time.sleep(0.5)
-    time.sleep(2)  # an upload in flight finishes
     p.kill9()
-    say(f"  loaded in {load_s:.1f}s; killed")
+    say(f"  loaded in {load_s:.1f}s, snapshots of the whole state uploaded; killed")
     row: dict[str, Any] = {
         "keys": keys,
         "produce_seconds": round(produce_s, 1),
         "load_seconds": round(load_s, 1),
         "rounds": [],
     }
-    expected = keys
     probes_sent = 0
     for rep in range(1, cfg["repeat"] + 1):
         order = ("without", "with") if rep % 2 else ("with", "without")
