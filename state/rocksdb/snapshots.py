@@ -397,17 +397,21 @@ class SnapshotStore:
 
         Manifests go first, then the objects no kept manifest names that a deleted manifest
         named or that are older than ``grace_s`` (left by an interrupted upload). A manifest
-        that cannot be read is left alone (a restore skips it).
+        that does not parse is deleted (manifests are written whole, so it never will); one
+        that cannot be read (an I/O error) is left alone.
         """
-        manifests = self.manifests(key_group)
+        unparsable: list[str] = []
+        manifests = self.manifests(key_group, unparsable)
+        for name in unparsable:  # it never becomes readable: warned about once, then gone
+            self._fs.remove(self._manifest(key_group, name))
         kept, dropped = manifests[:keep], manifests[keep:]
         if not dropped:
-            return 0
+            return len(unparsable)
         for m in dropped:
             self._fs.remove(self._manifest(key_group, m.name))
         named = {f.digest for m in kept for f in m.files}
         dropped_digests = {f.digest for m in dropped for f in m.files}
-        removed = len(dropped)
+        removed = len(dropped) + len(unparsable)
         now = time.time()
         for digest in self._fs.listdir(f"{self._base(key_group)}/objects"):
             if digest in named or digest.startswith("."):
@@ -439,8 +443,15 @@ class SnapshotStore:
 
     # -------------------------------------------------------------------- reading
 
-    def manifests(self, key_group: int) -> list[SnapshotManifest]:
+    def manifests(
+        self, key_group: int, unparsable: list[str] | None = None
+    ) -> list[SnapshotManifest]:
         """The readable manifests of ``key_group``, newest first (unreadable ones logged).
+
+        Args:
+            key_group: the key group.
+            unparsable: when given, receives the names of the manifests that were read but
+                do not parse (or belong elsewhere).
 
         Raises:
             OSError: the store could not be listed.
@@ -458,6 +469,8 @@ class SnapshotStore:
             except FileNotFoundError:
                 continue  # pruned meanwhile
             except (SnapshotError, OSError) as exc:
+                if isinstance(exc, SnapshotError) and unparsable is not None:
+                    unparsable.append(name)
                 log.warning(
                     "snapshot manifest unreadable: skipped",
                     extra={

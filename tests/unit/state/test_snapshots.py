@@ -106,6 +106,8 @@ def test_a_missing_or_altered_file_and_a_bad_manifest_are_refused(tmp_path: Path
     manifests = tmp_path / "snaps" / APP / "0" / "manifests"
     (manifests / "000000000000001-bad.json").write_bytes(b"{not json")
     assert [x.name for x in store.manifests(0)] == [m.name]  # the bad one is skipped
+    assert store.prune(0, keep=2) == 1  # and deleted by a prune
+    assert not (manifests / "000000000000001-bad.json").exists()
 
 
 def test_unusable_applies_the_local_state_guards(tmp_path: Path) -> None:
