@@ -16,10 +16,12 @@ probes (its first committed epoch after the restore: interpreter start, imports,
 fencing, restore, one epoch), then kills it with SIGKILL again. Rounds alternate between
 snapshots off (the whole changelog is replayed) and on (newest snapshot + changelog tail), the
 order flipping every repeat (``BENCH_FAILOVER_REPEAT``, default 3), so a load change on the
-shared machine hits both. Each round checks the probe keys' latest outputs (their sums count
-every probe so far: the restored state was right for them). The restore columns come from
-the instance's own log lines ('key group state downloaded from a snapshot', 'key group
-restored').
+shared machine hits both; then a third round with a long tail: an instance with snapshots off
+first changes ``BENCH_FAILOVER_TAIL`` keys (default 500,000), so the restore replays that
+many changelog records after the snapshot. Each round checks the probe keys' latest
+outputs (their sums count every probe so far: the restored state was right for them). The
+restore columns come from the instance's own log lines ('key group state downloaded from a
+snapshot', 'key group restored').
 """
 
 from __future__ import annotations
@@ -167,16 +169,26 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "rounds": [],
     }
     probes_sent = 0
+    tail = min(cfg["tail"], keys - PROBES)
     for rep in range(1, cfg["repeat"] + 1):
         order = ("without", "with") if rep % 2 else ("with", "without")
-        for mode in order:
+        for mode in (*order, "with_tail") if tail > 0 else order:
+            if mode == "with_tail":
+                # The previous round left the whole state on the volume: an instance with
+                # snapshots off changes `tail` keys (the changelog after the newest snapshot
+                # grows by that much), then it is killed too.
+                _produce_keys(bootstrap, topic, range(keys - tail, keys), expected)
+                expected += tail
+                prep = proc.Proc(argv, env, logs / f"{tag}-tail-prep-r{rep}.log")
+                _wait_committed(groups, expected, prep, 1800)
+                prep.kill9()
             shutil.rmtree(state, ignore_errors=True)
             _produce_keys(bootstrap, topic, range(PROBES), expected)
             expected += PROBES
             probes_sent += 1
             log = logs / f"{tag}-{mode}-r{rep}.log"
             load_before = _loadavg()
-            p = proc.Proc(argv, with_snaps if mode == "with" else env, log)
+            p = proc.Proc(argv, env if mode == "without" else with_snaps, log)
             took = _wait_committed(groups, expected, p, 1800, since=p.started)
             p.kill9()
             restored, restore_s = _restore_stats(log)
@@ -231,10 +243,13 @@ def _report(results: dict[str, Any]) -> str:
         "restore (the probes' offsets committed). Without: snapshots off, every key group "
         "replays its whole changelog. With: each key group downloads its newest snapshot "
         "(a local directory, so the copy is a local disk copy) and replays the changelog "
-        "after it. "
+        "after it (the probes: the snapshot was taken after the last change). With_tail: "
+        f"the same after {results.get('tail', 0):,} more keys were changed by an instance "
+        "with snapshots off, so the changelog after the newest snapshot holds that many "
+        "records (a snapshot interval's worth of changes at that rate). "
         f"{results['partitions']} key groups, one instance, exactly-once, 1 s checkpoints, "
         f"snapshots every {results['snapshot_ms']} ms; {results['repeat']} rounds per mode, "
-        "alternating.",
+        "without and with alternating (the order flips each repeat), with_tail after them.",
         "",
         "| keys | mode | failover s median | min | max | restore s median "
         "(download + changelog) | changelog records replayed (median) | snapshot MB | load avg "
@@ -242,7 +257,7 @@ def _report(results: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in results["sizes"]:
-        for mode in ("without", "with"):
+        for mode in ("without", "with", "with_tail"):
             rounds = [r for r in row["rounds"] if r["mode"] == mode]
             if not rounds:
                 continue
@@ -287,6 +302,7 @@ def main() -> int:
         "partitions": _ints("BENCH_FAILOVER_PARTITIONS", "4")[0],
         "repeat": _ints("BENCH_FAILOVER_REPEAT", "3")[0],
         "snapshot_ms": _ints("BENCH_FAILOVER_SNAPSHOT_MS", "10000")[0],
+        "tail": _ints("BENCH_FAILOVER_TAIL", "500000")[0],
         "run_id": stamp[-6:],
     }
     sizes = _ints("BENCH_FAILOVER_KEYS", "1000000,10000000")
@@ -297,6 +313,7 @@ def main() -> int:
         "partitions": cfg["partitions"],
         "repeat": cfg["repeat"],
         "snapshot_ms": cfg["snapshot_ms"],
+        "tail": cfg["tail"],
         "settings": {k: os.environ.get(k, "") for k in os.environ if k.startswith("BENCH_")},
         "sizes": [],
         "errors": [],
