@@ -143,23 +143,31 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     say(f"{keys:,} keys: loading through the app (snapshots every {cfg['snapshot_ms']} ms)")
     p = proc.Proc(argv, with_snaps, logs / f"{tag}-load.log")
     load_s = _wait_committed(groups, keys, p, 3600)
-    # Snapshots are taken at commits that change a key group, at most once per interval:
-    # the last one of the load may be up to an interval behind its end. One more record for
-    # 64 keys (not the probes), an interval later, makes every key group take a snapshot of
-    # the whole state: the failovers below start from it (tail: the probes only).
-    load_log = logs / f"{tag}-load.log"
-    uploaded = load_log.read_text(errors="replace").count("state snapshot uploaded")
-    time.sleep(cfg["snapshot_ms"] / 1000 + 1)
-    _produce_keys(bootstrap, topic, range(keys - 64, keys), keys)
-    expected = keys + 64
-    _wait_committed(groups, expected, p, 600)
-    deadline = time.monotonic() + 600
-    while load_log.read_text(errors="replace").count("state snapshot uploaded") < (
-        uploaded + partitions
-    ):
-        if time.monotonic() > deadline:
-            raise TimeoutError("the snapshots after the load were not uploaded")
-        time.sleep(0.5)
+    expected = keys
+
+    def refresh_snapshots(p: proc.Proc, log: Path) -> None:
+        """Make every key group of the running ``p`` snapshot its whole state now.
+
+        Snapshots are taken at commits that change a key group, at most once per interval:
+        the last one may be up to an interval behind. One more record for 64 keys (neither
+        probes nor, being at most 64 of them, a real change of the tail), an interval later,
+        makes every key group take one, and the uploads are waited for.
+        """
+        nonlocal expected
+        uploaded = log.read_text(errors="replace").count("state snapshot uploaded")
+        time.sleep(cfg["snapshot_ms"] / 1000 + 1)
+        _produce_keys(bootstrap, topic, range(keys - 64, keys), expected)
+        expected += 64
+        _wait_committed(groups, expected, p, 600)
+        deadline = time.monotonic() + 600
+        while log.read_text(errors="replace").count("state snapshot uploaded") < (
+            uploaded + partitions
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the snapshots were not uploaded")
+            time.sleep(0.5)
+
+    refresh_snapshots(p, logs / f"{tag}-load.log")
     p.kill9()
     say(f"  loaded in {load_s:.1f}s, snapshots of the whole state uploaded; killed")
     row: dict[str, Any] = {
@@ -169,51 +177,60 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "rounds": [],
     }
     probes_sent = 0
-    tail = min(cfg["tail"], keys - PROBES)
-    for rep in range(1, cfg["repeat"] + 1):
-        order = ("without", "with") if rep % 2 else ("with", "without")
-        for mode in (*order, "with_tail") if tail > 0 else order:
-            if mode == "with_tail":
-                # The previous round left the whole state on the volume: an instance with
-                # snapshots off changes `tail` keys (the changelog after the newest snapshot
-                # grows by that much), then it is killed too.
-                _produce_keys(bootstrap, topic, range(keys - tail, keys), expected)
-                expected += tail
-                prep = proc.Proc(argv, env, logs / f"{tag}-tail-prep-r{rep}.log")
-                _wait_committed(groups, expected, prep, 1800)
-                prep.kill9()
-            shutil.rmtree(state, ignore_errors=True)
-            _produce_keys(bootstrap, topic, range(PROBES), expected)
-            expected += PROBES
-            probes_sent += 1
-            log = logs / f"{tag}-{mode}-r{rep}.log"
-            load_before = _loadavg()
-            p = proc.Proc(argv, env if mode == "without" else with_snaps, log)
-            took = _wait_committed(groups, expected, p, 1800, since=p.started)
-            p.kill9()
-            restored, restore_s = _restore_stats(log)
-            from_snap, snap_s, snap_bytes = _snapshot_stats(log)
-            sums = _probe_sums(bootstrap, output, partitions)
-            ok = sums == {data.key_of(i).decode(): 1 + probes_sent for i in range(PROBES)}
-            r = {
-                "rep": rep,
-                "mode": mode,
-                "seconds": round(took, 2),
-                "restored_records": restored,
-                "restore_seconds": round(restore_s, 2),
-                "snapshot_key_groups": from_snap,
-                "snapshot_seconds": round(snap_s, 2),
-                "snapshot_bytes": snap_bytes,
-                "load_avg_1m": load_before,
-                "probes_ok": ok,
-            }
-            row["rounds"].append(r)
-            say(
-                f"  {mode} snapshots (run {rep}): first commit {took:.2f}s after the start; "
-                f"{from_snap} from snapshots ({snap_bytes / 1e6:.0f} MB, {snap_s:.2f}s), "
-                f"{restored:,} changelog records in {restore_s:.2f}s; load {load_before:.1f}; "
-                f"probes {'ok' if ok else f'WRONG {sums}'}"
-            )
+    tail = min(cfg["tail"], keys - PROBES - 64)
+    # Without and with alternate (the order flips each repeat); then the long-tail rounds,
+    # each leaving a fresh snapshot of everything for the next.
+    plan = [
+        (rep, mode)
+        for rep in range(1, cfg["repeat"] + 1)
+        for mode in (("without", "with") if rep % 2 else ("with", "without"))
+    ]
+    if tail > 0:
+        plan += [(rep, "with_tail") for rep in range(1, cfg["repeat"] + 1)]
+    for rep, mode in plan:
+        if mode == "with_tail":
+            # The previous round left the whole state on the volume: an instance with
+            # snapshots off changes `tail` keys (the changelog after the newest snapshot
+            # grows by that much), then it is killed too.
+            _produce_keys(bootstrap, topic, range(keys - tail, keys), expected)
+            expected += tail
+            prep = proc.Proc(argv, env, logs / f"{tag}-tail-prep-r{rep}.log")
+            _wait_committed(groups, expected, prep, 1800)
+            prep.kill9()
+        shutil.rmtree(state, ignore_errors=True)
+        _produce_keys(bootstrap, topic, range(PROBES), expected)
+        expected += PROBES
+        probes_sent += 1
+        log = logs / f"{tag}-{mode}-r{rep}.log"
+        load_before = _loadavg()
+        p = proc.Proc(argv, env if mode == "without" else with_snaps, log)
+        took = _wait_committed(groups, expected, p, 1800, since=p.started)
+        if mode == "with_tail":
+            refresh_snapshots(p, log)  # the next long-tail round starts from here
+        p.kill9()
+        restored, restore_s = _restore_stats(log)
+        from_snap, snap_s, snap_bytes = _snapshot_stats(log)
+        sums = _probe_sums(bootstrap, output, partitions)
+        ok = sums == {data.key_of(i).decode(): 1 + probes_sent for i in range(PROBES)}
+        r = {
+            "rep": rep,
+            "mode": mode,
+            "seconds": round(took, 2),
+            "restored_records": restored,
+            "restore_seconds": round(restore_s, 2),
+            "snapshot_key_groups": from_snap,
+            "snapshot_seconds": round(snap_s, 2),
+            "snapshot_bytes": snap_bytes,
+            "load_avg_1m": load_before,
+            "probes_ok": ok,
+        }
+        row["rounds"].append(r)
+        say(
+            f"  {mode} snapshots (run {rep}): first commit {took:.2f}s after the start; "
+            f"{from_snap} from snapshots ({snap_bytes / 1e6:.0f} MB, {snap_s:.2f}s), "
+            f"{restored:,} changelog records in {restore_s:.2f}s; load {load_before:.1f}; "
+            f"probes {'ok' if ok else f'WRONG {sums}'}"
+        )
     groups.close()
     shutil.rmtree(state, ignore_errors=True)
     snap_size = sum(f.stat().st_size for f in snaps.rglob("*") if f.is_file())
