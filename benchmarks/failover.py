@@ -252,7 +252,8 @@ def _report(results: dict[str, Any]) -> str:
         f"Measured by `make bench-failover` (`benchmarks/failover.py`) on {results['started']}, "
         f"{results['total_seconds'] / 60:.1f} min, on {results['machine']['cpu']} "
         f"({results['machine']['cores']} cores, {results['machine']['memory_gib']} GiB). "
-        f"The machine is shared and was busy: load before `{results['uptime_before']}`, after "
+        "The machine is shared (others run tests on it): load before "
+        f"`{results['uptime_before']}`, after "
         f"`{results['uptime_after']}`; each round's 1-minute load average is in the raw JSON "
         "and summarised below.",
         "",
