@@ -228,35 +228,39 @@ class StateSnapshots:
             job = self._jobs.get()
             if job is None:
                 return
+            error: Exception | None = None
             try:
                 result = self.store.upload(
                     job.directory, job.key_group, job.checkpoint, job.updated_ms, job.offsets
                 )
                 pruned = self.store.prune(job.key_group, self._retained)
-                self.stats.uploaded += 1
-                log.info(
-                    "state snapshot uploaded",
-                    extra={
-                        "key_group": job.key_group,
-                        "checkpoint": job.checkpoint,
-                        "files": len(result.manifest.files),
-                        "new_files": result.uploaded_files,
-                        "new_bytes": result.uploaded_bytes,
-                        "bytes": result.manifest.size,
-                        "pruned_files": pruned,
-                        "seconds": round(result.seconds, 3),
-                    },
-                )
             except Exception as exc:  # noqa: BLE001 - the next snapshot tries again
+                error = exc
+            finally:
+                remove_tree(job.directory)
+                with self._lock:  # the key group may snapshot again from here on
+                    self._busy.discard(job.key_group)
+            if error is not None:
                 self.stats.failed += 1
                 log.warning(
                     "state snapshot upload failed",
-                    extra={"key_group": job.key_group, "error": f"{type(exc).__name__}: {exc}"},
+                    extra={"key_group": job.key_group, "error": f"{type(error).__name__}: {error}"},
                 )
-            finally:
-                remove_tree(job.directory)
-                with self._lock:
-                    self._busy.discard(job.key_group)
+                continue
+            self.stats.uploaded += 1
+            log.info(
+                "state snapshot uploaded",
+                extra={
+                    "key_group": job.key_group,
+                    "checkpoint": job.checkpoint,
+                    "files": len(result.manifest.files),
+                    "new_files": result.uploaded_files,
+                    "new_bytes": result.uploaded_bytes,
+                    "bytes": result.manifest.size,
+                    "pruned_files": pruned,
+                    "seconds": round(result.seconds, 3),
+                },
+            )
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop uploading: the upload in flight gets ``timeout_s``, queued ones are dropped.
