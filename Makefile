@@ -193,5 +193,9 @@ bench: $(STAMP) ## Benchmarks vs raw confluent-kafka, Quix Streams, Faust, then 
 bench-nexmark: $(STAMP) ## Nexmark q0-q8 subset, lockgate vs Flink SQL (ARGS=--quick) -> benchmarks/RESULTS-nexmark.md
 	$(BIN)/python -m benchmarks.nexmark $(ARGS)
 
+.PHONY: bench-failover
+bench-failover: $(STAMP) ## Fresh-volume failover vs state size (1M, 10M keys), state snapshots off/on (about 15 min) -> benchmarks/RESULTS-failover.md
+	$(BIN)/python -m benchmarks.failover
+
 clean: ## Remove the venv and caches (keeps .cache/kafka jars)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info

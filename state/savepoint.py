@@ -427,6 +427,10 @@ class _Fs(Protocol):
 
     def exists(self, rel: str) -> bool: ...
 
+    def remove(self, rel: str) -> None: ...
+
+    def modified(self, rel: str) -> float | None: ...
+
 
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -485,6 +489,16 @@ class _LocalFs:
 
     def exists(self, rel: str) -> bool:
         return (self._root / rel).is_file()
+
+    def remove(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self._root / rel).unlink()
+
+    def modified(self, rel: str) -> float | None:
+        try:
+            return (self._root / rel).stat().st_mtime
+        except FileNotFoundError:
+            return None
 
 
 class _ChunkError(Exception):
@@ -618,6 +632,28 @@ class _FsspecFs:
     def exists(self, rel: str) -> bool:
         with _as_os_error():
             return bool(self._fs.exists(self._path(rel)))
+
+    def remove(self, rel: str) -> None:
+        try:
+            with _as_os_error():
+                self._fs.rm(self._path(rel))
+        except FileNotFoundError:
+            pass
+
+    def modified(self, rel: str) -> float | None:
+        """The object's modification time (s since the epoch), ``None`` when not known."""
+        try:
+            with _as_os_error():
+                info = self._fs.info(self._path(rel))
+        except FileNotFoundError:
+            return None
+        for key in ("mtime", "LastModified", "last_modified", "created"):
+            value = info.get(key)
+            if isinstance(value, (int, float)):
+                return float(value)
+            if hasattr(value, "timestamp"):
+                return float(value.timestamp())
+        return None
 
 
 def _filesystem(url: str) -> _Fs:

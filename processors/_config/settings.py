@@ -288,6 +288,32 @@ class Settings(BaseSettings):
         ge=1,
         description="Changelog records applied per atomic restore batch (progress kept per batch).",
     )
+    state_snapshot_dir: str | None = Field(
+        None,
+        description=(
+            "Incremental RocksDB snapshots of each key group's state go here (a local or shared "
+            "path, or an fsspec URL such as s3://bucket/snapshots, which needs fsspec and the "
+            "filesystem's package); a key group assigned without local state starts from the "
+            "newest usable snapshot and replays only the changelog after it. Unset: off "
+            "(rocksdb backend only)."
+        ),
+    )
+    state_snapshot_interval_ms: int = Field(
+        60_000,
+        ge=100,
+        description=(
+            "A key group's snapshot is taken at most this often (at an epoch commit that "
+            "changed its state); used with state_snapshot_dir."
+        ),
+    )
+    state_snapshot_retained: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description=(
+            "Snapshots kept per key group (older ones and the files only they use are deleted)."
+        ),
+    )
     guarantee: Guarantee = Field(
         Guarantee.EXACTLY_ONCE, description="exactly_once (transactions) or at_least_once."
     )

@@ -34,6 +34,7 @@ from processors._ops.catalog import OpsError
 from processors._ops.cli_common import fail, load_for_command, parse_time_ms
 from processors.exceptions import LockgateError
 from state.cache import changelog_topic
+from state.rocksdb.snapshots import SnapshotError, SnapshotStore
 
 __all__ = [
     "parse_reset_position",
@@ -210,7 +211,8 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
     Sets the committed offsets of the app's consumer group on every input partition
     to POS (a time: the first record at or after it, else the end), deletes the
     records of the app's changelogs (delete_records up to their high watermark) and
-    removes the app's local state under LOCKGATE_STATE_DIR. The restarted app
+    removes the app's local state under LOCKGATE_STATE_DIR (and its state snapshots under
+    LOCKGATE_STATE_SNAPSHOT_DIR, when set). The restarted app
     recomputes from POS. Refused (exit 2) while the group has members. Prints the plan
     first; without --yes it asks, and refuses in a non-interactive shell.
     """
@@ -244,6 +246,9 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
         if not any(hi > lows[k] for k, hi in highs.items()):
             click.echo("  changelogs: nothing to delete")
         click.echo(f"  local state {local}: {'remove' if has_local else 'none'}")
+        snapshots = settings.state_snapshot_dir
+        if snapshots:
+            click.echo(f"  state snapshots {snapshots}: remove those of {name}")
         if dry_run:
             click.echo("dry run: nothing changed")
             return
@@ -268,6 +273,14 @@ def reset(app_spec: str, to_text: str, dry_run: bool, yes: bool) -> None:
         empty_changelogs(client, admin, deletes)
         if has_local:
             shutil.rmtree(local)
+        if snapshots:  # a snapshot older than the reset would bring the old state back
+            try:
+                SnapshotStore(snapshots, name).remove_all()
+            except (SnapshotError, OSError) as exc:
+                raise OpsError(
+                    f"removing the state snapshots in {snapshots} failed: {exc}; delete "
+                    f"{snapshots}/{name} by hand before starting the app"
+                ) from exc
     except (LockgateError, KafkaException) as exc:
         fail(exc)
     click.echo(f"reset app {name}: inputs at {to_text}, state empty")

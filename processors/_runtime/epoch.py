@@ -469,6 +469,9 @@ class EpochMixin(SavepointMixin):
                 if nxt is not None:
                     meta_entries[META_CHANGELOG_PREFIX + name.encode()] = str(nxt).encode()
             self._kgs[g].db.apply(per_store, meta_entries)
+        # snapshot hook (processors/_task/snapshots.py): the databases hold this commit now
+        if self._restorer is not None and self._restorer.snapshots is not None:
+            self._restorer.snapshots.after_commit(self._kgs, writes)
         for kg in self._kgs.values():  # read-only key groups grow their caches too
             for cache in kg.caches.values():
                 cache.trim(self.settings.state_cache_entries)

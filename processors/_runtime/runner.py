@@ -78,6 +78,7 @@ from processors._task.failures import stop_error
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
 from processors._task.keygroups import Restorer, with_fetch_limits
+from processors._task.snapshots import state_snapshots
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
 from state.codecs import CodecUnavailable
 
@@ -384,6 +385,10 @@ class Runner(BarrierMixin):
             should_stop=lambda: self._stop,
             stall_timeout_s=self._txn_timeout_s + 30,
             tombstone_retention_ms=self._changelog_retention_ms,
+        )
+        # snapshot hook: where key groups without local state start (None: off)
+        self._restorer.snapshots = state_snapshots(
+            s, self.name, self._backend, admin.start_offsets, admin.end_offsets
         )
         self._group_watch.check_subscriptions(admin.principal)
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
@@ -774,6 +779,8 @@ class Runner(BarrierMixin):
             except Exception as exc:  # noqa: BLE001 - best effort on the way out
                 log.warning("closing key group %s failed: %s", kg.index, exc)
         self._kgs.clear()
+        if self._restorer is not None and self._restorer.snapshots is not None:
+            self._restorer.snapshots.close()  # snapshot hook: the upload in flight ends
         if (
             self._producer is not None
             and self._producer not in self._hung_clients

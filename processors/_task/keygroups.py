@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -33,6 +33,9 @@ from state.codecs import Codec
 from state.primitives import StateHandle
 from state.rocksdb.memory import RocksDBMemory
 from state.rocksdb.store import RocksDBBackend
+
+if TYPE_CHECKING:
+    from processors._task.snapshots import StateSnapshots
 
 log = logging.getLogger("lockgate.restore")
 
@@ -514,6 +517,9 @@ class Restorer:
         #: The process's read-cache budget, given to every key group opened (set by the
         #: runtime; ``None``: per-cache ceilings only).
         self.read_budget: ReadCacheBudget | None = None
+        #: State snapshots (set by the runtime; ``None``: off): a key group without local
+        #: state starts from its newest usable snapshot, then the changelog tail.
+        self.snapshots: StateSnapshots | None = None
 
     def open(self, index: int, handles: dict[str, StateHandle]) -> KeyGroup:
         """Open and restore key group ``index``; blocks until it is up to date.
@@ -526,6 +532,8 @@ class Restorer:
         """
         stores = list(handles)
         started = time.monotonic()
+        if self.snapshots is not None:  # only when the local database is absent
+            self.snapshots.seed(index, stores, self._max_age_ms)
         db = self._backend.open(self._app, index, stores)
         try:
             return self._restore(db, index, handles, started)

@@ -155,6 +155,15 @@ class RocksDBKeyGroupStore:
             limit -= 1
             it.next()
 
+    def checkpoint_to(self, dest: Path) -> None:
+        """Write a RocksDB checkpoint of the database to ``dest`` (which must not exist).
+
+        The memtables are flushed first; the SST files are hard links (same filesystem)
+        and the few mutable files (``MANIFEST``, ``CURRENT``, the WAL) copies. The result is
+        a complete database: the state at this moment, ``__meta`` included.
+        """
+        rocksdict.Checkpoint(self._db).create_checkpoint(str(dest))
+
     def close(self) -> None:
         """Flush and release the database and its lock. Idempotent."""
         db = getattr(self, "_db", None)
