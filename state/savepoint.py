@@ -56,6 +56,7 @@ __all__ = [
     "STORE_FILE_SUFFIX",
     "STORE_FORMAT_VERSION",
     "SavepointError",
+    "Filesystem",
     "SavepointStore",
     "StoreFile",
     "build_descriptor",
@@ -65,6 +66,7 @@ __all__ = [
     "merged_items",
     "ms_to_iso",
     "new_savepoint_id",
+    "open_filesystem",
     "state_version",
 ]
 
@@ -414,22 +416,29 @@ def check_compatible(
 # ------------------------------------------------------------------ filesystems
 
 
-class _Fs(Protocol):
-    """The few file operations a savepoint needs, on paths relative to the root."""
+class Filesystem(Protocol):
+    """The few file operations savepoints and state snapshots need, relative to a root."""
 
-    def display(self, rel: str) -> str: ...
+    def display(self, rel: str) -> str:
+        """``rel`` as a user should see it in a message (the full path or URL)."""
 
-    def write_atomic(self, rel: str, chunks: Iterable[bytes]) -> None: ...
+    def write_atomic(self, rel: str, chunks: Iterable[bytes]) -> None:
+        """Write ``chunks`` to ``rel``: readers see the whole file or none of it."""
 
-    def open_read(self, rel: str) -> IO[bytes]: ...
+    def open_read(self, rel: str) -> IO[bytes]:
+        """Open ``rel`` for reading (``FileNotFoundError`` when it does not exist)."""
 
-    def listdir(self, rel: str) -> list[str]: ...
+    def listdir(self, rel: str) -> list[str]:
+        """The names in directory ``rel`` (empty when it does not exist)."""
 
-    def exists(self, rel: str) -> bool: ...
+    def exists(self, rel: str) -> bool:
+        """Whether file ``rel`` exists."""
 
-    def remove(self, rel: str) -> None: ...
+    def remove(self, rel: str) -> None:
+        """Delete file ``rel`` (no error when it is gone already)."""
 
-    def modified(self, rel: str) -> float | None: ...
+    def modified(self, rel: str) -> float | None:
+        """Unix seconds of ``rel``'s last change (``None``: missing, or the store has none)."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -656,7 +665,16 @@ class _FsspecFs:
         return None
 
 
-def _filesystem(url: str) -> _Fs:
+def open_filesystem(url: str) -> Filesystem:
+    """Open a location: a local path, a ``file://`` URL, or any fsspec URL (``s3://``...).
+
+    Shared by savepoints (:class:`SavepointStore`) and state snapshots
+    (``state/rocksdb/snapshots.py``).
+
+    Raises:
+        SavepointError: an invalid location, or fsspec (or the URL's filesystem
+            package) is not installed.
+    """
     if not isinstance(url, str) or not url:
         raise SavepointError(f"invalid savepoint location {url!r}")
     if "://" not in url:
@@ -694,7 +712,7 @@ class SavepointStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._fs = _filesystem(url)
+        self._fs = open_filesystem(url)
 
     # paths --------------------------------------------------------------
 

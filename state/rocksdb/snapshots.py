@@ -49,7 +49,7 @@ from typing import Any
 import orjson
 
 from state.base.store import FORMAT_VERSION
-from state.savepoint import SavepointError, _filesystem
+from state.savepoint import SavepointError, open_filesystem
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -315,7 +315,7 @@ class SnapshotStore:
 
     def __init__(self, url: str, app: str) -> None:
         try:
-            self._fs = _filesystem(url)
+            self._fs = open_filesystem(url)
         except SavepointError as exc:
             raise SnapshotError(str(exc).replace("savepoint", "snapshot")) from exc
         self.url = url
