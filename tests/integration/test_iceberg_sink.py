@@ -22,6 +22,9 @@ from tests.support.procs import AppProcess
 RECORDS = 2000
 KEYS = 40
 TXN_TIMEOUT_MS = 4000
+#: The catalog outage: longer than a commit's bound (2 s) plus a prepare's (3 s), so an
+#: epoch with records meets it before the pending append can finish.
+LOCK_S = TXN_TIMEOUT_MS / 1000 * 2
 
 
 def _inputs(start: int, n: int) -> list[tuple[str, int, int]]:
@@ -57,11 +60,11 @@ def test_iceberg_sink_exactly_once_through_a_catalog_outage(
         while wh.count(table) < RECORDS // 2 and time.monotonic() < deadline:
             time.sleep(0.3)
         # The outage: the second half arrives, in steps, while the catalog is locked.
-        locked = wh.lock_catalog(TXN_TIMEOUT_MS / 1000 * 1.5)
+        locked = wh.lock_catalog(LOCK_S)
         step = RECORDS // 2 // 10
         for i in range(10):
             produce_numbers(kafka_bootstrap, inp, _inputs(RECORDS // 2 + i * step, step))
-            time.sleep(TXN_TIMEOUT_MS / 1000 * 1.5 / 10)
+            time.sleep(LOCK_S / 10)
         locked.join()
         deadline = time.monotonic() + 60  # then the checker says what is missing
         while wh.count(table) < RECORDS and time.monotonic() < deadline:
@@ -78,7 +81,12 @@ def test_iceberg_sink_exactly_once_through_a_catalog_outage(
     snapshots = len(wh.catalog().load_table(table).metadata.snapshots)
     print(f"{RECORDS} inputs in {time.monotonic() - started:.1f} s, {snapshots} snapshots")
     assert problems == [], "\n".join(problems) + "\n" + log[-6000:]
-    # The locked catalog aborted epochs (by the sink's bound, not the transaction timeout).
-    assert "aborting epoch" in log and "iceberg sink 'events'" in log, log[-6000:]
+    # The locked catalog was met: an epoch aborted by the sink's bound (not the transaction
+    # timeout), or, when the lock hit only the append after a Kafka commit, that append was
+    # left pending and finished later (both outage paths; which one is a matter of timing).
+    aborted = "aborting epoch" in log and "iceberg sink 'events'" in log
+    pending = "commit left pending" in log
+    print(f"outage met: aborted epoch {aborted}, pending append {pending}")
+    assert aborted or pending, log[-6000:]
     assert "outlived its timeout" not in log, log[-6000:]
     assert code == 0, log[-6000:]
