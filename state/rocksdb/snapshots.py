@@ -49,7 +49,8 @@ from typing import Any
 import orjson
 
 from state.base.store import FORMAT_VERSION
-from state.savepoint import SavepointError, open_filesystem
+from state.errors import SavepointError
+from state.locations import open_filesystem
 
 __all__ = [
     "MANIFEST_FORMAT",

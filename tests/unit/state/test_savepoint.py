@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import state.locations as locations_mod
 import state.savepoint as sp_mod
 from state import MemoryBackend, RocksDBBackend
 from state.savepoint import (
@@ -163,7 +164,7 @@ def test_100k_entries_stream_in_bounded_chunks(
     assert [p.name for p in kg_dir.iterdir()] == [sf.name]  # no temporary file left
 
     reads: list[int] = []
-    real_open = sp_mod._LocalFs.open_read
+    real_open = locations_mod._LocalFs.open_read
 
     def spying_open(self: object, rel: str):  # type: ignore[no-untyped-def]
         f = real_open(self, rel)  # type: ignore[arg-type]
@@ -176,7 +177,7 @@ def test_100k_entries_stream_in_bounded_chunks(
         f.read = read  # type: ignore[method-assign]
         return f
 
-    monkeypatch.setattr(sp_mod._LocalFs, "open_read", spying_open)
+    monkeypatch.setattr(locations_mod._LocalFs, "open_read", spying_open)
     it = store.read_store(SP, "app", 0, "big", sf)
     count = 0
     for got, want in zip(it, _many(n), strict=True):
