@@ -11,8 +11,9 @@ from processors._dsl.context import Context
 from processors._dsl.partitioner import key_group, murmur2
 from processors._dsl.topics import OutputSpec, TopicConfig
 from processors._runtime.runner import Runner, run_app
+from processors._sinks.errors import SinkRowError
 from processors._sinks.iceberg import IcebergOutput
-from processors._sinks.postgres import PostgresOutput, SinkRowError
+from processors._sinks.postgres import PostgresOutput
 from processors._task.time import NO_WATERMARK, TimerContext, Timers, Watermarks
 from processors.exceptions import (
     ConfigError,

@@ -25,13 +25,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from processors._kafka.faults import crash_point
+from processors._sinks.errors import SinkRowsLost, SinkUnavailable
 from processors._sinks.iceberg import IcebergOutput, IcebergSink
-from processors._sinks.postgres import (
-    PostgresOutput,
-    PostgresSink,
-    SinkRowsLost,
-    SinkUnavailable,
-)
+from processors._sinks.postgres import PostgresOutput, PostgresSink
 from processors.exceptions import ConfigError
 
 __all__ = [

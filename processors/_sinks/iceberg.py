@@ -51,7 +51,6 @@ equality deletes or a copy-on-write rewrite per epoch: neither exact and cheap h
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import logging
 import random
@@ -60,18 +59,17 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
 from processors._kafka.faults import crash_point
-from processors._sinks.postgres import SinkRowError, SinkUnavailable
+from processors._sinks.bounded_calls import BoundedCalls, Job
+from processors._sinks.errors import SinkRowError
 from processors.exceptions import ConfigError
 
 __all__ = ["IcebergOutput", "IcebergSink"]
 
 log = logging.getLogger("lockgate.sinks")
-
-T = TypeVar("T")
 
 #: Table property prefix of the per key group registers (``<prefix><app>:<sink>:<g>``).
 REGISTER_PREFIX = "lockgate:"
@@ -92,25 +90,6 @@ class _Part(NamedTuple):
     token: str
     path: str
     marker: str
-
-
-class _Cancelled(Exception):  # noqa: N818 - control flow on the worker thread
-    """The call was cancelled (timed out, or its epoch aborted) or its deadline passed."""
-
-
-class _Job:
-    """One bounded call on the worker thread (``cancelled``: under the sink's lock)."""
-
-    __slots__ = ("cancelled", "deadline")
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.cancelled = False
-
-    def check(self) -> None:
-        """Raise :class:`_Cancelled` when cancelled or past the deadline."""
-        if self.cancelled or self.deadline - time.monotonic() <= 0:
-            raise _Cancelled
 
 
 @dataclass(frozen=True)
@@ -186,14 +165,17 @@ class IcebergSink:
         self._to_rollback: list[_Part] = []
         self._settle: dict[int, str | None] = {}
         self._last: dict[int, str | None] = {}
-        self._prepare_job: _Job | None = None
-        self._closed = False
         self._catalog: Any = None
         #: The table as last loaded (schema and location for a prepare; never for a commit).
         self._table: Any = None
         self._lock = threading.Lock()
-        self._worker = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"lockgate-sink-{spec.name}"
+        #: The worker thread: a failed call makes the next one load the table again.
+        self._calls = BoundedCalls(
+            "iceberg",
+            spec.name,
+            self._lock,
+            passthrough=(ConfigError,),
+            on_error=self._forget_table,
         )
 
     def warm(self) -> None:
@@ -209,11 +191,11 @@ class IcebergSink:
                 import pyiceberg.io.pyarrow  # noqa: F401 - imported for its cost, now
                 import pyiceberg.table  # noqa: F401
 
-                self._load(_Job(time.monotonic() + 60.0))
+                self._load(Job(time.monotonic() + 60.0))
             except Exception as exc:  # noqa: BLE001 - the real calls report it
                 log.debug("iceberg sink: warm-up failed: %s", exc, extra={"sink": self.spec.name})
 
-        self._worker.submit(run)
+        self._calls.submit(run)
 
     # -- the epoch's rows -----------------------------------------------------------------
 
@@ -263,7 +245,7 @@ class IcebergSink:
         if not self._rows and not self.has_pending():
             return
         rows, self._rows = self._rows, {}
-        self._call(
+        self._calls.call(
             lambda job: self._prepare(token, rows, job),
             deadline,
             "prepare",
@@ -281,18 +263,17 @@ class IcebergSink:
             self._to_commit.extend(self._prepared)
             self._prepared.clear()
         if self.has_pending():
-            self._try(self._finish, deadline, "commit")
+            self._calls.try_call(self._finish, deadline, "commit")
 
     def abort(self, deadline: float) -> None:
         """The epoch aborted: drop its rows, delete what it prepared (never raises)."""
         self._rows.clear()
         with self._lock:
-            if self._prepare_job is not None:
-                self._prepare_job.cancelled = True
+            self._calls.cancel_prepare()
             self._to_rollback.extend(self._prepared)
             self._prepared.clear()
         if self.has_pending():
-            self._try(self._finish, deadline, "rollback")
+            self._calls.try_call(self._finish, deadline, "rollback")
 
     def settle(self, tokens: Mapping[int, str | None], deadline: float) -> None:
         """Key groups were assigned with these committed tokens: settle them, bounded."""
@@ -301,13 +282,13 @@ class IcebergSink:
                 self._rows.pop(g, None)  # anything buffered for them predates the assignment
                 self._settle[g] = token
                 self._last.pop(g, None)  # known again once settled
-        self._try(self._finish, deadline, "settle")
+        self._calls.try_call(self._finish, deadline, "settle")
 
     def tidy(self, owned: set[int], deadline: float) -> None:
         """Finish pending work, bounded (never raises)."""
         self._forget_settles(owned)
         if self.has_pending():
-            self._try(self._finish, deadline, "settle")
+            self._calls.try_call(self._finish, deadline, "settle")
 
     def close(self, deadline: float) -> None:
         """A clean stop: finish pending commits by ``deadline``, then close (never raises).
@@ -315,15 +296,14 @@ class IcebergSink:
         What is still pending then is logged: its files stay prepared (markers), and the
         next owner of their key groups appends them (by the token in the offsets).
         """
-        if self._closed:
+        if self._calls.closed:
             return
         if self.has_pending():
-            self._try(self._finish, deadline, "commit at stop")
+            self._calls.try_call(self._finish, deadline, "commit at stop")
         with self._lock:
             left = [f"{p.g}={p.token}" for p in self._to_commit]
-            self._closed = True
-            if self._prepare_job is not None:
-                self._prepare_job.cancelled = True
+            self._calls.closed = True
+            self._calls.cancel_prepare()
         if left:
             log.error(
                 "iceberg sink: the files of %d committed key group epoch(s) could not be "
@@ -332,7 +312,7 @@ class IcebergSink:
                 len(left),
                 extra={"sink": self.spec.name, "epochs": left},
             )
-        self._worker.shutdown(wait=False)
+        self._calls.shutdown()
 
     def _forget_settles(self, owned: set[int]) -> None:
         with self._lock:
@@ -343,13 +323,13 @@ class IcebergSink:
 
     # -- on the worker thread -----------------------------------------------------------
 
-    def _live(self, job: _Job) -> None:
-        with self._lock:
-            job.check()
+    def _forget_table(self) -> None:
+        """Load the table again at the next call (after a failed one)."""
+        self._table = None
 
-    def _load(self, job: _Job) -> Any:
+    def _load(self, job: Job) -> Any:
         """The table, loaded now from the catalog (its current metadata)."""
-        self._live(job)
+        self._calls.live(job)
         if self._catalog is None:
             self._catalog = self.spec.load_catalog()
         table = self._catalog.load_table(self.spec.table)
@@ -386,7 +366,7 @@ class IcebergSink:
         ident = uuid.uuid5(uuid.NAMESPACE_URL, f"lockgate:{self.app}:{self.spec.name}:{g}:{token}")
         return WriteTask(ident, 0, schema, batches)
 
-    def _prepare(self, token: str, rows: dict[int, list[dict[str, Any]]], job: _Job) -> None:
+    def _prepare(self, token: str, rows: dict[int, list[dict[str, Any]]], job: Job) -> None:
         import pyarrow as pa
         from pyiceberg.io.pyarrow import schema_to_pyarrow
 
@@ -418,7 +398,7 @@ class IcebergSink:
             body = {"app": self.app, "sink": self.spec.name, "key_group": g, "token": token}
             body |= {"file": part.path, "records": data.num_rows}
             self._write_bytes(table.io, part.marker, json.dumps(body).encode())
-            self._live(job)
+            self._calls.live(job)
             self._write_data(table, part, data)
 
     def _write_data(self, table: Any, part: _Part, data: Any) -> None:
@@ -442,7 +422,7 @@ class IcebergSink:
         except FileNotFoundError:
             pass
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: Job) -> None:
         """Append what committed in Kafka, delete what aborted, settle key groups taken over."""
         with self._lock:
             busy = bool(self._to_commit or self._to_rollback or self._settle)
@@ -460,7 +440,7 @@ class IcebergSink:
                     break
                 part = self._to_rollback[0]
             table = self._table if self._table is not None else self._load(job)
-            self._live(job)
+            self._calls.live(job)
             self._roll_back(table, part)
             with self._lock:
                 if self._to_rollback and self._to_rollback[0] == part:
@@ -470,7 +450,7 @@ class IcebergSink:
         if settle:
             self._settle_groups(settle, job)
 
-    def _commit_own(self, parts: list[_Part], job: _Job) -> None:
+    def _commit_own(self, parts: list[_Part], job: Job) -> None:
         """Append our parts of epochs that committed in Kafka (compare-and-set, retried)."""
         from pyiceberg.exceptions import CommitFailedException
 
@@ -520,7 +500,7 @@ class IcebergSink:
                         self._to_commit.remove(part)
             return
 
-    def _append(self, table: Any, parts: list[_Part], job: _Job, why: str) -> None:
+    def _append(self, table: Any, parts: list[_Part], job: Job, why: str) -> None:
         """One snapshot appending ``parts``' files and setting their registers.
 
         Built on ``table`` as loaded; the catalog refuses it (``CommitFailedException``)
@@ -550,7 +530,7 @@ class IcebergSink:
             for data_file in files:
                 append.append_data_file(data_file)
         txn.set_properties({self._register(p.g): p.token for p in parts})
-        self._live(job)
+        self._calls.live(job)
         txn.commit_transaction()
         log.debug(
             "iceberg sink: appended",
@@ -601,12 +581,12 @@ class IcebergSink:
             found.setdefault(int(g_text), {})[token] = f"{base}/{name}"
         return found
 
-    def _settle_groups(self, settle: dict[int, str | None], job: _Job) -> None:
+    def _settle_groups(self, settle: dict[int, str | None], job: Job) -> None:
         """Settle key groups taken over by their committed tokens (see the module doc)."""
         from pyiceberg.exceptions import CommitFailedException
 
         while True:
-            self._live(job)
+            self._calls.live(job)
             # Markers first, then the table: a marker appended and deleted by someone in
             # between is then seen in the register (else the register could look older
             # than an append we never saw the marker of).
@@ -635,7 +615,7 @@ class IcebergSink:
                     time.sleep(random.uniform(*_CONFLICT_PAUSE_S))
                     continue
             for part, current in back:
-                self._live(job)
+                self._calls.live(job)
                 if current == part.token:
                     # Appended by its committer, which died before deleting the marker.
                     log.info(
@@ -661,78 +641,6 @@ class IcebergSink:
                     self._last[g] = committed if rolled else props.get(self._register(g))
                     del self._settle[g]
             return
-
-    # -- bounded calls ---------------------------------------------------------------------
-
-    def _call(
-        self,
-        fn: Callable[[_Job], T],
-        deadline: float,
-        what: str,
-        then: str = "",
-        prepare: bool = False,
-    ) -> T:
-        """Run ``fn(job)`` on the worker thread, by ``deadline``.
-
-        Raises:
-            SinkUnavailable: no time left, the deadline passed, or the catalog, the file
-                store or a row failed.
-            ConfigError: the table does not fit (partitioned).
-        """
-        left = deadline - time.monotonic()
-        if self._closed or left < 0.1:
-            raise SinkUnavailable(
-                f"iceberg sink {self.spec.name!r}: no time left for the {what}{then}"
-                + (" (closed)" if self._closed else "")
-            )
-        job = _Job(deadline)
-        if prepare:
-            with self._lock:
-                self._prepare_job = job
-
-        def run() -> T:
-            self._live(job)
-            return fn(job)
-
-        future = self._worker.submit(run)
-        try:
-            return future.result(timeout=left)
-        except concurrent.futures.TimeoutError:
-            with self._lock:
-                job.cancelled = True
-            future.cancel()
-            raise SinkUnavailable(
-                f"iceberg sink {self.spec.name!r}: the {what} took longer than the "
-                f"{left:.1f}s it had{then}"
-            ) from None
-        except (SinkUnavailable, ConfigError):
-            raise
-        except _Cancelled:
-            raise SinkUnavailable(
-                f"iceberg sink {self.spec.name!r}: the {what} ran out of time{then}"
-            ) from None
-        except Exception as exc:
-            self._table = None  # load it again next time
-            raise SinkUnavailable(
-                f"iceberg sink {self.spec.name!r}: the {what} failed "
-                f"({type(exc).__name__}: {str(exc).strip()[:500]}){then}"
-            ) from exc
-        finally:
-            if prepare:
-                with self._lock:
-                    if self._prepare_job is job and future.done():
-                        self._prepare_job = None
-
-    def _try(self, fn: Callable[[_Job], Any], deadline: float, what: str) -> None:
-        """:meth:`_call`, logging what stays pending (never raises but ``ConfigError``)."""
-        try:
-            self._call(fn, deadline, what)
-        except SinkUnavailable as exc:
-            log.warning(
-                "iceberg sink: %s left pending (done before the next epoch commits)",
-                what,
-                extra={"sink": self.spec.name, "error": str(exc)},
-            )
 
 
 def _list_dir(io: Any, uri: str) -> list[str]:

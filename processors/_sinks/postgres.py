@@ -18,7 +18,6 @@ row makes the epoch abort (and replay later): never lost, never twice.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import math
 import socket
@@ -26,16 +25,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from processors._kafka.errors import AbortEpoch
-from processors.exceptions import ConfigError, FatalKafkaError
+from processors._sinks.bounded_calls import BoundedCalls, Job
+from processors._sinks.errors import SinkRowError, SinkRowsLost
+from processors.exceptions import ConfigError
 
-__all__ = ["PostgresOutput", "PostgresSink", "SinkRowError", "SinkRowsLost", "SinkUnavailable"]
+__all__ = ["PostgresOutput", "PostgresSink"]
 
 log = logging.getLogger("lockgate.sinks")
-
-T = TypeVar("T")
 
 #: Prefix of every prepared transaction id lockgate writes.
 GID_PREFIX = "lockgate"
@@ -49,48 +47,6 @@ GID_MAX = 199
 _GID_TAIL = len(":999999:") + 16
 #: Pause between connection attempts while a database is down.
 _CONNECT_RETRY_S = 0.5
-
-
-class SinkUnavailable(AbortEpoch):  # noqa: N818 - an AbortEpoch, control flow
-    """A sink's database could not take the epoch in time: the epoch aborts and replays."""
-
-
-class SinkRowsLost(FatalKafkaError):
-    """Rows of an epoch that committed in Kafka were rolled back in the database.
-
-    Never expected (only the settle right after an assignment rolls back others'
-    transactions, by Kafka's outcome): the instance stops loudly, naming the epoch.
-    """
-
-
-class _Cancelled(Exception):  # noqa: N818 - control flow on the worker thread
-    """The call was cancelled (timed out, or its epoch aborted) or its deadline passed."""
-
-
-class _Job:
-    """One bounded call on the worker thread: its absolute deadline and cancel flag.
-
-    ``cancelled`` is set and read under :attr:`PostgresSink._lock`.
-    """
-
-    __slots__ = ("cancelled", "deadline")
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.cancelled = False
-
-    def left(self) -> float:
-        """Seconds to the deadline (negative once past)."""
-        return self.deadline - time.monotonic()
-
-    def check(self) -> None:
-        """Raise :class:`_Cancelled` when cancelled or past the deadline."""
-        if self.cancelled or self.left() <= 0:
-            raise _Cancelled
-
-
-class SinkRowError(ValueError):
-    """An emitted row does not fit its sink's declaration (raised into user code)."""
 
 
 @dataclass(frozen=True)
@@ -176,15 +132,21 @@ class PostgresSink:
         self._xids: dict[str, int] = {}
         #: Refusals per gid of a pending rollback.
         self._failures: dict[str, int] = {}
-        #: The prepare call in flight (cancelled when its epoch aborts).
-        self._prepare_job: _Job | None = None
-        self._closed = False
         self._conn: Any = None
         self._broken = False
         #: Guards the gid lists: a worker call that outlived its deadline may still run.
         self._lock = threading.Lock()
-        self._worker = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"lockgate-sink-{spec.name}"
+        #: The worker thread: a failed call closes the session (a transaction it had
+        #: open ends with it); a timed-out one has its socket shut down; the caller waits
+        #: 0.25 s past the deadline for the server-side timeouts to answer first.
+        self._calls = BoundedCalls(
+            "postgres",
+            spec.name,
+            self._lock,
+            passthrough=(SinkRowsLost,),
+            grace_s=0.25,
+            on_worker_error=self._close,
+            on_timeout=self._interrupt,
         )
         schema, _, table = spec.table.rpartition(".")
         self._table_parts = (schema, table) if schema else (table,)
@@ -280,7 +242,7 @@ class PostgresSink:
         if not self._rows and not self.has_pending():
             return
         rows, self._rows = self._rows, {}
-        self._call(
+        self._calls.call(
             lambda job: self._prepare(token, rows, job),
             deadline,
             "prepare",
@@ -298,7 +260,7 @@ class PostgresSink:
             self._to_commit.extend(self._prepared)
             self._prepared.clear()
         if self.has_pending():
-            self._try(self._finish, deadline, "commit")
+            self._calls.try_call(self._finish, deadline, "commit")
 
     def abort(self, deadline: float) -> None:
         """The epoch aborted: drop its rows, roll back what it prepared (never raises).
@@ -308,13 +270,12 @@ class PostgresSink:
         """
         self._rows.clear()
         with self._lock:
-            if self._prepare_job is not None:
-                self._prepare_job.cancelled = True
+            self._calls.cancel_prepare()
             self._to_rollback.extend(self._prepared)
             self._prepared.clear()
         if self.has_pending():
             try:
-                self._try(self._finish, deadline, "rollback")
+                self._calls.try_call(self._finish, deadline, "rollback")
             except SinkRowsLost as exc:
                 # Not this epoch's: a commit of an earlier one. Raised again by the next
                 # prepare or tidy (the commit stays pending).
@@ -330,7 +291,7 @@ class PostgresSink:
             for g, token in tokens.items():
                 self._rows.pop(g, None)  # anything buffered for them predates the assignment
                 self._settle[g] = token
-        self._try(self._finish, deadline, "settle")
+        self._calls.try_call(self._finish, deadline, "settle")
 
     def tidy(self, owned: set[int], deadline: float) -> None:
         """Finish pending work, bounded (never raises but :class:`SinkRowsLost`).
@@ -341,7 +302,7 @@ class PostgresSink:
         """
         self._forget_settles(owned)
         if self.has_pending():
-            self._try(self._finish, deadline, "settle")
+            self._calls.try_call(self._finish, deadline, "settle")
 
     def close(self, deadline: float) -> None:
         """A clean stop: finish pending commits by ``deadline``, then close (never raises).
@@ -349,18 +310,17 @@ class PostgresSink:
         What is still pending then is logged: those rows stay prepared, and the next owner
         of their key groups commits them (by the token in the committed offsets).
         """
-        if self._closed:
+        if self._calls.closed:
             return
         if self.has_pending():
             try:
-                self._try(self._finish, deadline, "commit at stop")
+                self._calls.try_call(self._finish, deadline, "commit at stop")
             except SinkRowsLost as exc:
                 log.error("postgres sink: %s", exc, extra={"sink": self.spec.name})
         with self._lock:
             left = list(self._to_commit)
-            self._closed = True
-            if self._prepare_job is not None:
-                self._prepare_job.cancelled = True
+            self._calls.closed = True
+            self._calls.cancel_prepare()
         if left:
             log.error(
                 "postgres sink: the rows of %d committed epoch(s) could not be committed "
@@ -369,8 +329,8 @@ class PostgresSink:
                 len(left),
                 extra={"sink": self.spec.name, "gids": left},
             )
-        self._worker.submit(self._close)  # after anything still running
-        self._worker.shutdown(wait=False)
+        self._calls.submit(self._close)  # after anything still running
+        self._calls.shutdown()
 
     def _forget_settles(self, owned: set[int]) -> None:
         """Drop the settles of key groups not owned any more (their new owner settles)."""
@@ -380,12 +340,7 @@ class PostgresSink:
 
     # -- on the worker thread -----------------------------------------------------------
 
-    def _live(self, job: _Job) -> None:
-        """Raise :class:`_Cancelled` when ``job`` was cancelled or its deadline passed."""
-        with self._lock:
-            job.check()
-
-    def _prepare(self, token: str, rows: dict[int, dict[Any, _Op] | list[_Op]], job: _Job) -> None:
+    def _prepare(self, token: str, rows: dict[int, dict[Any, _Op] | list[_Op]], job: Job) -> None:
         conn = self._finish(job)
         from psycopg import sql
 
@@ -395,7 +350,7 @@ class PostgresSink:
             if not ops_list:
                 continue
             gid = f"{self._prefix}{g}:{token}"
-            self._live(job)
+            self._calls.live(job)
             conn.execute("BEGIN")
             # Its transaction id: a commit that finds the gid gone asks what became of it.
             xid = int(conn.execute("SELECT txid_current()").fetchone()[0])
@@ -409,7 +364,7 @@ class PostgresSink:
                 self._xids[gid] = xid
             conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
 
-    def _finish(self, job: _Job) -> Any:
+    def _finish(self, job: Job) -> Any:
         """Connect; commit and roll back what is pending; settle key groups taken over.
 
         Returns the connection (outside a transaction, timeouts set for the time left).
@@ -418,7 +373,7 @@ class PostgresSink:
         from psycopg import sql
 
         conn = self._connection(job)
-        self._live(job)
+        self._calls.live(job)
         ms = max(1, int(job.left() * 1000))
         timeout = sql.SQL("SET statement_timeout = {}").format(sql.Literal(ms))
         try:
@@ -427,10 +382,10 @@ class PostgresSink:
             # Our own shutdown of the socket (the call was cancelled): stop here. Else a
             # connection the server closed meanwhile (it restarted): nothing was done on it
             # yet, so a new one may do it all.
-            self._live(job)
+            self._calls.live(job)
             self._close()
             conn = self._connection(job)
-            self._live(job)
+            self._calls.live(job)
             conn.execute(timeout)
         conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(ms)))
         for pending, how in ((self._to_commit, "COMMIT"), (self._to_rollback, "ROLLBACK")):
@@ -470,7 +425,7 @@ class PostgresSink:
                 # Only right after an assignment, by the committed token: an instance that
                 # merely believes it owns g never touches another's transactions of g.
                 continue
-            self._live(job)
+            self._calls.live(job)
             committed = token == settle[g]
             log.warning(
                 "settling a prepared transaction of a key group taken over: %s",
@@ -589,7 +544,7 @@ class PostgresSink:
                             stmt += sql.SQL(" ON CONFLICT ({}) DO NOTHING").format(target)
                 cur.executemany(stmt, params)
 
-    def _connection(self, job: _Job) -> Any:
+    def _connection(self, job: Job) -> Any:
         import psycopg
 
         if self._conn is not None and (self._broken or self._conn.closed):
@@ -597,7 +552,7 @@ class PostgresSink:
         while self._conn is None:
             # A database that is down (restarting) may be back within the time left: try
             # again until then rather than abort at once (each abort replays the epoch).
-            self._live(job)
+            self._calls.live(job)
             try:
                 self._conn = psycopg.connect(
                     self.spec.connection_string(),
@@ -623,84 +578,6 @@ class PostgresSink:
                 pass
 
     # -- bounded calls ---------------------------------------------------------------------
-
-    def _call(
-        self,
-        fn: Callable[[_Job], T],
-        deadline: float,
-        what: str,
-        then: str = "",
-        prepare: bool = False,
-    ) -> T:
-        """Run ``fn(job)`` on the worker thread, by ``deadline``.
-
-        ``then`` ends the error's message (what happens next). A call that times out is
-        cancelled (under the lock ``fn`` checks before it prepares anything): a job still
-        queued never runs, a running one stops at its next check, and its connection's
-        socket is shut down.
-
-        Raises:
-            SinkUnavailable: no time left, the deadline passed or a database error.
-            SinkRowsLost: see :meth:`_end_prepared`.
-        """
-        left = deadline - time.monotonic()
-        if self._closed or left < 0.1:
-            raise SinkUnavailable(
-                f"postgres sink {self.spec.name!r}: no time left for the {what}{then}"
-                + (" (closed)" if self._closed else "")
-            )
-        job = _Job(deadline)
-        if prepare:
-            with self._lock:
-                self._prepare_job = job
-
-        def run() -> T:
-            self._live(job)  # queued past its deadline, or cancelled: do nothing
-            try:
-                return fn(job)
-            except BaseException:
-                self._close()  # a transaction it had open ends with the session
-                raise
-
-        future = self._worker.submit(run)
-        try:
-            return future.result(timeout=left + 0.25)  # the server-side timeouts come first
-        except concurrent.futures.TimeoutError:
-            with self._lock:
-                job.cancelled = True
-            future.cancel()  # still queued: it never runs
-            self._interrupt()
-            raise SinkUnavailable(
-                f"postgres sink {self.spec.name!r}: the {what} took longer than the "
-                f"{left:.1f}s it had{then}"
-            ) from None
-        except (SinkUnavailable, SinkRowsLost):
-            raise
-        except _Cancelled:
-            raise SinkUnavailable(
-                f"postgres sink {self.spec.name!r}: the {what} ran out of time{then}"
-            ) from None
-        except Exception as exc:
-            raise SinkUnavailable(
-                f"postgres sink {self.spec.name!r}: the {what} failed "
-                f"({type(exc).__name__}: {str(exc).strip()}){then}"
-            ) from exc
-        finally:
-            if prepare:
-                with self._lock:
-                    if self._prepare_job is job and future.done():
-                        self._prepare_job = None
-
-    def _try(self, fn: Callable[[_Job], Any], deadline: float, what: str) -> None:
-        """:meth:`_call`, logging what stays pending (raises :class:`SinkRowsLost` only)."""
-        try:
-            self._call(fn, deadline, what)
-        except SinkUnavailable as exc:
-            log.warning(
-                "postgres sink: %s left pending (done before the next epoch commits)",
-                what,
-                extra={"sink": self.spec.name, "error": str(exc)},
-            )
 
     def _interrupt(self) -> None:
         """Unblock the worker stuck on the connection's socket; reconnect next time."""

@@ -18,7 +18,8 @@ import pytest
 
 from processors._checkpoint.protocol import writer_header
 from processors._sinks import Sinks
-from processors._sinks.postgres import PostgresOutput, SinkRowsLost
+from processors._sinks.errors import SinkRowsLost
+from processors._sinks.postgres import PostgresOutput
 from tests.support.postgres import PostgresServer
 
 APP = "settle-app"

@@ -20,8 +20,8 @@ import pytest
 from processors import App
 from processors._checkpoint.protocol import writer_header
 from processors._sinks import Sinks
+from processors._sinks.errors import SinkRowError, SinkUnavailable
 from processors._sinks.iceberg import IcebergOutput, IcebergSink
-from processors._sinks.postgres import SinkRowError, SinkUnavailable
 from processors.exceptions import ConfigError
 from tests.support.iceberg_model import Warehouse
 

@@ -10,7 +10,8 @@ from processors import App
 from processors._checkpoint.protocol import writer_header
 from processors._kafka.errors import AbortEpoch
 from processors._sinks import Sinks
-from processors._sinks.postgres import PostgresOutput, PostgresSink, SinkRowError, SinkUnavailable
+from processors._sinks.errors import SinkRowError, SinkUnavailable
+from processors._sinks.postgres import PostgresOutput, PostgresSink
 from processors.exceptions import ConfigError
 from tests.support.ports import free_port
 

@@ -16,7 +16,8 @@ import pytest
 from processors import App
 from processors._checkpoint.protocol import writer_header
 from processors._sinks import Sinks
-from processors._sinks.postgres import PostgresOutput, PostgresSink, SinkUnavailable
+from processors._sinks.errors import SinkUnavailable
+from processors._sinks.postgres import PostgresOutput, PostgresSink
 from processors._spark.backfill_task import check_backfillable
 from processors.exceptions import ConfigError
 
