@@ -27,6 +27,7 @@ import math
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +190,10 @@ class MetricsHistory:
         self._store = Store(retention_s=window_s, only=self.names)
         self._lock = threading.Lock()
         self._next_at = 0.0
+        #: Seconds between the last rounds kept (a busy console keeps them further apart
+        #: than ``scrape_s``: ``$__rate_interval`` follows, see :attr:`rate_interval_s`).
+        self._gaps: deque[float] = deque(maxlen=5)
+        self._last_at: float | None = None
         #: Scrape rounds kept so far.
         self.rounds = 0
         self._panels: dict[str, list[Panel]] = {}
@@ -212,20 +217,30 @@ class MetricsHistory:
                 except ValueError:
                     continue
             self.rounds += 1
+            if self._last_at is not None and now > self._last_at:
+                self._gaps.append(now - self._last_at)
+            self._last_at = now
             self._next_at = now + self.scrape_s * 0.9
 
     @property
     def rate_interval_s(self) -> float:
-        """What ``$__rate_interval`` stands for: four scrape intervals."""
-        return 4 * self.scrape_s
+        """What ``$__rate_interval`` stands for, in whole seconds.
+
+        Four scrape intervals (Grafana's lower bound), or 2.5 times the longest of the
+        last gaps between rounds when the console kept them further apart (under load):
+        a ``rate()`` then still finds two samples in its window.
+        """
+        observed = 2.5 * max(self._gaps, default=0.0)
+        return float(math.ceil(max(4 * self.scrape_s, observed)))
 
     def panels(self, app: str | None) -> list[Panel]:
         """The compiled panels, ``$app`` set to ``app`` (all apps when ``None``)."""
-        key = app or ""
+        rate_interval_s = self.rate_interval_s
+        key = f"{app or ''}\x00{rate_interval_s:g}"
         found = self._panels.get(key)
         if found is None:
             variables = {"app": re.escape(app)} if app else {}
-            found = self._panels[key] = panels_of(self.dashboard, variables, self.rate_interval_s)
+            found = self._panels[key] = panels_of(self.dashboard, variables, rate_interval_s)
         return found
 
     def fragment(self, app: str | None, apps: Sequence[str], now: float | None = None) -> str:

@@ -284,3 +284,21 @@ def test_console_shows_each_key_groups_watermark() -> None:
     table = re.search(r'<table class="watermarks">.*?</table>', html)
     assert table and "lockgate_watermark_timestamp_seconds" in table.group(0)
     assert "key_group" not in table.group(0)
+
+
+def test_rate_interval_follows_rounds_kept_further_apart_than_asked() -> None:
+    """A busy console keeps rounds further apart: rate() must still see two samples."""
+    history = MetricsHistory(scrape_s=1.0)
+    assert history.rate_interval_s == 4.0  # four scrape intervals before any gap is seen
+    now = time.time()
+    m = Metrics("clicks", "c1")
+    reg = metrics_registry(m)
+    for k, at in enumerate((now - 24, now - 16, now - 8, now)):
+        m.records_in += 100
+        history.ingest([("c1", generate_latest(reg).decode())], at=at)
+        if k == 0:
+            assert history.rate_interval_s == 4.0
+    assert history.rate_interval_s == 20.0  # 2.5 x the 8 s gaps
+    html = history.fragment(None, [], now=now)
+    records_in = _panel(html, "Records in / s")
+    assert 'data-state="data"' in records_in, records_in[:500]
