@@ -57,6 +57,7 @@ from tests.k8s.pipeline import (
     log_text,
     restarts,
     revision_and_uids,
+    run_cron_job,
 )
 from tests.k8s.store import BUCKET, SECRET, S3Server, create_secret, s3_values
 from tests.support.kafka import create_topic, unique
@@ -98,26 +99,6 @@ def common_values() -> list[str]:
         "--set", "savepoints.stopJobs.enabled=true",
         "--set", "upgrade.mode=savepoint",
     ]  # fmt: skip
-
-
-def run_cron_job(p: Pipeline, cronjob: str, job: str, timeout: int = 240) -> str:
-    """``kubectl create job --from=cronjob/CRONJOB JOB``, wait until complete; return its log.
-
-    The Job is deleted afterwards (its log is printed when it does not complete).
-    """
-    c, ns = p.cluster, p.ns
-    c.kubectl("-n", ns, "create", "job", f"--from=cronjob/{cronjob}", job)
-    try:
-        c.kubectl(
-            "-n", ns, "wait", "--for=condition=complete", f"job/{job}", f"--timeout={timeout}s",
-            timeout=timeout + 20,
-        )  # fmt: skip
-        return c.kubectl("-n", ns, "logs", f"job/{job}", "--tail=-1")
-    except RuntimeError:
-        print(c.kubectl("-n", ns, "logs", f"job/{job}", "--tail=-1"))
-        raise
-    finally:
-        c.kubectl("-n", ns, "delete", "job", job, "--wait=false", "--ignore-not-found")
 
 
 def pvc_store(p: Pipeline) -> Store:
