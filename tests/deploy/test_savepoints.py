@@ -7,6 +7,7 @@ test_savepoint_running_sum.py::test_a_helm_savepoint_upgrade_rolls_instances_tha
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from processors._config.settings import load_settings
 from tests.support.helm import (
+    CHART_DIR,
     HelmError,
     container_env,
     manifests,
@@ -598,3 +600,24 @@ def test_the_stop_and_cancel_cronjob_names_stay_distinct_and_short() -> None:
 def test_no_stop_and_cancel_jobs_by_default() -> None:
     docs = render(values_files=[UPGRADE])
     assert set(_cronjobs(docs)) == {"sums-lockgate-savepoint"}
+
+
+def test_notes_name_the_stop_and_cancel_commands(tmp_path: Path) -> None:
+    """NOTES.txt (rendered through tpl in a copy of the chart: helm template skips it)."""
+    chart = tmp_path / "lockgate"
+    shutil.copytree(CHART_DIR, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.src")
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.src") . | quote }}\n'
+    )
+    on = one_manifest(
+        render(values_files=[UPGRADE], set_values=STOP_JOBS, chart=chart), "ConfigMap"
+    )
+    text = on["data"]["notes"]
+    assert "create job --from=cronjob/sums-lockgate-savepoint-stop sums-lockgate-sp-stop" in text
+    assert (
+        "create job --from=cronjob/sums-lockgate-savepoint-cancel sums-lockgate-sp-resume" in text
+    )
+    off = one_manifest(render(values_files=[UPGRADE], chart=chart), "ConfigMap")
+    assert "savepoint-stop" not in off["data"]["notes"]
