@@ -494,7 +494,16 @@ def test_a_crash_looping_release_fires_lockgate_crash_looping(
         [processor] = [x for x in status["containerStatuses"] if x["name"] == "processor"]
         assert processor["restartCount"] >= 2, processor
         assert processor["lastState"]["terminated"]["exitCode"] == 2, processor
-        previous = c.kubectl("-n", ns, "logs", pod, "-c", "processor", "--previous")
+        # The last run's log (the kubelet may be replacing that container just now: retry).
+        previous = ""
+        deadline = time.monotonic() + 60
+        while "no_such_app" not in previous and time.monotonic() < deadline:
+            try:
+                previous = c.kubectl("-n", ns, "logs", pod, "-c", "processor", "--previous")
+            except RuntimeError as e:
+                previous = str(e)
+            if "no_such_app" not in previous:
+                time.sleep(2)
         assert "no_such_app" in previous, previous
     finally:
         c.helm("uninstall", CRASHY, "--namespace", ns, "--wait", "--timeout", "60s")
