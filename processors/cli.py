@@ -19,6 +19,8 @@ from confluent_kafka import KafkaError, KafkaException
 from processors._config.log_setup import configure
 from processors._ops.catalog import (
     Ops,
+    OpsError,
+    cancel_halted,
     cancel_savepoint,
     describe_savepoint,
     list_checkpoints,
@@ -419,25 +421,57 @@ def savepoint_trigger(
 
 
 @savepoint.command("cancel")
-@click.argument("savepoint_id", metavar="ID")
+@click.argument("savepoint_id", metavar="[ID]", required=False)
 @click.option("--app", "apps", multiple=True, metavar="NAME", help="An app (repeatable).")
 @click.option("--pipeline", metavar="NAME", help="The app and every app connected to it.")
-def savepoint_cancel(savepoint_id: str, apps: tuple[str, ...], pipeline: str | None) -> None:
+@click.option(
+    "--halted",
+    is_flag=True,
+    help="Instead of ID: cancel the savepoint(s) the apps' key groups are halted at.",
+)
+def savepoint_cancel(
+    savepoint_id: str | None, apps: tuple[str, ...], pipeline: str | None, halted: bool
+) -> None:
     """Cancel a savepoint: key groups halted by it (--stop) resume, none takes it any more.
 
     `savepoint trigger --stop` cancels by itself when the savepoint fails or times out;
-    use this when the trigger command itself died.
+    use this when the trigger command itself died, or to resume a halted pipeline. With
+    --halted (and no ID) the savepoints are those the apps' key groups are halted at,
+    read from their latest committed checkpoint records: their ids go to stdout, one per
+    line; none halted is not an error (exit 0). The chart's savepoint-cancel Job runs
+    this, so nobody has to find the id.
     """
+    if halted == (savepoint_id is not None):
+        ops_fail(OpsError("give either a savepoint ID or --halted", exit_code=2))
     settings = ops_settings()
     ops = Ops(settings)
+    found: dict[str, dict[str, list[int]]] = {}
     try:
-        involved = resolve_apps(ops.registry(), apps, pipeline)
-        cancel_savepoint(ops, savepoint_id, involved)
+        registry = ops.registry()
+        involved = resolve_apps(registry, apps, pipeline)
+        if savepoint_id is not None:
+            cancel_savepoint(ops, savepoint_id, involved)
+            found = {savepoint_id: {}}
+        else:
+            found = cancel_halted(ops, registry, involved)
     except (LockgateError, KafkaException, SavepointError) as exc:
         ops_fail(exc)
     finally:
         ops.close()
-    click.echo(f"cancelled {savepoint_id} in {', '.join(involved)}", err=True)
+    names = ", ".join(involved)
+    if not found:
+        click.echo(f"no key group of {names} is halted: nothing to cancel", err=True)
+    for sp_id, by_app in sorted(found.items()):
+        where = "; ".join(f"{a} key group(s) {_groups_text(gs)}" for a, gs in by_app.items())
+        click.echo(
+            f"cancelled {sp_id} in {names}" + (f" (halted: {where})" if where else ""), err=True
+        )
+        if halted:
+            click.echo(sp_id)
+
+
+def _groups_text(groups: list[int]) -> str:
+    return ",".join(str(g) for g in groups)
 
 
 @savepoint.command("list")

@@ -18,7 +18,8 @@ commands; it re-exports the parts, one concern each:
 * :mod:`processors._ops.checkpoints`: completeness, :func:`checkpoint_summary` and
   :func:`list_checkpoints`;
 * :mod:`processors._ops.savepoints`: :func:`trigger_savepoint`, :func:`cancel_savepoint`,
-  :func:`list_savepoints`, :func:`describe_savepoint`, :func:`open_store`.
+  :func:`cancel_halted`, :func:`halted_key_groups`, :func:`list_savepoints`,
+  :func:`describe_savepoint`, :func:`open_store`.
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ from processors._ops.savepoint_requests import (
     savepoint_request,
 )
 from processors._ops.savepoints import (
+    cancel_halted,
     cancel_savepoint,
     describe_savepoint,
+    halted_key_groups,
     list_savepoints,
     open_store,
     savepoint_text,
@@ -62,12 +65,14 @@ __all__ = [
     "SAVEPOINT_MARGIN_MS",
     "Ops",
     "OpsError",
+    "cancel_halted",
     "cancel_savepoint",
     "checkpoint_summary",
     "choose_checkpoint",
     "complete_bound",
     "complete_checkpoints",
     "describe_savepoint",
+    "halted_key_groups",
     "list_checkpoints",
     "list_savepoints",
     "manifest_problems",

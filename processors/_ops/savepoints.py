@@ -2,14 +2,16 @@
 
 :func:`trigger_savepoint` writes the request to the source apps' control topics, waits
 for every key group's manifest and writes the descriptor to the savepoint store;
-:func:`cancel_savepoint` releases the key groups a stop-savepoint halted. The listing
-and description read the store of ``LOCKGATE_SAVEPOINT_DIR`` (:func:`open_store`).
+:func:`cancel_savepoint` releases the key groups a stop-savepoint halted, and
+:func:`cancel_halted` does so for whatever savepoint the key groups are halted at (read
+from the checkpoint catalog: no id to name). The listing and description read the store
+of ``LOCKGATE_SAVEPOINT_DIR`` (:func:`open_store`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from processors._checkpoint.control_topics import REGISTRY_TOPIC, cancel_key, control_topic
@@ -125,6 +127,60 @@ def cancel_savepoint(ops: Ops, savepoint_id: str, apps: Iterable[str]) -> None:
     # control partition 0 (followed by running instances).
     ops.write_records([(REGISTRY_TOPIC, 0)], record, cancel_key(savepoint_id))
     ops.write_requests(list(apps), record, key=cancel_key(savepoint_id))
+
+
+def halted_key_groups(
+    latest: Mapping[str, Mapping[int, Mapping[str, Any]]],
+) -> dict[str, dict[str, list[int]]]:
+    """Return savepoint id -> app -> the key groups halted at it, sorted.
+
+    Args:
+        latest: app -> key group -> its latest committed ``ckpt/<g>`` record (a key group
+            halted by a stop-with-savepoint records the savepoint as ``halted`` in every
+            checkpoint record until it is restored from it or the savepoint is cancelled).
+
+    Returns:
+        Only halted key groups; empty when none is halted.
+    """
+    out: dict[str, dict[str, list[int]]] = {}
+    for app, by_group in latest.items():
+        for g, record in by_group.items():
+            halted = record.get("halted")
+            if halted:
+                out.setdefault(str(halted), {}).setdefault(app, []).append(int(g))
+    for apps in out.values():
+        for groups in apps.values():
+            groups.sort()
+    return out
+
+
+def cancel_halted(
+    ops: Ops, registry: Mapping[str, Mapping[str, Any]], apps: Sequence[str]
+) -> dict[str, dict[str, list[int]]]:
+    """Cancel every savepoint a key group of ``apps`` is halted at; return them.
+
+    Reads each key group's latest committed checkpoint record (the checkpoint catalog)
+    and cancels each savepoint named there as ``halted`` in all of ``apps``
+    (:func:`cancel_savepoint`): the key groups halted at it resume where they stopped.
+    Nothing halted: nothing is written.
+
+    Args:
+        ops: the command's Kafka clients.
+        registry: the app registry (for apps without a control topic yet).
+        apps: the apps (:func:`resolve_apps`).
+
+    Returns:
+        savepoint id -> app -> the key groups that were halted at it
+        (:func:`halted_key_groups`).
+
+    Raises:
+        OpsError: an app is unknown (exit code 2), or a cancel record was not delivered.
+    """
+    latest = {a: ops.latest_checkpoints(a, ops.key_groups(a, registry.get(a))) for a in apps}
+    halted = halted_key_groups(latest)
+    for savepoint_id in sorted(halted):
+        cancel_savepoint(ops, savepoint_id, apps)
+    return halted
 
 
 def open_store(settings: Settings) -> SavepointStore:

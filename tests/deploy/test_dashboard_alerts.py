@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from tests.support.helm import CHART_DIR, manifests, one_manifest, render
-from tests.support.promql import Store, Unsupported, evaluate, metric_names
+from tests.support.promql import (
+    AlertEvaluator,
+    AlertRule,
+    Store,
+    Unsupported,
+    evaluate,
+    metric_names,
+)
 
 MINIMAL = Path(__file__).resolve().parent / "values" / "minimal.yaml"
 ON = {"metrics.prometheusRule.enabled": True, "metrics.dashboard.enabled": True}
@@ -206,3 +213,45 @@ def test_metric_names_of_queries() -> None:
     assert metric_names('label_values(lockgate_key_groups_assigned{app=~"$app"}, pod)') == {
         "lockgate_key_groups_assigned"
     }
+
+
+def _pod(ns: str, name: str, restarts: int, container: str = "processor") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": ns, "name": name, "uid": f"uid-{name}"},
+        "status": {"containerStatuses": [{"name": container, "restartCount": restarts}]},
+    }
+
+
+def test_crash_looping_fires_on_the_restart_series_the_k8s_tier_builds() -> None:
+    """The rendered rule over tests/k8s/alerts.py's kube-state-metrics-like series.
+
+    Sampled every second: it fires once the release's processor restarted more than
+    ``crashRestartsPer15m`` times (here 1), not at the first restart, and never for
+    another release's pods or another container in the namespace.
+    """
+    from tests.k8s.alerts import restarts_exposition
+
+    docs = render(
+        values_files=[MINIMAL],
+        set_values={**ON, "metrics.prometheusRule.crashRestartsPer15m": 1},
+        namespace="lgk8s",
+    )
+    rule = _alerts(docs)["LockgateCrashLooping"]
+    evaluator = AlertEvaluator([AlertRule.from_rule(rule)])
+    store = Store()
+    t0 = 1_800_000_000.0
+    timeline = [(0, 0), (10, 1), (30, 1), (31, 2), (40, 2)]  # (second, restarts)
+    fired_at = None
+    for second in range(41):
+        restarts = max(r for s, r in timeline if s <= second)
+        pods = [
+            _pod("lgk8s", "sums-lockgate-0", restarts),
+            _pod("lgk8s", "other-lockgate-0", 9 * second),  # another release
+            _pod("lgk8s", "kafka-0", 9 * second, container="kafka"),
+        ]
+        store.ingest(restarts_exposition(pods), at=t0 + second)
+        firing = [s for s in evaluator.evaluate(store, t0 + second) if s.state == "firing"]
+        if firing and fired_at is None:
+            fired_at = second
+            assert dict(firing[0].labels) == {"namespace": "lgk8s", "pod": "sums-lockgate-0"}
+    assert fired_at == 31, evaluator.transitions

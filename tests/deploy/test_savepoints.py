@@ -7,6 +7,7 @@ test_savepoint_running_sum.py::test_a_helm_savepoint_upgrade_rolls_instances_tha
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from processors._config.settings import load_settings
 from tests.support.helm import (
+    CHART_DIR,
     HelmError,
     container_env,
     manifests,
@@ -192,6 +194,8 @@ def test_a_variable_the_savepoint_values_set_is_not_set_twice() -> None:
         ({"savepoints.bucket": "x"}, "additional properties"),
         ({"upgrade.mode": "last-state"}, "value must be one of"),
         ({"upgrade.triggerSavepoint": "yes"}, "want boolean"),
+        ({"savepoints.stopJobs.enabled": "yes"}, "want boolean"),
+        ({"savepoints.stopJobs.schedule": "@hourly"}, "additional properties"),
         ({"networkPolicy.objectStorePorts": [70000]}, "maximum"),
         (
             {"networkPolicy.apiServerTo": [{"ipBlock": {"cidrs": "10.0.0.0/8"}}]},
@@ -214,6 +218,8 @@ def test_a_variable_the_savepoint_values_set_is_not_set_twice() -> None:
         "unknown-key",
         "upgrade-mode",
         "trigger-type",
+        "stop-jobs-type",
+        "stop-jobs-schedule",
         "object-store-port",
         "api-server-peer",
     ],
@@ -224,7 +230,12 @@ def test_bad_savepoint_values_are_rejected(set_values: dict[str, Any], message: 
 
 
 @pytest.mark.parametrize(
-    "set_values", [{"upgrade.mode": "savepoint"}, {"savepoints.cronJob.enabled": True}]
+    "set_values",
+    [
+        {"upgrade.mode": "savepoint"},
+        {"savepoints.cronJob.enabled": True},
+        {"savepoints.stopJobs.enabled": True},
+    ],
 )
 def test_savepoint_jobs_need_a_location(set_values: dict[str, Any]) -> None:
     with pytest.raises(HelmError, match="need a savepoint location"):
@@ -474,3 +485,139 @@ def test_no_object_store_rule_for_a_claim() -> None:
     (policy,) = manifests(docs, "NetworkPolicy")  # no savepoint Jobs: one policy
     ports = {p["port"] for r in _egress(policy) for p in r["ports"]}
     assert ports == {53, 9092, 9093, 443, 6443}
+
+
+# --- stop-with-savepoint and resume without exec: the stop and cancel CronJobs -----------------
+
+STOP_JOBS = {"savepoints.stopJobs.enabled": True}
+
+
+def _cronjobs(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {c["metadata"]["name"]: c for c in manifests(docs, "CronJob")}
+
+
+def _cron_container(cron: dict[str, Any]) -> dict[str, Any]:
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_the_stop_and_cancel_cronjobs_run_the_cli_ad_hoc_only() -> None:
+    docs = render(values_files=[UPGRADE], set_values=STOP_JOBS)
+    crons = _cronjobs(docs)
+    assert set(crons) == {
+        "sums-lockgate-savepoint",
+        "sums-lockgate-savepoint-stop",
+        "sums-lockgate-savepoint-cancel",
+    }
+    stop, cancel = crons["sums-lockgate-savepoint-stop"], crons["sums-lockgate-savepoint-cancel"]
+    for cron in (stop, cancel):
+        # Only `kubectl create job --from=cronjob/...`: suspended, and never due (31 February).
+        assert cron["spec"]["suspend"] is True
+        assert cron["spec"]["schedule"] == "0 0 31 2 *"
+        assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+        assert cron["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 0
+    assert _cron_container(stop)["args"] == [
+        "savepoint", "trigger", "--pipeline", "sums", "--stop", "--json", "--timeout", "120",
+    ]  # fmt: skip
+    assert _cron_container(cancel)["args"] == [
+        "savepoint", "cancel", "--halted", "--pipeline", "sums",
+    ]  # fmt: skip
+    assert stop["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 120 + 120
+    assert cancel["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 180
+
+
+def test_the_stop_and_cancel_args_parse_with_the_cli() -> None:
+    """The rendered arguments are options the CLI has (parsed by click, nothing run)."""
+    from processors.cli import main
+
+    docs = render(values_files=[UPGRADE], set_values=STOP_JOBS)
+    for name in ("sums-lockgate-savepoint-stop", "sums-lockgate-savepoint-cancel"):
+        group, command, *rest = _cron_container(_cronjobs(docs)[name])["args"]
+        ctx = main.commands[group].commands[command].make_context(command, list(rest))  # type: ignore[attr-defined]
+        assert ctx.params["pipeline"] == "sums"
+        if command == "cancel":
+            assert ctx.params["halted"] is True and ctx.params["savepoint_id"] is None
+        else:
+            assert ctx.params["stop"] is True
+
+
+def test_the_stop_and_cancel_jobs_have_the_release_environment_and_no_api_access() -> None:
+    docs = render(values_files=[PRODUCTION], set_values={**S3, **STOP_JOBS})
+    processor = statefulset_container_spec(docs)
+    crons = _cronjobs(docs)
+    assert set(crons) == {"sums-lockgate-savepoint-stop", "sums-lockgate-savepoint-cancel"}
+    for cron in crons.values():
+        container = _cron_container(cron)
+        assert container["env"] == processor["env"]
+        assert container["envFrom"] == processor["envFrom"]
+        assert container["securityContext"] == processor["securityContext"]
+        assert container["image"] == processor["image"]
+        pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["serviceAccountName"] == "sums-lockgate-savepoint"
+        assert pod["restartPolicy"] == "Never"
+    # One ServiceAccount for the Jobs (rendered without the plain savepoint CronJob too),
+    # without a token, and no Role or binding names it.
+    (account,) = [
+        d
+        for d in manifests(docs, "ServiceAccount")
+        if d["metadata"]["name"] == "sums-lockgate-savepoint"
+    ]
+    assert account["automountServiceAccountToken"] is False
+    for binding in manifests(docs, "RoleBinding") + manifests(docs, "ClusterRoleBinding"):
+        assert all(s["name"] != "sums-lockgate-savepoint" for s in binding["subjects"])
+
+
+def test_the_stop_and_cancel_jobs_get_the_savepoint_jobs_network_policy() -> None:
+    docs = render(
+        values_files=[MINIMAL],
+        set_values={**S3, **STOP_JOBS, "networkPolicy.enabled": True},
+    )
+    policies = {p["metadata"]["name"]: p for p in manifests(docs, "NetworkPolicy")}
+    jobs = policies["sums-lockgate-savepoint"]
+    for cron in _cronjobs(docs).values():
+        labels = cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+        assert jobs["spec"]["podSelector"]["matchLabels"] == labels
+    assert "ingress" not in jobs["spec"]
+
+
+def test_the_stop_and_cancel_cronjob_names_stay_distinct_and_short() -> None:
+    docs = render(
+        values_files=[MINIMAL],
+        set_values={
+            **S3,
+            **STOP_JOBS,
+            "savepoints.cronJob.enabled": True,
+            "fullnameOverride": "x" * 52,
+        },
+    )
+    names = list(_cronjobs(docs))
+    assert len(set(names)) == 3, names
+    assert all(len(n) <= 52 for n in names), names
+    assert {n.rsplit("-", 1)[-1] for n in names} >= {"stop", "cancel"}, names
+
+
+def test_no_stop_and_cancel_jobs_by_default() -> None:
+    docs = render(values_files=[UPGRADE])
+    assert set(_cronjobs(docs)) == {"sums-lockgate-savepoint"}
+
+
+def test_notes_name_the_stop_and_cancel_commands(tmp_path: Path) -> None:
+    """NOTES.txt (rendered through tpl in a copy of the chart: helm template skips it)."""
+    chart = tmp_path / "lockgate"
+    shutil.copytree(CHART_DIR, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.src")
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.src") . | quote }}\n'
+    )
+    on = one_manifest(
+        render(values_files=[UPGRADE], set_values=STOP_JOBS, chart=chart), "ConfigMap"
+    )
+    text = on["data"]["notes"]
+    assert "create job --from=cronjob/sums-lockgate-savepoint-stop sums-lockgate-sp-stop" in text
+    assert (
+        "create job --from=cronjob/sums-lockgate-savepoint-cancel sums-lockgate-sp-resume" in text
+    )
+    off = one_manifest(render(values_files=[UPGRADE], chart=chart), "ConfigMap")
+    assert "savepoint-stop" not in off["data"]["notes"]

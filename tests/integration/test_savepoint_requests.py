@@ -119,3 +119,60 @@ def test_requests_in_one_batch_are_all_served(  # type: ignore[no-untyped-def]
     assert code == 0, log[-3000:]
     assert "savepoint cancelled: key groups resume" in log, log[-3000:]
     assert check(model(read_inputs(kafka_bootstrap, inp, len(batch))), outputs) == [], log[-3000:]
+
+
+def test_cancel_halted_resumes_without_naming_the_savepoint(  # type: ignore[no-untyped-def]
+    kafka_bootstrap: str, names, tmp_path: Path
+) -> None:
+    """``lockgate savepoint cancel --halted`` (the chart's savepoint-cancel Job).
+
+    A stop-with-savepoint halts the app (nothing more is committed while input arrives);
+    ``cancel --halted --pipeline APP`` finds the savepoint in the key groups' latest
+    committed checkpoint records, prints its id and cancels it: the app resumes and the
+    whole output is exact. Run again once resumed, it finds nothing halted (exit 0, no id).
+    """
+    app, inp, out = names("sp-cxh"), names("sp-cxh-in"), names("sp-cxh-out")
+    create_topic(kafka_bootstrap, inp, P)
+    sp_dir = tmp_path / "savepoints"
+    env = {
+        "LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "LOCKGATE_APP_NAME": app,
+        "LOCKGATE_INPUT_TOPIC": inp,
+        "LOCKGATE_OUTPUT_TOPIC": out,
+        "LOCKGATE_CHECKPOINT_INTERVAL_MS": "300",
+        "LOCKGATE_SAVEPOINT_DIR": str(sp_dir),
+        "LOCKGATE_INSTANCE_ID": "i1",
+        "LOCKGATE_STATE_DIR": str(tmp_path / "state"),
+    }
+    cli_env = {"LOCKGATE_BOOTSTRAP_SERVERS": kafka_bootstrap, "LOCKGATE_SAVEPOINT_DIR": str(sp_dir)}
+    batch = [(f"key-{i % 17}", i % 7, i) for i in range(900)]
+    produce_numbers(kafka_bootstrap, inp, batch[:300])
+    proc = AppProcess("examples.running_sum:app", env, tmp_path / "i1.log").start()
+    try:
+        read_all(kafka_bootstrap, out, expected=300, timeout=60, idle=0)
+        nothing = lockgate_cli(cli_env, "savepoint", "cancel", "--halted", "--pipeline", app)
+        assert nothing.returncode == 0, nothing.stderr
+        assert nothing.stdout == "" and "nothing to cancel" in nothing.stderr, nothing
+        halt = lockgate_cli(
+            cli_env, "savepoint", "trigger", "--pipeline", app, "--stop", "--timeout", "60"
+        )
+        assert halt.returncode == 0, halt.stderr[-3000:] + proc.log_text()[-3000:]
+        sp_id = halt.stdout.strip().splitlines()[-1]
+        produce_numbers(kafka_bootstrap, inp, batch[300:600])
+        time.sleep(2)  # halted: none of these is processed
+        assert len(read_all(kafka_bootstrap, out, expected=600, timeout=3, idle=1)) == 300
+        cancel = lockgate_cli(cli_env, "savepoint", "cancel", "--halted", "--pipeline", app)
+        assert cancel.returncode == 0, cancel.stderr
+        assert cancel.stdout.split() == [sp_id], (cancel.stdout, cancel.stderr)
+        assert "key group(s) 0,1" in cancel.stderr, cancel.stderr
+        produce_numbers(kafka_bootstrap, inp, batch[600:])
+        outputs = read_all(kafka_bootstrap, out, expected=len(batch), timeout=60, idle=3)
+        again = lockgate_cli(cli_env, "savepoint", "cancel", "--halted", "--app", app)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == "" and "nothing to cancel" in again.stderr, again
+    finally:
+        code = proc.terminate()
+    log = proc.log_text()
+    assert code == 0, log[-3000:]
+    assert "savepoint cancelled: key groups resume" in log, log[-3000:]
+    assert check(model(read_inputs(kafka_bootstrap, inp, len(batch))), outputs) == [], log[-3000:]

@@ -235,3 +235,23 @@ class JobWatch(threading.Thread):
 def log_text(p: Pipeline, pod: str) -> str:
     """The whole log of a pod's processor container."""
     return p.cluster.kubectl("-n", p.ns, "logs", pod, "-c", "processor", "--tail=-1")
+
+
+def run_cron_job(p: Pipeline, cronjob: str, job: str, timeout: int = 240) -> str:
+    """``kubectl create job --from=cronjob/CRONJOB JOB``, wait until complete; return its log.
+
+    The Job is deleted afterwards (its log is printed when it does not complete).
+    """
+    c, ns = p.cluster, p.ns
+    c.kubectl("-n", ns, "create", "job", f"--from=cronjob/{cronjob}", job)
+    try:
+        c.kubectl(
+            "-n", ns, "wait", "--for=condition=complete", f"job/{job}", f"--timeout={timeout}s",
+            timeout=timeout + 20,
+        )  # fmt: skip
+        return c.kubectl("-n", ns, "logs", f"job/{job}", "--tail=-1")
+    except RuntimeError:
+        print(c.kubectl("-n", ns, "logs", f"job/{job}", "--tail=-1"))
+        raise
+    finally:
+        c.kubectl("-n", ns, "delete", "job", job, "--wait=false", "--ignore-not-found")

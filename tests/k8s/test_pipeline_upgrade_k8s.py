@@ -5,14 +5,15 @@ clicks, writes per-user counts to an internal topic) and ``regions`` (region_app
 topic, writes region totals), 2 replicas each, both ``upgrade.mode: savepoint`` with one
 savepoint location in an object store (``s3://``, an S3 API server on the node: moto's, as in
 test_savepoint_upgrade_k8s.py), credentials from a Secret. ``clicks`` also runs the chart's
-console.
+console and has the stop and cancel CronJobs.
 
 1. While clicks flow: ``helm upgrade regions`` (the downstream release first; its pre-upgrade
    hook halts the whole pipeline at one stop-with-savepoint), then ``helm upgrade clicks`` with
    ``upgrade.triggerSavepoint=false`` (no hook). Every pod of both releases rolls and resumes
    from the savepoint.
-2. While clicks flow: a stop-with-savepoint of the pipeline to the object store (``kubectl exec``
-   of ``lockgate savepoint trigger --pipeline --stop``), both releases uninstalled and their
+2. While clicks flow: a stop-with-savepoint of the pipeline to the object store (a Job of the
+   ``clicks`` release's stop CronJob, ``savepoints.stopJobs``: ``lockgate savepoint trigger
+   --pipeline --stop``), both releases uninstalled and their
    state claims deleted (no local state left), both installed again with
    ``LOCKGATE_FROM_SAVEPOINT``: every key group of both apps is seeded from the savepoint in the
    store on a fresh volume, as docs/helm.md's restore prescribes.
@@ -51,6 +52,7 @@ from tests.k8s.pipeline import (
     log_text,
     restarts,
     revision_and_uids,
+    run_cron_job,
 )
 from tests.k8s.store import BUCKET, S3Server, create_secret, s3_values
 from tests.support.kafka import create_topic, unique
@@ -68,7 +70,12 @@ def release_args(p: Pipeline, spec: str, topics: Topics, server: S3Server) -> li
     """The release's values: the same savepoint location for both, the console in ``clicks``."""
     # The three topics, as the apps declare them (pipeline_env's other entries are the chart's).
     env = {k: v for k, v in pipeline_env("", topics, "").items() if k.endswith("_TOPIC")}
-    console = ["--set", "console.enabled=true"] if p.release == "clicks" else []
+    # The console and the stop and cancel CronJobs in clicks (they act on the whole pipeline).
+    console = (
+        ["--set", "console.enabled=true", "--set", "savepoints.stopJobs.enabled=true"]
+        if p.release == "clicks"
+        else []
+    )
     return [
         p.release, chart_dir(), "--namespace", p.ns,
         "--set", f"app={spec}",
@@ -230,13 +237,9 @@ def test_restore_both_releases_into_fresh_volumes_from_the_object_store_is_exact
     try:
         time.sleep(3)
         t = time.monotonic()
-        # The operator's stop-with-savepoint, run in a processor's environment.
-        out = c.kubectl(
-            "-n", ns, "exec", "clicks-lockgate-0", "-c", "processor", "--",
-            "lockgate", "savepoint", "trigger", "--pipeline", topics.click_app, "--stop",
-            "--timeout", "90", "--json",
-            timeout=150,
-        )  # fmt: skip
+        # The operator's stop-with-savepoint: a Job of the clicks release's stop CronJob
+        # (savepoints.stopJobs; no exec), as docs/helm.md's restore runs it.
+        out = run_cron_job(clicks, "clicks-lockgate-savepoint-stop", "restore-stop")
         descriptor = descriptor_in(out)
         assert descriptor["stop"] is True, descriptor
         assert set(descriptor["apps"]) == {topics.click_app, topics.region_app}, descriptor

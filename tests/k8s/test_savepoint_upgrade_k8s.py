@@ -23,8 +23,13 @@ not marked ``k8s_long``: install, ad-hoc savepoint, console, alerts):
   whole committed output (read_committed) equals the model: no loss, no duplicate;
 - the console (s3): its page names the app, and it lists the store's completed savepoints;
 - the chart's alerts over the pods' /metrics (tests/k8s/alerts.py): quiet while healthy; a
-  stop-with-savepoint while input flows fires the lag and halted-key-groups alerts; a cancel
-  resumes the pipeline exactly and the alerts go quiet.
+  stop-with-savepoint while input flows (a Job of the chart's stop CronJob, no exec) fires the
+  lag and halted-key-groups alerts; a Job of its cancel CronJob (``savepoint cancel --halted``)
+  resumes the pipeline exactly and the alerts go quiet;
+- (s3, ``k8s_long``) LockgateCrashLooping fires on a second, crash-looping release in the
+  namespace (its processor exits 2 at start) and not on the healthy one, over
+  ``kube_pod_container_status_restarts_total`` built from the API's restartCount
+  (kube-state-metrics is not on this cluster).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.alerts import PodScraper, chart_rules
+from tests.k8s.alerts import PodScraper, RestartSampler, chart_rule, chart_rules
 from tests.k8s.kube import Cluster, pod_ready, timed
 from tests.k8s.pipeline import (
     Feeder,
@@ -52,6 +57,7 @@ from tests.k8s.pipeline import (
     log_text,
     restarts,
     revision_and_uids,
+    run_cron_job,
 )
 from tests.k8s.store import BUCKET, SECRET, S3Server, create_secret, s3_values
 from tests.support.kafka import create_topic, unique
@@ -65,6 +71,10 @@ SP_MOUNT = "/var/lib/lockgate-savepoints"
 SP_SUBDIR = "sums"
 HOOK_JOB = f"{RELEASE}-lockgate-savepoint-upgrade"
 CRONJOB = f"{RELEASE}-lockgate-savepoint"
+STOP_CRONJOB = f"{RELEASE}-lockgate-savepoint-stop"
+CANCEL_CRONJOB = f"{RELEASE}-lockgate-savepoint-cancel"
+#: The crash-looping release of the LockgateCrashLooping test (same namespace).
+CRASHY = "crashy"
 SP_CLAIM = f"{RELEASE}-lockgate-savepoints"
 #: LockgateConsumerLag's threshold in the rendered rules (the chart's default is 100000).
 LAG_THRESHOLD = 500
@@ -86,6 +96,7 @@ def common_values() -> list[str]:
     return [
         "--set", "savepoints.triggerTimeoutSeconds=60",
         "--set", "savepoints.cronJob.enabled=true",
+        "--set", "savepoints.stopJobs.enabled=true",
         "--set", "upgrade.mode=savepoint",
     ]  # fmt: skip
 
@@ -370,9 +381,13 @@ def test_a_halted_pipeline_fires_the_lag_and_halted_alerts(
     stop-with-savepoint while input keeps flowing fires LockgateConsumerLag (the lag follows
     the group's committed offsets, not the halted epochs) and LockgateKeyGroupsHalted, and
     LockgateNoCheckpoint stays quiet (a halted pod still ends idle epochs); a cancel resumes
-    the pipeline exactly and the alerts go quiet again."""
+    the pipeline exactly and the alerts go quiet again.
+
+    No `kubectl exec`: the halt is a Job of the chart's stop CronJob
+    (``savepoints.stopJobs``: ``savepoint trigger --pipeline <app> --stop``), the resume a Job
+    of its cancel CronJob (``savepoint cancel --halted --pipeline <app>``), which finds the
+    savepoint every key group is halted at without being told its id."""
     p, store = release
-    c, ns = p.cluster, p.ns
     install = [*install_args(p, REPLICAS), *store.values, *common_values()]
     rules = chart_rules(
         p, install,
@@ -389,12 +404,10 @@ def test_a_halted_pipeline_fires_the_lag_and_halted_alerts(
         with Feeder(p):
             time.sleep(2)
             t = time.monotonic()
-            out = c.kubectl(
-                "-n", ns, "exec", pod0, "-c", "processor", "--",
-                "lockgate", "savepoint", "trigger", "--pipeline", p.app, "--stop",
-                "--timeout", "60", "--json",
-                timeout=120,
-            )  # fmt: skip
+            out = run_cron_job(p, STOP_CRONJOB, "sp-stop")
+            timed(
+                f"[{store.kind}] stop Job (stop-with-savepoint) -> complete", time.monotonic() - t
+            )
             descriptor = descriptor_in(out)
             assert descriptor["stop"] is True, descriptor
             sp_id = descriptor["savepoint"]
@@ -408,14 +421,89 @@ def test_a_halted_pipeline_fires_the_lag_and_halted_alerts(
             assert {dict(k)["pod"] for k in halted} == set(p.pods()), halted
             code, body = p.http(p.pods()[pod0], "/readyz")
             assert code == 503 and "halted" in body, (code, body)
-            # The runbook's resume without a restore (the stop was a mistake).
-            c.kubectl(
-                "-n", ns, "exec", pod0, "-c", "processor", "--",
-                "lockgate", "savepoint", "cancel", sp_id, "--pipeline", p.app,
-            )  # fmt: skip
+            # The runbook's resume without a restore (the stop was a mistake): the cancel Job
+            # finds the savepoint every key group is halted at (stdout: its id).
+            t = time.monotonic()
+            out = run_cron_job(p, CANCEL_CRONJOB, "sp-resume")
+            timed(f"[{store.kind}] cancel Job (resume) -> complete", time.monotonic() - t)
+            assert sp_id in out.splitlines(), out
+            groups = ",".join(str(g) for g in range(PARTITIONS))
+            assert f"cancelled {sp_id} in {p.app} (halted: {p.app} key group(s) {groups})" in out, (
+                out
+            )
         p.wait_outputs(180)
         deadline = time.monotonic() + 90
         while scraper.firing(rules) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert scraper.firing(rules) == set(), "alerts still fire after the resume"
     assert p.problems() == []
+
+
+@pytest.mark.k8s_long
+def test_a_crash_looping_release_fires_lockgate_crash_looping(
+    release: tuple[Pipeline, Store],
+) -> None:
+    """LockgateCrashLooping fires on a real crash-looping pod, and not on the healthy release.
+
+    The rule reads kube-state-metrics' ``kube_pod_container_status_restarts_total``, and
+    kube-state-metrics is not on this cluster: the series is built from the Kubernetes API
+    instead (tests/k8s/alerts.py's RestartSampler: every container's ``restartCount``, every
+    second, labelled ``namespace``, ``pod``, ``uid`` and ``container`` as kube-state-metrics
+    exports it). The rule of each release is rendered by ``helm template`` from that release's
+    values with ``crashRestartsPer15m=1`` and evaluated with its ``for:`` by the PromQL-subset
+    evaluator after every sample. A second release, ``crashy``, in the same namespace runs an
+    app attribute that does not exist: its processor exits 2 at start (a configuration error),
+    again after each restart. Its rule fires once it restarted twice (increase > 1), for that
+    pod; the healthy release's rule never leaves inactive.
+    """
+    p, store = release
+    if store.kind != "s3":
+        pytest.skip("runs once, with the s3 release")
+    c, ns = p.cluster, p.ns
+    crashy = Pipeline(c, ns, p.bootstrap, unique("k8s-crashy"), p.inp, unique("k8s-crashy-out"))
+    crashy.release = CRASHY
+    crashy_install = [
+        *install_args(crashy, 1),
+        "--set", "app=examples.running_sum:no_such_app",
+        "--set", "persistence.enabled=false",
+    ]  # fmt: skip
+    threshold = ["--set", "metrics.prometheusRule.crashRestartsPer15m=1"]
+    healthy_install = [*install_args(p, REPLICAS), *store.values, *common_values()]
+    rules = {
+        RELEASE: chart_rule(p, healthy_install, "LockgateCrashLooping", *threshold),
+        CRASHY: chart_rule(crashy, crashy_install, "LockgateCrashLooping", *threshold),
+    }
+    assert rules[CRASHY]["expr"].endswith(") > 1"), rules
+    pod = f"{crashy.sts}-0"
+    try:
+        with RestartSampler(p, rules) as sampler:
+            deadline = time.monotonic() + 30
+            while sampler.samples < 3 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert sampler.samples >= 3, sampler.errors
+            t = time.monotonic()
+            c.helm("install", *crashy_install)
+            fired = sampler.wait_firing(CRASHY, timeout=180)
+            timed("LockgateCrashLooping: helm install -> fires", time.monotonic() - t)
+            [state] = fired
+            assert dict(state.labels) == {"namespace": ns, "pod": pod}, state
+            assert state.value > 1, state
+            assert sampler.transitions(RELEASE) == [], sampler.transitions(RELEASE)
+            assert sampler.firing(RELEASE) == []
+        status = c.get(ns, "pod", pod)["status"]
+        [processor] = [x for x in status["containerStatuses"] if x["name"] == "processor"]
+        assert processor["restartCount"] >= 2, processor
+        assert processor["lastState"]["terminated"]["exitCode"] == 2, processor
+        # The last run's log (the kubelet may be replacing that container just now: retry).
+        previous = ""
+        deadline = time.monotonic() + 60
+        while "no_such_app" not in previous and time.monotonic() < deadline:
+            try:
+                previous = c.kubectl("-n", ns, "logs", pod, "-c", "processor", "--previous")
+            except RuntimeError as e:
+                previous = str(e)
+            if "no_such_app" not in previous:
+                time.sleep(2)
+        assert "no_such_app" in previous, previous
+    finally:
+        c.helm("uninstall", CRASHY, "--namespace", ns, "--wait", "--timeout", "60s")

@@ -110,3 +110,17 @@ def test_an_unreachable_broker_is_reported_once(
     assert res.exit_code == 1
     assert res.stderr.count("no broker answered at 127.0.0.1:1") == 1, res.stderr
     assert "Failed to get metadata" in res.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["savepoint", "cancel", "--pipeline", "sums"],
+        ["savepoint", "cancel", "sp-20261128T010203Z-0a1b2c", "--halted", "--pipeline", "sums"],
+    ],
+)
+def test_savepoint_cancel_takes_an_id_or_halted(args: list[str]) -> None:
+    """Neither or both: a usage error (exit 2) before any Kafka client is made."""
+    res = CliRunner().invoke(main, args, env={"LOCKGATE_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert res.exit_code == 2, res.output
+    assert "give either a savepoint ID or --halted" in res.output

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 
+from processors._checkpoint.control_topics import control_topic
 from processors._ops.catalog import (
     OpsError,
+    cancel_halted,
     checkpoint_summary,
     choose_checkpoint,
     complete_bound,
     complete_checkpoints,
+    halted_key_groups,
     manifest_problems,
     missing_key_groups,
     pipeline_closure,
@@ -288,3 +293,64 @@ def test_savepoint_text_shows_a_backfill_section() -> None:
     assert not any("Parquet" in line for line in lines)
     del descriptor["backfill"]
     assert not any(line.startswith("backfill") for line in savepoint_text(descriptor))
+
+
+def test_halted_key_groups_groups_by_savepoint_and_app() -> None:
+    latest = {
+        "click-counts": {
+            2: {"checkpoint": 9, "halted": "sp-b"},
+            0: {"checkpoint": 9, "halted": "sp-b"},
+            1: {"checkpoint": 9, "halted": None},
+        },
+        "region-totals": {0: {"checkpoint": 8, "halted": "sp-b"}, 1: {"checkpoint": 8}},
+        "audit": {0: {"checkpoint": 7, "halted": "sp-a"}},
+    }
+    assert halted_key_groups(latest) == {
+        "sp-b": {"click-counts": [0, 2], "region-totals": [0]},
+        "sp-a": {"audit": [0]},
+    }
+
+
+def test_halted_key_groups_none_halted() -> None:
+    assert halted_key_groups({"a": {0: {"checkpoint": 1, "halted": None}}, "b": {}}) == {}
+
+
+class _FakeOps:
+    """The two reads and the writes :func:`cancel_halted` does, in memory."""
+
+    def __init__(self, latest: dict[str, dict[int, dict[str, object]]]) -> None:
+        self.latest = latest
+        self.written: list[tuple[list[tuple[str, int]], bytes]] = []
+
+    def key_groups(self, app: str, registration: object) -> int:
+        return len(self.latest[app])
+
+    def latest_checkpoints(self, app: str, key_groups: int) -> dict[int, dict[str, object]]:
+        assert key_groups == len(self.latest[app])
+        return self.latest[app]
+
+    def write_records(self, targets: Iterable[tuple[str, int]], value: object, key: bytes) -> None:
+        self.written.append((list(targets), key))
+
+    def write_requests(self, apps: Iterable[str], request: object, key: bytes) -> None:
+        self.written.append(([(control_topic(a), 0) for a in apps], key))
+
+
+def test_cancel_halted_cancels_each_halted_savepoint_in_every_app() -> None:
+    sp = "sp-20261128T010203Z-0a1b2c"
+    ops = _FakeOps(
+        {"up": {0: {"halted": sp}, 1: {"halted": sp}}, "down": {0: {"halted": sp}, 1: {}}}
+    )
+    found = cancel_halted(ops, {}, ["up", "down"])  # type: ignore[arg-type]
+    assert found == {sp: {"up": [0, 1], "down": [0]}}
+    key = f"savepoint-cancel/{sp}".encode()
+    assert ops.written == [
+        ([("lockgate.registry", 0)], key),
+        ([("up.control", 0), ("down.control", 0)], key),
+    ]
+
+
+def test_cancel_halted_writes_nothing_when_nothing_is_halted() -> None:
+    ops = _FakeOps({"up": {0: {"checkpoint": 5, "halted": None}}})
+    assert cancel_halted(ops, {}, ["up"]) == {}  # type: ignore[arg-type]
+    assert ops.written == []

@@ -372,8 +372,8 @@ Validations that the schema cannot express (relations between values). Renders n
 {{- fail "upgrade.mode=savepoint with LOCKGATE_FROM_SAVEPOINT in env or extraEnv: the pods resume from the savepoint the upgrade's hook halted them at, and a savepoint id left in the release would be restored again over it at a later start. Remove it (restore from an explicit savepoint with upgrade.mode=none, then come back: docs/helm.md, Restore)" }}
 {{- end }}
 {{- end }}
-{{- if and (or (eq .Values.upgrade.mode "savepoint") .Values.savepoints.cronJob.enabled) (not (include "lockgate.savepointDir" .)) }}
-{{- fail "upgrade.mode=savepoint and savepoints.cronJob.enabled need a savepoint location: savepoints.location (e.g. s3://bucket/prefix) or savepoints.persistentVolumeClaim.enabled" }}
+{{- if and (or (eq .Values.upgrade.mode "savepoint") .Values.savepoints.cronJob.enabled .Values.savepoints.stopJobs.enabled) (not (include "lockgate.savepointDir" .)) }}
+{{- fail "upgrade.mode=savepoint, savepoints.cronJob.enabled and savepoints.stopJobs.enabled need a savepoint location: savepoints.location (e.g. s3://bucket/prefix) or savepoints.persistentVolumeClaim.enabled" }}
 {{- end }}
 {{- with .Values.query }}
 {{- if and .tokenSecret (not .enabled) }}
@@ -667,8 +667,9 @@ app.kubernetes.io/part-of: lockgate
 
 {{/*
 The container of a savepoint Job (YAML): `lockgate savepoint trigger --pipeline <appName>`
-with the processors' environment, Kafka credentials and savepoint location. Argument: a dict
-with "root" (the chart context) and "stop" (bool).
+(or, with "cancel", `lockgate savepoint cancel --halted --pipeline <appName>`) with the
+processors' environment, Kafka credentials and savepoint location. Argument: a dict with
+"root" (the chart context), "stop" (bool) and optionally "cancel" (bool).
 */}}
 {{- define "lockgate.savepointContainer" -}}
 {{- $ := .root }}
@@ -676,6 +677,17 @@ with "root" (the chart context) and "stop" (bool).
 name: savepoint
 image: {{ include "lockgate.image" $ | quote }}
 imagePullPolicy: {{ $.Values.image.pullPolicy }}
+{{- if .cancel }}
+# The image's entrypoint is `lockgate`. Cancels the savepoint(s) the pipeline's key groups
+# are halted at (read from their latest committed checkpoint records; each id on stdout):
+# they resume where they stopped. Nothing halted: exit 0.
+args:
+  - savepoint
+  - cancel
+  - --halted
+  - --pipeline
+  - {{ include "lockgate.appName" $ | quote }}
+{{- else }}
 # The image's entrypoint is `lockgate`. The last line of stdout is the descriptor (JSON);
 # exit 1 when a key group fails the savepoint or the timeout passes (with --stop the
 # savepoint is then cancelled: the halted key groups resume).
@@ -690,6 +702,7 @@ args:
   - --json
   - --timeout
   - {{ int64 $.Values.savepoints.triggerTimeoutSeconds | toString | quote }}
+{{- end }}
 env:
   {{- toYaml $env | nindent 2 }}
 {{- with include "lockgate.envFrom" $ | trim }}
@@ -807,4 +820,13 @@ app.kubernetes.io/component: savepoint.
 {{- $labels := include "lockgate.labels" . | fromYaml }}
 {{- $_ := set $labels "app.kubernetes.io/component" "savepoint" }}
 {{- toYaml $labels }}
+{{- end }}
+
+{{/*
+Name of a savepoint CronJob: <fullname>-<suffix>, the full name shortened so that the whole
+stays within a CronJob name's 52 characters (never two CronJobs with one name).
+*/}}
+{{- define "lockgate.savepointCronJobName" -}}
+{{- $keep := sub 51 (len .suffix) | int }}
+{{- printf "%s-%s" (include "lockgate.fullname" .root | trunc $keep | trimSuffix "-") .suffix }}
 {{- end }}
