@@ -31,13 +31,9 @@ and every other one continues from its last commit.
 from __future__ import annotations
 
 import logging
-import os
-import re
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -45,17 +41,17 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from processors._config.settings import Settings
 from processors._dsl.app import App
-from processors._dsl.partitioner import key_group
-from processors._dsl.record import Record
 from processors._dsl.topics import check_output_topics, output_topic_configs, output_topic_specs
 from processors._kafka.clients import Admin, producer_config, restore_consumer_config
-from processors._spark.backfill_task import (
-    Range,
-    TaskSpec,
-    check_backfillable,
-    load_app,
-    run_task,
+from processors._spark.backfill_plan import (
+    Position,
+    parse_position,
+    plan_kafka,
+    progress_topic,
+    resolve_position,
 )
+from processors._spark.backfill_spark import Progress, new_spark_session, run_tasks
+from processors._spark.backfill_task import Range, TaskSpec, check_backfillable, load_app
 from processors.exceptions import ConfigError
 from state.savepoint import (
     SavepointStore,
@@ -70,138 +66,10 @@ __all__ = ["BackfillError", "Position", "parse_position", "progress_topic", "run
 log = logging.getLogger("lockgate.backfill")
 
 _COMPACT = {"cleanup.policy": "compact"}
-#: Variables never copied into the executors' environment.
-_SECRET_VAR = re.compile(r"PASSWORD|SECRET|TOKEN|CREDENTIAL|_KEY\b|KEY_PEM|JAAS", re.IGNORECASE)
 
 
 class BackfillError(Exception):
     """The backfill cannot run or did not finish (the message says why)."""
-
-
-def progress_topic(app_name: str) -> str:
-    """Return the topic that holds an app's backfill plans and task progress."""
-    return f"{app_name}.backfill"
-
-
-@dataclass(frozen=True)
-class Position:
-    """A bound of the input: ``earliest``, ``now``, a time, or explicit offsets."""
-
-    kind: str
-    time_ms: int = 0
-    offsets: tuple[tuple[str | None, int, int], ...] = ()
-
-
-def parse_position(text: str, what: str) -> Position:
-    """Parse ``earliest``, ``now``, a time (ms or ISO-8601) or ``offsets:[topic/]p=o,...``.
-
-    Raises:
-        ConfigError: the text is none of these (the message names ``what``).
-    """
-    t = text.strip()
-    if t in ("earliest", "now", "latest"):
-        return Position("now" if t == "latest" else t)
-    if t.startswith("offsets:"):
-        parts: list[tuple[str | None, int, int]] = []
-        for item in t[len("offsets:") :].split(","):
-            where, eq, off = item.strip().partition("=")
-            topic, slash, part = where.rpartition("/")
-            try:
-                if not eq:
-                    raise ValueError(item)
-                parts.append((topic if slash else None, int(part), int(off)))
-            except ValueError:
-                raise ConfigError(
-                    f"{what}: {item!r} is not <partition>=<offset> (or <topic>/<p>=<offset>)"
-                ) from None
-        return Position("offsets", offsets=tuple(parts))
-    if t.isdigit():
-        return Position("time", time_ms=int(t))
-    try:
-        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError(
-            f"{what}: {text!r} is not earliest, now, a time (ms since the epoch or "
-            "ISO-8601) or offsets:<p>=<o>,..."
-        ) from None
-    if dt.tzinfo is None:
-        raise ConfigError(f"{what}: {text!r} has no time zone (add Z or +00:00)")
-    return Position("time", time_ms=int(dt.timestamp() * 1000))
-
-
-def _resolve(
-    admin: Admin,
-    pos: Position,
-    inputs: tuple[str, ...],
-    partitions: int,
-    what: str,
-    stable: dict[tuple[str, int], int],
-) -> dict[tuple[str, int], int]:
-    """Turn a position into an offset per input partition."""
-    tps = [TopicPartition(t, p) for t in inputs for p in range(partitions)]
-    if pos.kind == "earliest":
-        if what == "--until":
-            raise ConfigError("--until earliest reads nothing: give now, a time or offsets")
-        return admin.start_offsets(tps)
-    if pos.kind == "now":
-        if what == "--from":
-            raise ConfigError("--from now reads nothing: give earliest, a time or offsets")
-        return dict(stable)
-    if pos.kind == "time":
-        found = admin.offsets_for_time(tps, pos.time_ms)
-        return {tp: (off if off >= 0 else stable[tp]) for tp, off in found.items()}
-    result: dict[tuple[str, int], int] = {}
-    for topic, part, off in pos.offsets:
-        if topic is None:
-            if len(inputs) > 1:
-                raise ConfigError(f"{what}: the app has inputs {list(inputs)}: write topic/p=o")
-            topic = inputs[0]
-        if topic not in inputs or not 0 <= part < partitions:
-            raise ConfigError(f"{what}: {topic}/{part} is not an input partition of the app")
-        result[(topic, part)] = off
-    missing = [f"{t}/{p}" for t in inputs for p in range(partitions) if (t, p) not in result]
-    if missing:
-        raise ConfigError(f"{what}: no offset for {', '.join(missing)}")
-    return result
-
-
-def plan_kafka(
-    settings: Settings,
-    app: App,
-    from_: Position,
-    until: Position,
-) -> tuple[int, dict[int, list[Range]]]:
-    """Return the key-group count and the offset ranges of every key group.
-
-    Raises:
-        ConfigError: a bound is invalid, beyond the last stable offset, or ``from`` is
-            after ``until``.
-    """
-    admin = Admin(settings)
-    inputs = app.input_topics
-    p = admin.input_partitions(inputs)
-    tps = [TopicPartition(t, g) for t in inputs for g in range(p)]
-    stable = admin.stable_offsets(tps)
-    low = admin.start_offsets(tps)
-    start = _resolve(admin, from_, inputs, p, "--from", stable)
-    end = _resolve(admin, until, inputs, p, "--until", stable)
-    ranges: dict[int, list[Range]] = {}
-    for g in range(p):
-        for t in inputs:
-            s, e = start[(t, g)], end[(t, g)]
-            if e > stable[(t, g)]:
-                raise ConfigError(
-                    f"--until: {t}/{g} ends at {e}, beyond its last stable offset {stable[(t, g)]}"
-                )
-            if s < low[(t, g)]:
-                raise ConfigError(
-                    f"--from: {t}/{g} starts at {s}, before its first offset {low[(t, g)]} "
-                    "(deleted by retention?): use earliest or an archive"
-                )
-            if s > e:
-                raise ConfigError(f"{t}/{g}: --from ({s}) is after --until ({e})")
-            ranges.setdefault(g, []).append(Range(t, s, e))
-    return p, ranges
 
 
 def _state_version(app: App) -> tuple[dict[str, dict[str, str]], str]:
@@ -265,130 +133,6 @@ def _read_progress(
         consumer.close()
 
 
-# -- progress -------------------------------------------------------------------------
-
-
-class _Progress(threading.Thread):
-    """Reports tasks done, records, records/s and ETA every few seconds (stderr)."""
-
-    def __init__(
-        self,
-        report: Callable[[str], None],
-        sc: Any,
-        job: str,
-        total: int | None,
-        read_steps: Callable[[], dict[int, int]] | None,
-        every_s: float = 5.0,
-    ) -> None:
-        super().__init__(name="lockgate-backfill-progress", daemon=True)
-        self.report, self.sc, self.job, self.total = report, sc, job, total
-        self.read_steps = read_steps
-        self.every_s = every_s
-        self.done = threading.Event()
-        self.started = time.monotonic()
-
-    def run(self) -> None:
-        while not self.done.wait(self.every_s):
-            try:
-                self.report(self.line())
-            except Exception as exc:  # noqa: BLE001 - progress must never fail the job
-                log.debug("progress unavailable: %s", exc)
-
-    def line(self) -> str:
-        """One progress line."""
-        tracker = self.sc.statusTracker()
-        finished = total_tasks = 0
-        for sid in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(sid)
-            if info is not None:
-                finished += info.numCompletedTasks
-                total_tasks += info.numTasks
-        elapsed = time.monotonic() - self.started
-        text = f"backfill {self.job}: tasks {finished}/{total_tasks or '?'} done"
-        if self.read_steps is not None:
-            records = sum(self.read_steps().values())
-            rate = records / elapsed if elapsed > 0 else 0.0
-            text += f", {records:,} records committed, {rate:,.0f} rec/s"
-            if self.total and rate > 0:
-                left = int(max(self.total - records, 0) / rate)
-                pct = 100 * records / self.total
-                text += f", {pct:.1f}%, ETA {left // 60}m{left % 60:02d}s"
-        return text
-
-
-# -- Spark ----------------------------------------------------------------------------
-
-
-def _attempt() -> int:
-    from pyspark import TaskContext
-
-    tc = TaskContext.get()
-    return tc.attemptNumber() if tc is not None else 0
-
-
-def _kafka_task(
-    settings: Settings, specs: dict[int, TaskSpec]
-) -> Callable[[int, Iterator[Any]], Iterator[dict[str, Any]]]:
-    def task(index: int, _: Iterator[Any]) -> Iterator[dict[str, Any]]:
-        yield run_task(settings, specs[index], attempt=_attempt()).to_dict()
-
-    return task
-
-
-def _archive_rows(spark: Any, path: str, inputs: tuple[str, ...], key_groups: int) -> Any:
-    """Read the archive; return an RDD of (sort key, row) placed by key group."""
-    df = spark.read.parquet(path)
-    cols = set(df.columns)
-    missing = {"key", "value", "timestamp"} - cols
-    if missing:
-        raise ConfigError(
-            f"--archive {path}: missing column(s) {sorted(missing)} (have {sorted(cols)})"
-        )
-    if "topic" not in cols and len(inputs) > 1:
-        raise ConfigError(
-            f"--archive {path}: the app has inputs {list(inputs)}: add a topic column"
-        )
-    rank = {t: i for i, t in enumerate(inputs)}
-    only = inputs[0]
-    has_part, has_off, has_topic = "partition" in cols, "offset" in cols, "topic" in cols
-
-    def as_bytes(v: Any) -> bytes | None:
-        if v is None:
-            return None
-        if isinstance(v, str):
-            return v.encode()
-        return bytes(v)
-
-    def keyed(row: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        topic = row["topic"] if has_topic else only
-        if topic not in rank:
-            raise ConfigError(f"archived row of topic {topic!r}: not an input of the app")
-        key, value = as_bytes(row["key"]), as_bytes(row["value"])
-        g = 0 if key is None else key_group(key, key_groups)
-        part = row["partition"] if has_part and row["partition"] is not None else -1
-        off = row["offset"] if has_off and row["offset"] is not None else -1
-        ts = int(row["timestamp"])
-        order = (g, ts, rank[topic], part, off, key or b"", value or b"")
-        return order, (topic, part, off, key, value, ts)
-
-    return df.rdd.map(keyed).repartitionAndSortWithinPartitions(
-        numPartitions=key_groups, partitionFunc=lambda k: k[0]
-    )
-
-
-def _archive_task(
-    settings: Settings, specs: dict[int, TaskSpec]
-) -> Callable[[int, Iterator[Any]], Iterator[dict[str, Any]]]:
-    def task(index: int, rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
-        records = (
-            Record(topic, index, off if off >= 0 else i, key, value, ts)
-            for i, (_, (topic, _part, off, key, value, ts)) in enumerate(rows)
-        )
-        yield run_task(settings, specs[index], attempt=_attempt(), rows=records).to_dict()
-
-    return task
-
-
 # -- the job --------------------------------------------------------------------------
 
 
@@ -410,6 +154,10 @@ def run_backfill(
     spark: Any = None,
 ) -> dict[str, Any]:
     """Run a backfill job to the end; return its summary (``savepoint`` = the job id).
+
+    The steps: check the arguments and the app; create the outputs' and the progress
+    topics (Kafka output); plan the job or read the plan of the job resumed; run one Spark
+    task per key group; write the savepoint whose offsets are the cut-over point.
 
     Args:
         app_spec: ``module:attribute`` of the App (importable on the executors too).
@@ -435,139 +183,53 @@ def run_backfill(
     """
     started = time.monotonic()
     say = report or (lambda line: log.info(line))
-    if not settings.savepoint_dir:
+    savepoint_dir = settings.savepoint_dir
+    if not savepoint_dir:
         raise ConfigError("backfill needs LOCKGATE_SAVEPOINT_DIR (where the final state goes)")
+    _check_inputs_given(from_, until, archive, live_from)
     app = load_app(app_spec)
     check_backfillable(app)
     app.handlers()  # refuses a chain that ends nowhere before Spark starts
     name = settings.app_name or app.name
     app.run_as(name)  # its per-app late topics
-    inputs = app.input_topics
-    if archive is None and live_from is not None:
-        raise ConfigError("--live-from goes with --archive (Kafka input ends at --until)")
-    if archive is not None and live_from is None:
-        raise ConfigError(
-            "--archive needs --live-from: where the live app starts reading Kafka afterwards "
-            "(earliest, now, a time or offsets)"
-        )
-    if archive is not None and (from_ is not None or until is not None):
-        raise ConfigError("--from/--until select Kafka input; with --archive use --live-from")
     admin = Admin(settings)
-    p = admin.input_partitions(inputs)
+    p = admin.input_partitions(app.input_topics)
     topic = progress_topic(name)
     kafka_out = output_parquet is None
     if kafka_out:
-        specs_topics, replication = output_topic_specs(app.outputs.values(), p)
-        specs_topics[f"{name}.dlq"] = (p, {})
-        # One partition per key group: a task reads its progress to the last stable offset,
-        # which only its own transactions may hold back.
-        specs_topics[topic] = (p, dict(_COMPACT))
-        admin.ensure_topics(specs_topics, replication=replication)
-        check_output_topics(admin, output_topic_configs(app.outputs.values()))
-        admin.grow_partitions(topic, p)
-    plan: dict[str, Any] | None = None
+        _create_topics(admin, app, name, topic, p)
     if resume is not None:
-        if not kafka_out:
-            raise ConfigError("--resume continues a job with Kafka output; rerun a Parquet job")
-        job = check_savepoint_id(resume)
-        plan, done_steps = _read_progress(settings, topic, name, job, p)
-        if plan is None:
-            raise ConfigError(f"--resume {job}: no backfill job with that id in {topic}")
-        if plan.get("app_spec") != app_spec:
-            raise ConfigError(
-                f"--resume {job}: that job ran {plan.get('app_spec')}, not {app_spec}"
-            )
-        say(f"backfill {job}: resuming ({sum(done_steps.values()):,} records committed before)")
+        job, plan = _resumed_plan(settings, topic, name, app_spec, resume, p, kafka_out, say)
     else:
         job = new_savepoint_id()
-    if plan is None:
-        if archive is None:
-            key_groups, ranges = plan_kafka(
-                settings, app, from_ or Position("earliest"), until or Position("now")
-            )
-        else:
-            assert live_from is not None
-            tps = [TopicPartition(t, g) for t in inputs for g in range(p)]
-            stable = admin.stable_offsets(tps)
-            live = _resolve(admin, live_from, inputs, p, "--live-from", stable)
-            key_groups = p
-            ranges = {g: [Range(t, live[(t, g)], live[(t, g)]) for t in inputs] for g in range(p)}
-        plan = {
-            "job": job,
-            "app": name,
-            "app_spec": app_spec,
-            "key_groups": key_groups,
-            "archive": archive,
-            "output_parquet": output_parquet,
-            "ranges": {str(g): [[r.topic, r.start, r.end] for r in rs] for g, rs in ranges.items()},
-            "created_ms": int(time.time() * 1000),
-            "commit_every": commit_every,
-        }
+        job_input = _JobInput(from_, until, archive, live_from, output_parquet)
+        plan = _new_plan(settings, admin, app, job, app_spec, job_input, p, commit_every)
         if kafka_out:
             _write_plan(settings, topic, name, job, plan)
-    key_groups = int(plan["key_groups"])
-    if key_groups != p:
-        raise ConfigError(
-            f"job {job} was planned for {key_groups} key groups, the inputs now have {p}"
-        )
+    specs = _task_specs(savepoint_dir, plan, topic, p, commit_every)
     archive = plan.get("archive")
-    specs = {
-        g: TaskSpec(
-            job=job,
-            app_spec=app_spec,
-            app_name=name,
-            key_group=g,
-            key_groups=key_groups,
-            ranges=tuple(Range(t, int(s), int(e)) for t, s, e in plan["ranges"][str(g)]),
-            savepoint_url=settings.savepoint_dir,
-            progress_topic=topic,
-            output_dir=plan.get("output_parquet"),
-            commit_every=int(plan.get("commit_every", commit_every)),
-            clock_ceiling_ms=int(plan["created_ms"]),
-        )
-        for g in range(key_groups)
-    }
     total = None
     if archive is None:
         total = sum(r.end - r.start for s in specs.values() for r in s.ranges)
     say(
-        f"backfill {job}: app {name}, {key_groups} key groups, "
+        f"backfill {job}: app {name}, {len(specs)} key groups, "
         + (f"{total:,} input offsets from Kafka" if total is not None else f"archive {archive}")
         + (f", outputs to {output_parquet}" if output_parquet else ", outputs to Kafka")
         + f", master {master}"
     )
     own = spark is None
     if spark is None:
-        from processors._spark.job import spark_session
-
-        top = app_spec.partition(":")[0].split(".")[0]
-        conf = dict(spark_conf or {})
-        ship = None
-        if not master.startswith("local"):
-            # Executors outside this process import the code shipped, and the app module
-            # reads its LOCKGATE_* variables at import there: pass them (not secrets: the
-            # settings travel with the tasks, and Spark shows its configuration).
-            ship = ["processors", "state", top]
-            for var, value in os.environ.items():
-                if var.startswith("LOCKGATE_") and not _SECRET_VAR.search(var):
-                    conf.setdefault(f"spark.executorEnv.{var}", value)
-        spark = spark_session(master, f"lockgate-backfill-{name}", conf=conf, ship=ship)
-    sc = spark.sparkContext
+        spark = new_spark_session(app_spec, name, master, spark_conf)
     reader: Callable[[], dict[int, int]] | None = None
     if kafka_out:
 
         def reader() -> dict[int, int]:
-            return _read_progress(settings, topic, name, job, key_groups)[1]
+            return _read_progress(settings, topic, name, job, len(specs))[1]
 
-    progress = _Progress(say, sc, job, total, reader, progress_every_s)
+    progress = Progress(say, spark.sparkContext, job, total, reader, progress_every_s)
     progress.start()
     try:
-        if archive is None:
-            rdd = sc.parallelize(range(key_groups), key_groups)
-            results = rdd.mapPartitionsWithIndex(_kafka_task(settings, specs)).collect()
-        else:
-            rows = _archive_rows(spark, str(archive), inputs, key_groups)
-            results = rows.mapPartitionsWithIndex(_archive_task(settings, specs)).collect()
+        results = run_tasks(spark, settings, specs, archive, app.input_topics)
     except Exception as exc:
         cause = str(exc).strip().splitlines()
         detail = next(
@@ -581,11 +243,174 @@ def run_backfill(
         progress.done.set()
         if own:
             spark.stop()
+    seconds = round(time.monotonic() - started, 3)
+    summary = _write_savepoint(savepoint_dir, app, app_spec, name, plan, results, seconds)
+    say(
+        f"backfill {job}: done, {summary['records']:,} records in {seconds:.1f}s "
+        f"({summary['records_per_s'] or 0:,.0f} rec/s); savepoint {job}"
+    )
+    return summary
+
+
+# -- the job's steps ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _JobInput:
+    """What a new job reads (Kafka ``[from_, until)`` or an archive) and where it writes."""
+
+    from_: Position | None
+    until: Position | None
+    archive: str | None
+    live_from: Position | None
+    output_parquet: str | None
+
+
+def _check_inputs_given(
+    from_: Position | None,
+    until: Position | None,
+    archive: str | None,
+    live_from: Position | None,
+) -> None:
+    """Refuse input options that do not go together (before anything is created)."""
+    if archive is None and live_from is not None:
+        raise ConfigError("--live-from goes with --archive (Kafka input ends at --until)")
+    if archive is not None and live_from is None:
+        raise ConfigError(
+            "--archive needs --live-from: where the live app starts reading Kafka afterwards "
+            "(earliest, now, a time or offsets)"
+        )
+    if archive is not None and (from_ is not None or until is not None):
+        raise ConfigError("--from/--until select Kafka input; with --archive use --live-from")
+
+
+def _create_topics(admin: Admin, app: App, name: str, topic: str, p: int) -> None:
+    """Create the outputs, the dead-letter topic and the progress topic (Kafka output)."""
+    specs_topics, replication = output_topic_specs(app.outputs.values(), p)
+    specs_topics[f"{name}.dlq"] = (p, {})
+    # One partition per key group: a task reads its progress to the last stable offset,
+    # which only its own transactions may hold back.
+    specs_topics[topic] = (p, dict(_COMPACT))
+    admin.ensure_topics(specs_topics, replication=replication)
+    check_output_topics(admin, output_topic_configs(app.outputs.values()))
+    admin.grow_partitions(topic, p)
+
+
+def _resumed_plan(
+    settings: Settings,
+    topic: str,
+    name: str,
+    app_spec: str,
+    resume: str,
+    p: int,
+    kafka_out: bool,
+    say: Callable[[str], None],
+) -> tuple[str, dict[str, Any]]:
+    """The id and the plan of the job ``resume`` names (read from its progress topic).
+
+    Raises:
+        ConfigError: Parquet output (nothing to resume), no such job, or a job of
+            another app.
+    """
+    if not kafka_out:
+        raise ConfigError("--resume continues a job with Kafka output; rerun a Parquet job")
+    job = check_savepoint_id(resume)
+    plan, done_steps = _read_progress(settings, topic, name, job, p)
+    if plan is None:
+        raise ConfigError(f"--resume {job}: no backfill job with that id in {topic}")
+    if plan.get("app_spec") != app_spec:
+        raise ConfigError(f"--resume {job}: that job ran {plan.get('app_spec')}, not {app_spec}")
+    say(f"backfill {job}: resuming ({sum(done_steps.values()):,} records committed before)")
+    return job, plan
+
+
+def _new_plan(
+    settings: Settings,
+    admin: Admin,
+    app: App,
+    job: str,
+    app_spec: str,
+    job_input: _JobInput,
+    p: int,
+    commit_every: int,
+) -> dict[str, Any]:
+    """Plan a new job: the key groups and each one's input ranges (offsets resolved now)."""
+    inputs = app.input_topics
+    if job_input.archive is None:
+        key_groups, ranges = plan_kafka(
+            settings,
+            app,
+            job_input.from_ or Position("earliest"),
+            job_input.until or Position("now"),
+        )
+    else:
+        assert job_input.live_from is not None
+        tps = [TopicPartition(t, g) for t in inputs for g in range(p)]
+        stable = admin.stable_offsets(tps)
+        live = resolve_position(admin, job_input.live_from, inputs, p, "--live-from", stable)
+        key_groups = p
+        ranges = {g: [Range(t, live[(t, g)], live[(t, g)]) for t in inputs] for g in range(p)}
+    return {
+        "job": job,
+        "app": settings.app_name or app.name,
+        "app_spec": app_spec,
+        "key_groups": key_groups,
+        "archive": job_input.archive,
+        "output_parquet": job_input.output_parquet,
+        "ranges": {str(g): [[r.topic, r.start, r.end] for r in rs] for g, rs in ranges.items()},
+        "created_ms": int(time.time() * 1000),
+        "commit_every": commit_every,
+    }
+
+
+def _task_specs(
+    savepoint_dir: str, plan: dict[str, Any], topic: str, p: int, commit_every: int
+) -> dict[int, TaskSpec]:
+    """One task per key group of the plan.
+
+    Raises:
+        ConfigError: the inputs' partition count changed since the job was planned.
+    """
+    job = str(plan["job"])
+    key_groups = int(plan["key_groups"])
+    if key_groups != p:
+        raise ConfigError(
+            f"job {job} was planned for {key_groups} key groups, the inputs now have {p}"
+        )
+    return {
+        g: TaskSpec(
+            job=job,
+            app_spec=str(plan["app_spec"]),
+            app_name=str(plan["app"]),
+            key_group=g,
+            key_groups=key_groups,
+            ranges=tuple(Range(t, int(s), int(e)) for t, s, e in plan["ranges"][str(g)]),
+            savepoint_url=savepoint_dir,
+            progress_topic=topic,
+            output_dir=plan.get("output_parquet"),
+            commit_every=int(plan.get("commit_every", commit_every)),
+            clock_ceiling_ms=int(plan["created_ms"]),
+        )
+        for g in range(key_groups)
+    }
+
+
+def _write_savepoint(
+    savepoint_dir: str,
+    app: App,
+    app_spec: str,
+    name: str,
+    plan: dict[str, Any],
+    results: list[dict[str, Any]],
+    seconds: float,
+) -> dict[str, Any]:
+    """Write the job's savepoint (id = the job id) from the tasks' results; the summary."""
+    job = str(plan["job"])
     manifests = {int(r["key_group"]): r["manifest"] for r in results}
     schemas, version = _state_version(app)
     registry = {
         name: {
-            "inputs": list(inputs),
+            "inputs": list(app.input_topics),
             "outputs": list(app.outputs),
             "internal_outputs": [],
             "stores": schemas,
@@ -597,32 +422,27 @@ def run_backfill(
         job, 0, False, now, int(plan["created_ms"]), registry, {name: manifests}, [name]
     )
     records = sum(int(r["records"]) for r in results)
-    seconds = round(time.monotonic() - started, 3)
     descriptor["backfill"] = {
         "app_spec": app_spec,
         "records": records,
         "outputs": sum(int(r["outputs"]) for r in results),
         "dead_letters": sum(int(r["dead_letters"]) for r in results),
         "seconds": seconds,
-        "archive": archive,
+        "archive": plan.get("archive"),
         "output_parquet": plan.get("output_parquet"),
     }
-    SavepointStore(settings.savepoint_dir).write_descriptor(job, descriptor)
-    summary = {
+    SavepointStore(savepoint_dir).write_descriptor(job, descriptor)
+    tasks = sorted(results, key=lambda r: int(r["key_group"]))
+    for r in tasks:
+        r.pop("manifest", None)
+    return {
         "savepoint": job,
         "app": name,
-        "key_groups": key_groups,
+        "key_groups": int(plan["key_groups"]),
         "records": records,
         "outputs": descriptor["backfill"]["outputs"],
         "dead_letters": descriptor["backfill"]["dead_letters"],
         "seconds": seconds,
         "records_per_s": round(records / seconds, 1) if seconds > 0 else None,
-        "tasks": sorted((r for r in results), key=lambda r: int(r["key_group"])),
+        "tasks": tasks,
     }
-    for r in summary["tasks"]:
-        r.pop("manifest", None)
-    say(
-        f"backfill {job}: done, {records:,} records in {seconds:.1f}s "
-        f"({summary['records_per_s'] or 0:,.0f} rec/s); savepoint {job}"
-    )
-    return summary
