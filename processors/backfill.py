@@ -220,25 +220,15 @@ def run_backfill(
     own = spark is None
     if spark is None:
         spark = new_spark_session(app_spec, name, master, spark_conf)
-    reader: Callable[[], dict[int, int]] | None = None
+    reader = None
     if kafka_out:
-
-        def reader() -> dict[int, int]:
-            return _read_progress(settings, topic, name, job, len(specs))[1]
-
+        reader = lambda: _read_progress(settings, topic, name, job, len(specs))[1]  # noqa: E731
     progress = Progress(say, spark.sparkContext, job, total, reader, progress_every_s)
     progress.start()
     try:
         results = run_tasks(spark, settings, specs, archive, app.input_topics)
     except Exception as exc:
-        cause = str(exc).strip().splitlines()
-        detail = next(
-            (ln for ln in cause if "Error" in ln or "Exception" in ln), cause[0] if cause else ""
-        )
-        raise BackfillError(
-            f"backfill {job} failed: {detail[:2000]}"
-            + (f" (resume with --resume {job})" if kafka_out else "")
-        ) from exc
+        raise _job_failed(job, exc, kafka_out) from exc
     finally:
         progress.done.set()
         if own:
@@ -253,6 +243,18 @@ def run_backfill(
 
 
 # -- the job's steps ---------------------------------------------------------------------
+
+
+def _job_failed(job: str, exc: Exception, kafka_out: bool) -> BackfillError:
+    """The error for a failed Spark job: its first error line, and how to resume it."""
+    cause = str(exc).strip().splitlines()
+    detail = next(
+        (ln for ln in cause if "Error" in ln or "Exception" in ln), cause[0] if cause else ""
+    )
+    return BackfillError(
+        f"backfill {job} failed: {detail[:2000]}"
+        + (f" (resume with --resume {job})" if kafka_out else "")
+    )
 
 
 @dataclass(frozen=True)

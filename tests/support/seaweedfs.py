@@ -1,0 +1,201 @@
+"""SeaweedFS as a test subprocess: a real S3-compatible object store on loopback.
+
+One ``weed server`` process runs a master, a volume server, a filer and the S3 gateway.
+Its data lives in a directory, so :meth:`SeaweedFS.stop` then :meth:`SeaweedFS.start`
+(the same ports, the same directory) is an outage after which every object is back, and
+:meth:`SeaweedFS.pause` / :meth:`SeaweedFS.resume` (SIGSTOP / SIGCONT) is a store that
+accepts connections and never answers. The binary is built and cached by
+``tests/support/ensure-seaweedfs.sh``.
+
+The S3 gateway runs without identities: any access key is accepted. Bucket names follow
+S3's rules (3 to 63 characters).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+from tests.support.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+ENSURE = ROOT / "tests" / "support" / "ensure-seaweedfs.sh"
+
+#: The credentials the tests give their S3 clients (the gateway checks none).
+ACCESS_KEY = "lockgate-test"
+SECRET_KEY = "lockgate-test-secret"
+REGION = "us-east-1"
+
+#: The ``weed server`` ports: name -> offset from the first port of the block.
+_PORTS = {
+    "master.port": 0,
+    "master.port.grpc": 1,
+    "volume.port": 2,
+    "volume.port.grpc": 3,
+    "filer.port": 4,
+    "filer.port.grpc": 5,
+    "s3.port": 6,
+    "s3.port.grpc": 7,
+    "s3.port.iceberg": 8,
+    "s3.port.lance": 9,
+}
+
+
+class SeaweedFSError(RuntimeError):
+    """The server could not be built or started (the message says why)."""
+
+
+def ensure_binary(timeout: float = 900) -> str:
+    """Return the path of ``weed``, building it with the Go toolchain the first time."""
+    # Progress (a first build takes about four minutes) and errors go to our stderr.
+    done = subprocess.run([str(ENSURE)], stdout=subprocess.PIPE, timeout=timeout, text=True)
+    if done.returncode != 0:
+        raise SeaweedFSError(
+            f"{ENSURE.relative_to(ROOT)} failed (exit {done.returncode}); see its stderr above"
+        )
+    return done.stdout.strip()
+
+
+class SeaweedFS:
+    """One ``weed server`` with the S3 gateway, its data in ``data_dir``.
+
+    Args:
+        data_dir: where the server keeps volumes and metadata (kept across restarts).
+        log_path: the server's output.
+        binary: the ``weed`` binary (default: :func:`ensure_binary`).
+    """
+
+    def __init__(self, data_dir: Path, log_path: Path, binary: str | None = None) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.binary = binary or ensure_binary()
+        self.base_port = free_port(len(_PORTS))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def s3_port(self) -> int:
+        """The S3 gateway's port."""
+        return self.base_port + _PORTS["s3.port"]
+
+    @property
+    def endpoint(self) -> str:
+        """The S3 endpoint URL (path-style addressing)."""
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def client(self) -> Any:
+        """A boto3 S3 client for this server."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
+
+    def storage_options(self) -> dict[str, Any]:
+        """fsspec/s3fs options for this server (``s3://bucket/...`` URLs)."""
+        return {
+            "key": ACCESS_KEY,
+            "secret": SECRET_KEY,
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": REGION},
+        }
+
+    def start(self, timeout: float = 60) -> SeaweedFS:
+        """Start the server and wait until S3 answers a bucket listing.
+
+        Raises:
+            SeaweedFSError: it exited or did not answer within ``timeout``.
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            self.binary,
+            "server",
+            f"-dir={self.data_dir}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-filer",
+            "-s3",
+            "-master.telemetry=false",
+            "-volume.max=8",
+            "-volume.preStopSeconds=0",
+            # Small volumes: the default (30 GB each, preallocated lazily) needs no space,
+            # but a small limit keeps the data directory small when tests write a lot.
+            "-master.volumeSizeLimitMB=64",
+            *(f"-{name}={self.base_port + off}" for name, off in _PORTS.items()),
+        ]
+        self._log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            args, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.data_dir
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SeaweedFSError(
+                    f"weed server exited with {self.proc.returncode}; see {self.log_path}"
+                )
+            if self._answers():
+                return self
+            time.sleep(0.3)
+        self.stop()
+        raise SeaweedFSError(f"weed server's S3 did not answer in {timeout} s; see {self.log_path}")
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.endpoint + "/", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except urllib.error.HTTPError as exc:
+            return exc.code in (200, 403)
+        except OSError:
+            return False
+
+    def create_bucket(self, name: str) -> None:
+        """Create bucket ``name`` (retried while the volume servers register)."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.client().create_bucket(Bucket=name)
+                return
+            except Exception as exc:
+                if "BucketAlreadyOwnedByYou" in str(exc) or "BucketAlreadyExists" in str(exc):
+                    return
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections are accepted, nothing is answered."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 3 s); the data directory stays.
+
+        A killed server loses nothing it acknowledged: its volumes are append-only files
+        and its filer's metadata store writes a log (both in the page cache at worst).
+        """
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
