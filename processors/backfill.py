@@ -51,7 +51,8 @@ from processors._spark.backfill_plan import (
     resolve_position,
 )
 from processors._spark.backfill_spark import Progress, new_spark_session, run_tasks
-from processors._spark.backfill_task import Range, TaskSpec, check_backfillable, load_app
+from processors._spark.backfill_spec import Range, TaskSpec
+from processors._spark.backfill_task import check_backfillable, load_app
 from processors.exceptions import ConfigError
 from state.savepoint import (
     SavepointStore,

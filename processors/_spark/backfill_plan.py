@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition
 from processors._config.settings import Settings
 from processors._dsl.app import App
 from processors._kafka.clients import Admin
-from processors._spark.backfill_task import Range
+from processors._spark.backfill_spec import Range
 from processors.exceptions import ConfigError
 
 __all__ = ["Position", "parse_position", "plan_kafka", "progress_topic", "resolve_position"]

@@ -1,7 +1,7 @@
 """A backfill's Spark side: the session, one task per key group, and progress lines.
 
 The driver (:func:`processors.backfill.run_backfill`) hands :func:`run_tasks` one
-:class:`~processors._spark.backfill_task.TaskSpec` per key group. Kafka input: each Spark
+:class:`~processors._spark.backfill_spec.TaskSpec` per key group. Kafka input: each Spark
 partition is one key group and its task reads its own offset ranges. Archived Parquet
 input: rows are re-keyed with the live app's murmur2 placement, partitioned by key group
 and sorted within it (timestamp, input declared first, partition, offset, key, value)
@@ -22,7 +22,8 @@ from typing import Any
 from processors._config.settings import Settings
 from processors._dsl.partitioner import key_group
 from processors._dsl.record import Record
-from processors._spark.backfill_task import TaskSpec, run_task
+from processors._spark.backfill_spec import TaskSpec
+from processors._spark.backfill_task import run_task
 from processors.exceptions import ConfigError
 
 __all__ = ["Progress", "new_spark_session", "run_tasks"]

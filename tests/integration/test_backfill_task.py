@@ -25,7 +25,10 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processors._config.settings import Settings
-from processors._spark.backfill_task import Range, SinkFailed, TaskSpec, kafka_steps, run_task
+from processors._spark.backfill_input import kafka_steps
+from processors._spark.backfill_outputs import SinkFailed
+from processors._spark.backfill_spec import Range, TaskSpec
+from processors._spark.backfill_task import run_task
 from processors.exceptions import ConfigError
 from state.savepoint import SavepointStore, StoreFile, new_savepoint_id
 from tests.support.kafka import create_topic, read_all
