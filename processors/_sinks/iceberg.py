@@ -54,7 +54,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -65,6 +64,7 @@ from urllib.parse import quote
 from processors._kafka.faults import crash_point
 from processors._sinks.bounded_calls import BoundedCalls, Job
 from processors._sinks.errors import SinkRowError
+from processors._sinks.two_phase import TwoPhaseSink
 from processors.exceptions import ConfigError
 
 __all__ = ["IcebergOutput", "IcebergSink"]
@@ -140,35 +140,27 @@ class IcebergOutput:
         return load_catalog(props.pop("name", "default"), **props)
 
 
-class IcebergSink:
+class IcebergSink(TwoPhaseSink["list[dict[str, Any]]", _Part]):
     """The runtime side of one :class:`IcebergOutput` (one worker thread, one owner thread).
 
-    The bookkeeping (all of this app and sink):
-
-    - ``_rows``: the open epoch's rows per key group;
-    - ``_prepared``: parts prepared for the epoch being committed;
-    - ``_to_commit``: parts whose epoch committed in Kafka, table append pending;
-    - ``_to_rollback``: parts of aborted epochs, deletion pending;
-    - ``_settle``: key groups taken over, with their committed token, not settled yet;
-    - ``_last``: per owned key group, its register as this instance last saw or set it.
+    The bookkeeping is :class:`TwoPhaseSink`'s; its prepared work is data files
+    (:class:`_Part`, all of this app and sink). Besides, ``_last`` holds, per owned key
+    group, its register as this instance last saw or set it.
 
     Invariant: :meth:`prepare` returns only when ``_to_commit`` and ``_settle`` are empty.
     """
 
+    kind = "iceberg"
+
     def __init__(self, app: str, spec: IcebergOutput) -> None:
+        super().__init__(spec.name)
         self.spec = spec
         self.app = app
         self._register_prefix = f"{REGISTER_PREFIX}{app}:{spec.name}:"
-        self._rows: dict[int, list[dict[str, Any]]] = {}
-        self._prepared: list[_Part] = []
-        self._to_commit: list[_Part] = []
-        self._to_rollback: list[_Part] = []
-        self._settle: dict[int, str | None] = {}
         self._last: dict[int, str | None] = {}
         self._catalog: Any = None
         #: The table as last loaded (schema and location for a prepare; never for a commit).
         self._table: Any = None
-        self._lock = threading.Lock()
         #: The worker thread: a failed call makes the next one load the table again.
         self._calls = BoundedCalls(
             "iceberg",
@@ -220,106 +212,25 @@ class IcebergSink:
             )
         return ("row", dict(value))
 
-    # -- the protocol -----------------------------------------------------------------------
+    # -- the protocol's hooks -------------------------------------------------------------
 
-    def has_prepared(self) -> bool:
-        """Whether the epoch being committed prepared files here."""
-        with self._lock:
-            return bool(self._prepared)
+    def _forget_owned(self, owned: set[int]) -> None:
+        for g in [g for g in self._last if g not in owned]:
+            del self._last[g]
 
-    def has_pending(self) -> bool:
-        """Whether settled work (commits, rollbacks, settles) waits for the catalog."""
-        with self._lock:
-            return bool(self._to_commit or self._to_rollback or self._settle)
+    def _settling(self, g: int) -> None:
+        self._last.pop(g, None)  # known again once settled
 
-    def prepare(self, token: str, owned: set[int], deadline: float) -> None:
-        """Finish pending work, then write each owned key group's rows as a data file.
-
-        Raises:
-            SinkUnavailable: the catalog or file store failed or was too slow, or a row
-                does not fit the table: the epoch aborts and is replayed.
-        """
-        for g in [g for g in self._rows if g not in owned]:
-            del self._rows[g]  # revoked or lost: the new owner replays them
-        self._forget_settles(owned)
-        if not self._rows and not self.has_pending():
-            return
-        rows, self._rows = self._rows, {}
-        self._calls.call(
-            lambda job: self._prepare(token, rows, job),
-            deadline,
-            "prepare",
-            "; the epoch is replayed",
-            prepare=True,
+    def _left_at_stop(self) -> tuple[str, dict[str, Any]] | None:
+        if not self._to_commit:
+            return None
+        left = [f"{p.g}={p.token}" for p in self._to_commit]
+        return (
+            f"iceberg sink: the files of {len(left)} committed key group epoch(s) could not "
+            "be appended before the stop; they stay prepared and are appended by the next "
+            "owner of their key groups",
+            {"epochs": left},
         )
-
-    def commit(self, deadline: float) -> None:
-        """The epoch committed in Kafka: append its files (what fails stays pending).
-
-        Raises:
-            SinkRowsLost: never (kept for the interface).
-        """
-        with self._lock:
-            self._to_commit.extend(self._prepared)
-            self._prepared.clear()
-        if self.has_pending():
-            self._calls.try_call(self._finish, deadline, "commit")
-
-    def abort(self, deadline: float) -> None:
-        """The epoch aborted: drop its rows, delete what it prepared (never raises)."""
-        self._rows.clear()
-        with self._lock:
-            self._calls.cancel_prepare()
-            self._to_rollback.extend(self._prepared)
-            self._prepared.clear()
-        if self.has_pending():
-            self._calls.try_call(self._finish, deadline, "rollback")
-
-    def settle(self, tokens: Mapping[int, str | None], deadline: float) -> None:
-        """Key groups were assigned with these committed tokens: settle them, bounded."""
-        with self._lock:
-            for g, token in tokens.items():
-                self._rows.pop(g, None)  # anything buffered for them predates the assignment
-                self._settle[g] = token
-                self._last.pop(g, None)  # known again once settled
-        self._calls.try_call(self._finish, deadline, "settle")
-
-    def tidy(self, owned: set[int], deadline: float) -> None:
-        """Finish pending work, bounded (never raises)."""
-        self._forget_settles(owned)
-        if self.has_pending():
-            self._calls.try_call(self._finish, deadline, "settle")
-
-    def close(self, deadline: float) -> None:
-        """A clean stop: finish pending commits by ``deadline``, then close (never raises).
-
-        What is still pending then is logged: its files stay prepared (markers), and the
-        next owner of their key groups appends them (by the token in the offsets).
-        """
-        if self._calls.closed:
-            return
-        if self.has_pending():
-            self._calls.try_call(self._finish, deadline, "commit at stop")
-        with self._lock:
-            left = [f"{p.g}={p.token}" for p in self._to_commit]
-            self._calls.closed = True
-            self._calls.cancel_prepare()
-        if left:
-            log.error(
-                "iceberg sink: the files of %d committed key group epoch(s) could not be "
-                "appended before the stop; they stay prepared and are appended by the next "
-                "owner of their key groups",
-                len(left),
-                extra={"sink": self.spec.name, "epochs": left},
-            )
-        self._calls.shutdown()
-
-    def _forget_settles(self, owned: set[int]) -> None:
-        with self._lock:
-            for g in [g for g in self._settle if g not in owned]:
-                del self._settle[g]
-            for g in [g for g in self._last if g not in owned]:
-                del self._last[g]
 
     # -- on the worker thread -----------------------------------------------------------
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any, Literal
 
 from processors._sinks.bounded_calls import BoundedCalls, Job
 from processors._sinks.errors import SinkRowError, SinkRowsLost
+from processors._sinks.two_phase import TwoPhaseSink
 from processors.exceptions import ConfigError
 
 __all__ = ["PostgresOutput", "PostgresSink"]
@@ -98,22 +98,21 @@ class PostgresOutput:
 _Op = tuple[str, dict[str, Any]]
 
 
-class PostgresSink:
+class PostgresSink(TwoPhaseSink["dict[Any, _Op] | list[_Op]", str]):
     """The runtime side of one :class:`PostgresOutput` (one connection, one owner thread).
 
-    The bookkeeping (all gids are of this app and sink):
-
-    - ``_rows``: the open epoch's operations per key group (upsert: per key, last wins);
-    - ``_prepared``: gids prepared for the epoch being committed;
-    - ``_to_commit``: gids whose epoch committed in Kafka, ``COMMIT PREPARED`` pending;
-    - ``_to_rollback``: gids of aborted epochs, ``ROLLBACK PREPARED`` pending;
-    - ``_settle``: key groups taken over, with their committed token, not settled yet.
-
-    Invariant: :meth:`prepare` returns only when ``_to_commit`` and ``_settle`` are empty
-    (so a Kafka commit never moves a key group's token past an unresolved epoch).
+    The bookkeeping is :class:`TwoPhaseSink`'s: a key group's buffered rows are its
+    operations (upsert: a dict per key, the last wins; append: a list), its prepared work
+    is prepared transaction ids (gids, all of this app and sink). Invariant: :meth:`prepare` returns
+    only when ``_to_commit`` and ``_settle`` are empty (so a Kafka commit never moves a
+    key group's token past an unresolved epoch).
     """
 
+    kind = "postgres"
+    logged_at_abort = (SinkRowsLost,)
+
     def __init__(self, app: str, spec: PostgresOutput) -> None:
+        super().__init__(spec.name)
         self.spec = spec
         self._prefix = f"{GID_PREFIX}:{app}:{spec.name}:"
         if len(self._prefix.encode()) - 1 + _GID_TAIL > GID_MAX:
@@ -123,19 +122,12 @@ class PostgresSink:
                 f"takes at most {GID_MAX} bytes, so the app and output names together may "
                 f"take {GID_MAX - _GID_TAIL - len(GID_PREFIX) - 2} bytes"
             )
-        self._rows: dict[int, dict[Any, _Op] | list[_Op]] = {}
-        self._prepared: list[str] = []
-        self._to_commit: list[str] = []
-        self._to_rollback: list[str] = []
-        self._settle: dict[int, str | None] = {}
         #: Transaction id of each gid this instance prepared (to verify a lost commit).
         self._xids: dict[str, int] = {}
         #: Refusals per gid of a pending rollback.
         self._failures: dict[str, int] = {}
         self._conn: Any = None
         self._broken = False
-        #: Guards the gid lists: a worker call that outlived its deadline may still run.
-        self._lock = threading.Lock()
         #: The worker thread: a failed call closes the session (a transaction it had
         #: open ends with it); a timed-out one has its socket shut down; the caller waits
         #: 0.25 s past the deadline for the server-side timeouts to answer first.
@@ -217,126 +209,21 @@ class PostgresSink:
             "record's key does not give them"
         )
 
-    # -- the protocol -----------------------------------------------------------------------
+    # -- the protocol's hooks -------------------------------------------------------------
 
-    def has_prepared(self) -> bool:
-        """Whether the epoch being committed prepared rows here."""
-        with self._lock:
-            return bool(self._prepared)
-
-    def has_pending(self) -> bool:
-        """Whether settled work (commits, rollbacks, settles) waits for the database."""
-        with self._lock:
-            return bool(self._to_commit or self._to_rollback or self._settle)
-
-    def prepare(self, token: str, owned: set[int], deadline: float) -> None:
-        """Finish pending work, then write and prepare each owned key group's rows.
-
-        Raises:
-            SinkUnavailable: see :meth:`Sinks.prepare`.
-            SinkRowsLost: a commit of an earlier epoch found its rows rolled back.
-        """
-        for g in [g for g in self._rows if g not in owned]:
-            del self._rows[g]  # revoked or lost: the new owner replays them
-        self._forget_settles(owned)
-        if not self._rows and not self.has_pending():
-            return
-        rows, self._rows = self._rows, {}
-        self._calls.call(
-            lambda job: self._prepare(token, rows, job),
-            deadline,
-            "prepare",
-            "; the epoch is replayed",
-            prepare=True,
+    def _left_at_stop(self) -> tuple[str, dict[str, Any]] | None:
+        if not self._to_commit:
+            return None
+        left = list(self._to_commit)
+        return (
+            f"postgres sink: the rows of {len(left)} committed epoch(s) could not be "
+            "committed before the stop; they stay prepared in the database and are "
+            "committed by the next owner of their key groups",
+            {"gids": left},
         )
 
-    def commit(self, deadline: float) -> None:
-        """The epoch committed in Kafka: commit its prepared transactions.
-
-        Raises:
-            SinkRowsLost: a prepared transaction of a committed epoch was rolled back.
-        """
-        with self._lock:
-            self._to_commit.extend(self._prepared)
-            self._prepared.clear()
-        if self.has_pending():
-            self._calls.try_call(self._finish, deadline, "commit")
-
-    def abort(self, deadline: float) -> None:
-        """The epoch aborted: drop its rows, roll back what it prepared (never raises).
-
-        A prepare still running on the worker (its call timed out) is cancelled first: it
-        prepares nothing more, and what it prepared is rolled back.
-        """
-        self._rows.clear()
-        with self._lock:
-            self._calls.cancel_prepare()
-            self._to_rollback.extend(self._prepared)
-            self._prepared.clear()
-        if self.has_pending():
-            try:
-                self._calls.try_call(self._finish, deadline, "rollback")
-            except SinkRowsLost as exc:
-                # Not this epoch's: a commit of an earlier one. Raised again by the next
-                # prepare or tidy (the commit stays pending).
-                log.error("postgres sink: %s", exc, extra={"sink": self.spec.name})
-
-    def settle(self, tokens: Mapping[int, str | None], deadline: float) -> None:
-        """Key groups were assigned with these committed tokens: settle them, bounded.
-
-        What fails stays pending for :meth:`tidy` and :meth:`prepare` (never raises but
-        :class:`SinkRowsLost`).
-        """
-        with self._lock:
-            for g, token in tokens.items():
-                self._rows.pop(g, None)  # anything buffered for them predates the assignment
-                self._settle[g] = token
-        self._calls.try_call(self._finish, deadline, "settle")
-
-    def tidy(self, owned: set[int], deadline: float) -> None:
-        """Finish pending work, bounded (never raises but :class:`SinkRowsLost`).
-
-        Args:
-            owned: every key group this instance owns (settles of others are dropped).
-            deadline: ``time.monotonic()`` by which to stop.
-        """
-        self._forget_settles(owned)
-        if self.has_pending():
-            self._calls.try_call(self._finish, deadline, "settle")
-
-    def close(self, deadline: float) -> None:
-        """A clean stop: finish pending commits by ``deadline``, then close (never raises).
-
-        What is still pending then is logged: those rows stay prepared, and the next owner
-        of their key groups commits them (by the token in the committed offsets).
-        """
-        if self._calls.closed:
-            return
-        if self.has_pending():
-            try:
-                self._calls.try_call(self._finish, deadline, "commit at stop")
-            except SinkRowsLost as exc:
-                log.error("postgres sink: %s", exc, extra={"sink": self.spec.name})
-        with self._lock:
-            left = list(self._to_commit)
-            self._calls.closed = True
-            self._calls.cancel_prepare()
-        if left:
-            log.error(
-                "postgres sink: the rows of %d committed epoch(s) could not be committed "
-                "before the stop; they stay prepared in the database and are committed by "
-                "the next owner of their key groups",
-                len(left),
-                extra={"sink": self.spec.name, "gids": left},
-            )
+    def _closing(self) -> None:
         self._calls.submit(self._close)  # after anything still running
-        self._calls.shutdown()
-
-    def _forget_settles(self, owned: set[int]) -> None:
-        """Drop the settles of key groups not owned any more (their new owner settles)."""
-        with self._lock:
-            for g in [g for g in self._settle if g not in owned]:
-                del self._settle[g]
 
     # -- on the worker thread -----------------------------------------------------------
 
