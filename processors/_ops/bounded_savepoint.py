@@ -25,8 +25,8 @@ processors/_runtime/savepoints.py); this component only decides *when* it is req
 * **Once per state.** A run whose key groups are exactly where the newest bounded-run
   savepoint of the app left them (same offsets for every key group) takes none: it
   reports that savepoint's id (a restart of a finished run). A run killed during the
-  savepoint phase and started again adopts the request still pending (read back within
-  the request reader's look-back, see processors/_checkpoint/savepoint_requests.py); if
+  savepoint phase and started again adopts the request still pending (it looks back
+  over the timeout in the request partition; the request expires with the timeout); if
   it has expired, a new savepoint is taken and the unfinished one never completes (no
   descriptor: not listed).
 
@@ -46,15 +46,22 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from processors._checkpoint.control_topics import control_topic
+from processors._checkpoint.control_topics import (
+    CANCEL_PREFIX,
+    REQUEST_PARTITION,
+    REQUEST_PREFIX,
+    control_topic,
+    read_partition,
+)
 from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._config.settings import Settings
+from processors._kafka.errors import Stopping
 from processors._ops.client import Ops
 from processors._ops.errors import OpsError
 from processors._ops.savepoint_requests import _ranges, choose_checkpoint, savepoint_request
 from processors._ops.savepoints import cancel_savepoint, open_store
 from processors._runtime.final_savepoint import Outcome
-from processors.exceptions import LockgateError
+from processors.exceptions import FatalKafkaError, LockgateError
 from state.savepoint import (
     SavepointError,
     SavepointStore,
@@ -105,6 +112,8 @@ class BoundedSavepoint:
         self._requests = requests
         self._timeout_s = settings.until_savepoint_timeout_ms / 1000
         self._stopping = threading.Event()
+        #: A pending bounded request found by the look-back at start.
+        self._found: dict[str, Any] | None = None
         self._thread = threading.Thread(
             target=self._run, name="lockgate-bounded-savepoint", daemon=True
         )
@@ -130,7 +139,7 @@ class BoundedSavepoint:
     def _run(self) -> None:
         try:
             outcome = self._take()
-        except _Stopped:
+        except (_Stopped, Stopping):
             return
         except (LockgateError, KafkaException, SavepointError, OSError, TypeError) as exc:
             outcome = Outcome(None, str(exc))
@@ -151,6 +160,7 @@ class BoundedSavepoint:
         try:
             store = open_store(self._settings)
             deadline = time.monotonic() + self._timeout_s
+            self._found = self._look_back(ops)
             found = self._request_or_reuse(ops, store, deadline)
             if isinstance(found, Outcome):
                 return found
@@ -215,7 +225,13 @@ class BoundedSavepoint:
                     extra={"savepoint": pending["savepoint"]},
                 )
                 return pending
-            latest = ops.latest_checkpoints(self._name, self._partitions)
+            try:
+                latest = ops.latest_checkpoints(self._name, self._partitions)
+            except FatalKafkaError as exc:
+                # E.g. a transaction of a killed instance still open there (aborted at
+                # its timeout): read again until the deadline.
+                log.warning("bounded run: checkpoint catalog not readable: %s", exc)
+                latest = {}
             waiting = [g for g in range(self._partitions) if not self._reached(g, latest.get(g))]
             if not waiting:
                 same = self._unchanged_since(store, latest)
@@ -245,16 +261,50 @@ class BoundedSavepoint:
             self._stopping.wait(CATALOG_POLL_S)
 
     def _pending_request(self, store: SavepointStore) -> dict[str, Any] | None:
-        """The bounded request the loop read, unless cancelled or already complete."""
-        request = self._requests.bounded
-        if request is None:
+        """The newest bounded request read, unless cancelled, expired or already complete.
+
+        The loop's reader's (requests written since it started, and in its short
+        look-back), else the one :meth:`_look_back` found.
+        """
+        for request in (self._requests.bounded, self._found):
+            if request is None:
+                continue
+            sp_id = str(request.get("savepoint"))
+            if sp_id in self._requests.cancelled or sp_id in store.list_savepoints():
+                continue
+            if int(request.get("expires_ms") or 0) < _now_ms():
+                continue
+            return request
+        return None
+
+    def _look_back(self, ops: Ops) -> dict[str, Any] | None:
+        """The newest bounded request of the last timeout's span not cancelled since.
+
+        An instance killed in the savepoint phase and started again later than the
+        request reader's look-back still finds the request the others wait for.
+        """
+        topic = control_topic(self._name)
+        tp = TopicPartition(topic, REQUEST_PARTITION)
+        since = _now_ms() - int(self._timeout_s * 1000)
+        start = ops.admin.offsets_for_time([tp], since)[(topic, REQUEST_PARTITION)]
+        end = ops.admin.end_offsets([tp])[(topic, REQUEST_PARTITION)]
+        if start < 0:
             return None
-        sp_id = str(request.get("savepoint"))
-        if sp_id in self._requests.cancelled or sp_id in store.list_savepoints():
+        found: dict[str, Any] | None = None
+        cancelled: set[str] = set()
+        for key, value, _ in read_partition(
+            ops.consumer, topic, REQUEST_PARTITION, start, end, should_stop=self._stopping.is_set
+        ):
+            if key is None:
+                continue
+            if key.startswith(CANCEL_PREFIX):
+                cancelled.add(key[len(CANCEL_PREFIX) :].decode(errors="replace"))
+            elif key.startswith(REQUEST_PREFIX) and isinstance(value, dict):
+                if value.get("bounded") and isinstance(value.get("checkpoint"), int):
+                    found = value
+        if found is None or str(found.get("savepoint")) in cancelled:
             return None
-        if int(request.get("expires_ms") or 0) < _now_ms():
-            return None
-        return request
+        return found
 
     def _reached(self, g: int, record: Mapping[str, Any] | None) -> bool:
         """Whether key group ``g``'s latest checkpoint record says it reached our bound."""
