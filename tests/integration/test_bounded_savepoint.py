@@ -1,7 +1,8 @@
 """Bounded runs that end with a savepoint (``lockgate run --until BOUND --savepoint``).
 
-``tests/integration/apps/bounded_totals.py`` (a value store ``totals`` per key and
-tumbling event-time windows) over a four-partition input, half of it written in producer
+``tests/integration/apps/bounded_totals.py`` (``App("bounded-totals",
+env=["LOCKGATE_WINDOW_MS"])``: a value store ``totals`` per key and tumbling event-time
+windows) over a four-partition input, half of it written in producer
 transactions, run by two instances of one bounded run on the real broker:
 
 * both exit 0, each printing the same savepoint id; ``lockgate savepoint list --json``
