@@ -142,7 +142,10 @@ class BoundedSavepoint:
         except (_Stopped, Stopping):
             return
         except (LockgateError, KafkaException, SavepointError, OSError, TypeError) as exc:
-            outcome = Outcome(None, str(exc))
+            text = str(exc)
+            if not text.startswith("bounded run"):
+                text = f"bounded run: no savepoint taken: {text}"
+            outcome = Outcome(None, text)
         except Exception as exc:  # noqa: BLE001 - the loop must learn of any failure
             log.exception("bounded run savepoint: unexpected error")
             outcome = Outcome(None, f"unexpected error: {exc!r}")
