@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processors._config.log_setup import configure
 from processors._ops.catalog import (
+    BoundedSavepoint,
     Ops,
     OpsError,
     cancel_halted,
@@ -40,7 +41,7 @@ from processors._ops.cli_common import (
     ops_settings,
 )
 from processors._runtime.bounded import parse_until
-from processors._runtime.runner import defer_stop_signals, run_app
+from processors._runtime.runner import Runner, defer_stop_signals, run_app
 from processors._spark.cli_options import parse_spark_conf, spark_options
 from processors.exceptions import ConfigError, FatalKafkaError, LockgateError
 from state.savepoint import SavepointError, check_savepoint_id
@@ -89,17 +90,53 @@ def main() -> None:
     default=False,
     help="With --until: keep event time where the input left it (no final watermark).",
 )
+@click.option(
+    "--savepoint",
+    "until_savepoint",
+    metavar="[LOCATION]",
+    is_flag=False,
+    flag_value="default",
+    default=None,
+    help=(
+        "With --until: once every key group reached the bound (all instances), take a "
+        "savepoint of the app, print its id and exit 0 only when it is complete. LOCATION "
+        "(a path or fsspec URL) replaces LOCKGATE_SAVEPOINT_DIR for this run; without it "
+        "the savepoint goes to LOCKGATE_SAVEPOINT_DIR. Same as LOCKGATE_UNTIL_SAVEPOINT."
+    ),
+)
 def run(
     app_spec: str,
     from_savepoint: str | None,
     allow_non_restored_state: bool,
     until: str | None,
     no_drain: bool,
+    until_savepoint: str | None,
 ) -> None:
-    """Run the app MODULE:APP until SIGTERM/SIGINT (or, with --until, to a bound)."""
+    """Run the app MODULE:APP until SIGTERM/SIGINT (or, with --until, to a bound).
+
+    With --until BOUND --savepoint the run ends with a savepoint of the app (Flink's
+    stop-with-drain): its id is the last line of stdout, and the exit code is 0 only
+    when it is complete (1: it failed or timed out, the reason on stderr).
+    """
     defer_stop_signals()
     app = load_app(app_spec)
     settings = app_settings(app)
+    if until_savepoint is not None:
+        if until is None and settings.until is None:
+            click.echo(
+                "lockgate: --savepoint needs --until BOUND (the savepoint is taken at the end "
+                "of a bounded run; use `lockgate savepoint trigger` for a running app)",
+                err=True,
+            )
+            sys.exit(2)
+        if until_savepoint == "default" and not settings.savepoint_dir:
+            click.echo(
+                "lockgate: --savepoint without LOCATION needs LOCKGATE_SAVEPOINT_DIR (where "
+                "the savepoint goes); or give --savepoint LOCATION",
+                err=True,
+            )
+            sys.exit(2)
+        settings = settings.model_copy(update={"until_savepoint": until_savepoint})
     if until is not None or no_drain:
         if until is not None:
             try:
@@ -128,8 +165,9 @@ def run(
         )
         sys.exit(2)
     configure(settings.log_level, settings.log_format.value)
+    runners: list[Runner] = []
     try:
-        code = run_app(app, settings)
+        code = run_app(app, settings, on_started=runners.append, final_savepoint=BoundedSavepoint)
     except FatalKafkaError as exc:
         _run_failed(str(exc), 1)
     except LockgateError as exc:
@@ -142,6 +180,8 @@ def run(
             sys.exit(2)
         hint = _unreachable_hint(exc, settings.bootstrap_servers)
         _run_failed(f"Kafka client error: {exc}{hint}", 1)
+    if code == 0 and runners and runners[0].savepoint_result:
+        click.echo(runners[0].savepoint_result)
     sys.exit(code)
 
 

@@ -74,6 +74,10 @@ class SavepointRequests:
         self._announced: dict[str, tuple[bool, tuple[str, ...]]] = {}
         self._not_ours: set[str] = set()
         self._taken: dict[tuple[int, str], int] = {}
+        #: The last unexpired request of a bounded run's final savepoint read (its
+        #: ``bounded`` field set; processors/_runtime/bounded_savepoint.py). Written by the
+        #: loop thread, read by the bounded run's savepoint thread (one reference swap).
+        self.bounded: dict[str, Any] | None = None
 
     # -- the request partition ------------------------------------------------------------
 
@@ -148,6 +152,8 @@ class SavepointRequests:
             "savepoint requested", extra={"savepoint": sp_id, "checkpoint": request["checkpoint"]}
         )
         self._queue.append(request)
+        if request.get("bounded"):
+            self.bounded = request
 
     def close(self) -> None:
         """Close the request reader (best effort: on the way out)."""
@@ -182,6 +188,29 @@ class SavepointRequests:
             log.warning("savepoint request expired", extra={"savepoint": request["savepoint"]})
             self.current = None
         return self.current
+
+    def rearm(self, request: dict[str, Any]) -> bool:
+        """Make ``request`` current again, for key groups that have not taken it yet.
+
+        For a bounded run's final savepoint: key groups this instance was assigned after
+        its epoch carrying the savepoint committed (their previous owner died before
+        taking it) take it at the next epoch; key groups that took it already are skipped
+        by their checkpoint (the runtime's rule). Nothing happens while another request is
+        in progress or queued, or when the savepoint was cancelled.
+
+        Returns:
+            Whether it became :attr:`current`.
+        """
+        sp_id = str(request.get("savepoint"))
+        if (
+            self.current is not None
+            or sp_id in self.cancelled
+            or any(r.get("savepoint") == sp_id for r in self._queue)
+        ):
+            return False
+        self._seen.add(sp_id)
+        self.current = request
+        return True
 
     def done(self, request: dict[str, Any]) -> None:
         """The epoch carrying ``request`` committed: the next queued one may start."""

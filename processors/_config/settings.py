@@ -428,6 +428,26 @@ class Settings(BaseSettings):
             "`lockgate run --no-drain` turns it off (a later run continues the event time)."
         ),
     )
+    until_savepoint: str | None = Field(
+        None,
+        description=(
+            "With until: once the bound is reached, event time drained and committed, take a "
+            "savepoint of the app (every key group, all instances of the run) and exit 0 only "
+            "when it is complete (its id is logged and printed). `default` writes it to "
+            "savepoint_dir; any other value is the location (a path or fsspec URL) and "
+            "replaces savepoint_dir for this run. `lockgate run --savepoint [LOCATION]` sets "
+            "it. docs/operations.md, 'Bounded runs with a savepoint'."
+        ),
+    )
+    until_savepoint_timeout_ms: int = Field(
+        600_000,
+        ge=1_000,
+        description=(
+            "With until_savepoint: how long an instance that reached its bound waits for the "
+            "other key groups to reach theirs and for the savepoint to complete; then it "
+            "exits 1 naming what is missing."
+        ),
+    )
     resume_from_stop_savepoint: bool = Field(
         False,
         description=(
@@ -664,6 +684,40 @@ class Settings(BaseSettings):
                 "character; the value is not shown"
             )
         return text
+
+    @model_validator(mode="after")
+    def _until_savepoint_needs(self) -> Settings:
+        # A savepoint at the end of a bounded run needs the bound and a location.
+        if self.until_savepoint is None:
+            return self
+        if self.until is None:
+            raise ValueError(
+                "LOCKGATE_UNTIL_SAVEPOINT is set without LOCKGATE_UNTIL: a savepoint at the "
+                "end of a run needs a bounded run (lockgate run --until BOUND --savepoint)"
+            )
+        if not self.until_savepoint.strip():
+            raise ValueError(
+                "LOCKGATE_UNTIL_SAVEPOINT is empty: give `default` (LOCKGATE_SAVEPOINT_DIR) "
+                "or a location"
+            )
+        if self.until_savepoint == "default" and not self.savepoint_dir:
+            raise ValueError(
+                "LOCKGATE_UNTIL_SAVEPOINT=default needs LOCKGATE_SAVEPOINT_DIR (where the "
+                "savepoint goes), or give the location instead of `default`"
+            )
+        return self
+
+    def until_savepoint_dir(self) -> str | None:
+        """Where a bounded run's final savepoint goes (``None``: no final savepoint).
+
+        ``default`` is ``savepoint_dir``; any other value of ``until_savepoint`` is the
+        location itself.
+        """
+        if self.until_savepoint is None:
+            return None
+        if self.until_savepoint == "default":
+            return self.savepoint_dir
+        return self.until_savepoint.strip()
 
     @model_validator(mode="after")
     def _epoch_fits_the_transaction(self) -> Settings:

@@ -19,11 +19,14 @@ commands; it re-exports the parts, one concern each:
   :func:`list_checkpoints`;
 * :mod:`processors._ops.savepoints`: :func:`trigger_savepoint`, :func:`cancel_savepoint`,
   :func:`cancel_halted`, :func:`halted_key_groups`, :func:`list_savepoints`,
-  :func:`describe_savepoint`, :func:`open_store`.
+  :func:`describe_savepoint`, :func:`open_store`;
+* :mod:`processors._ops.bounded_savepoint`: :class:`BoundedSavepoint`, the final savepoint
+  of ``lockgate run --until BOUND --savepoint`` (handed to the runtime).
 """
 
 from __future__ import annotations
 
+from processors._ops.bounded_savepoint import BoundedSavepoint
 from processors._ops.checkpoints import (
     checkpoint_summary,
     complete_bound,
@@ -63,6 +66,7 @@ from processors._ops.savepoints import (
 __all__ = [
     "REQUEST_TTL_MS",
     "SAVEPOINT_MARGIN_MS",
+    "BoundedSavepoint",
     "Ops",
     "OpsError",
     "cancel_halted",

@@ -22,6 +22,10 @@ The drain is final: event time stays at its end in the state, so records of a la
 older than it are late (``late_topic``) — run with ``--no-drain`` when later runs continue
 the same event time. Apps that read internal topics of other lockgate apps are refused
 (their end is the upstream's barriers, not an offset).
+
+With ``--savepoint`` (``LOCKGATE_UNTIL_SAVEPOINT``) the run ends with a savepoint of the app
+instead of stopping at once: processors/_runtime/final_savepoint.py (what the runtime
+sees of it) and processors/_ops/bounded_savepoint.py (the semantics).
 """
 
 from __future__ import annotations

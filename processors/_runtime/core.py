@@ -132,6 +132,10 @@ class RunnerCore:
         #: Something besides fetched records happened in the open epoch (a completion,
         #: released records processed, a halt lifted): it must commit even if idle.
         self._epoch_active = False
+        #: A bounded run's key groups that reached their end (and were drained): their
+        #: end offsets by input topic, written as ``bounded`` in their checkpoint records
+        #: (processors/_runtime/bounded_savepoint.py reads them back).
+        self._bounded_ends: dict[int, dict[str, int]] = {}
         #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
         self._aligned_until: dict[tuple[str, int], int] = {}
         #: Orders the records of several co-partitioned inputs (``None``: one input).
@@ -223,6 +227,14 @@ class RunnerCore:
             self._halted,
             self._kgs,
         )
+
+    def _defers_savepoint(self, request: dict[str, Any]) -> bool:
+        """Whether the source key groups wait before taking ``request`` (default: never).
+
+        The runner defers a bounded run's final savepoint until every owned key group
+        reached its end and was drained.
+        """
+        return False
 
     # -- bounded waits --------------------------------------------------------------------
 

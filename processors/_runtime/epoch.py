@@ -514,6 +514,10 @@ class EpochMixin(SavepointMixin):
                     extra={"savepoint": request["savepoint"], "key_groups": seeding},
                 )
             return ckpt, None
+        if self._defers_savepoint(request):
+            # A bounded run's final savepoint: taken once the bound is reached (and
+            # drained), by every owned key group in the same epoch.
+            return ckpt, None
         # A key group already past the savepoint (a previous owner took it) is skipped
         # by _write_barriers_and_checkpoints; the others end this epoch at its id.
         return max(self._checkpoint + 1, int(request["checkpoint"])), request
@@ -618,6 +622,9 @@ class EpochMixin(SavepointMixin):
             }
             if self._globals:
                 record["globals"] = self._globals.snapshot()
+            bounded = self._bounded_ends.get(g)
+            if bounded is not None:
+                record["bounded"] = bounded  # reached its end in a bounded run
             self._checkpoints.write_checkpoint(g, record)
         return manifests
 

@@ -67,6 +67,7 @@ from processors._kafka.errors import AbortEpoch, Stopping
 from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
 from processors._runtime.bounded import END_OF_TIME, BoundedRun, parse_until
 from processors._runtime.core import where
+from processors._runtime.final_savepoint import FinalSavepoint, FinalSavepointFactory
 from processors._runtime.health import HealthServer
 from processors._runtime.membership import GroupWatch, leave_group, leave_reason
 from processors._runtime.operator_plan import check_operator_layout
@@ -177,6 +178,13 @@ class Runner(BarrierMixin):
         self._bp_limit = max(10_000, 4 * settings.consume_batch_size)
         #: A bounded run's end offsets (``LOCKGATE_UNTIL``), planned at start-up.
         self._bound: BoundedRun | None = None
+        #: A bounded run's final savepoint (``LOCKGATE_UNTIL_SAVEPOINT``), once the bound
+        #: is reached; and the id of the complete savepoint the run ends with.
+        self._final_savepoint: FinalSavepoint | None = None
+        #: Builds it (``processors/cli.py`` hands the operator commands' implementation).
+        self.final_savepoint_factory: FinalSavepointFactory | None = None
+        self.savepoint_result: str | None = None
+        self._exit_code = 0
         #: The group-probe child's checks: subscriptions at start, stranded partitions.
         self._group_watch = GroupWatch(self.name, app.subscribed_input, settings, self._waiting)
         #: Set when the stranded-partition heal elected this member to rejoin.
@@ -250,7 +258,7 @@ class Runner(BarrierMixin):
                 "stop requested while starting: exiting before start-up",
                 extra={"signal": signal.Signals(_early_stop_signal).name},
             )
-            return 0
+            return self._final_code(0)
         if hasattr(signal, "SIGUSR2"):
             # `kill -USR2 <pid>` prints every thread's stack to stderr: what a stuck
             # instance is waiting in, without stopping it.
@@ -273,7 +281,7 @@ class Runner(BarrierMixin):
             except Stopping:
                 log.info("stopped during start-up")
                 self._close(graceful=False)
-                return 0
+                return self._final_code(0)
             except AbortEpoch as exc:
                 raise FatalKafkaError(f"start-up: {exc}") from exc
             # What start-up built (modules, the app, clients, settings) lives as long as
@@ -287,12 +295,14 @@ class Runner(BarrierMixin):
             gc.collect()
             unfreeze = gc.get_freeze_count() == 0
             gc.freeze()
-            code = self._loop()
+            code = self._final_code(self._loop())
         finally:
             if unfreeze:
                 gc.unfreeze()
             if self._http is not None:
                 self._http.stop()
+            if self._final_savepoint is not None:
+                self._final_savepoint.close()
         if self._txn is not None:
             self._hung_clients.extend(self._txn.abandoned)
         if self._hung_clients:
@@ -305,6 +315,20 @@ class Runner(BarrierMixin):
             )
             logging.shutdown()
             os._exit(code)
+        return code
+
+    def _final_code(self, code: int) -> int:
+        """The exit code: with a final savepoint, 0 only when it completed.
+
+        A bounded run with ``--savepoint`` stopped (SIGTERM) before its savepoint was
+        complete exits 1: exit 0 tells the caller the savepoint exists.
+        """
+        if code == 0 and self.settings.until_savepoint is not None and not self.savepoint_result:
+            log.error(
+                "bounded run stopped before its savepoint was complete: exiting 1 (run it "
+                "again: it continues from its last checkpoint and takes the savepoint)"
+            )
+            return 1
         return code
 
     def _warn_about_settings(self) -> None:
@@ -432,6 +456,12 @@ class Runner(BarrierMixin):
                 the upstream's barriers, not an offset).
         """
         bound = parse_until(until)
+        if self.settings.until_savepoint is not None and self.final_savepoint_factory is None:
+            raise ConfigError(
+                "LOCKGATE_UNTIL_SAVEPOINT: this runner was started without the final "
+                "savepoint's coordinator (use `lockgate run`, or pass final_savepoint= to "
+                "run_app)"
+            )
         if self._upstream_writers:
             raise ConfigError(
                 f"LOCKGATE_UNTIL={until!r}: app {self.name!r} reads internal topics of other "
@@ -462,6 +492,12 @@ class Runner(BarrierMixin):
     def _end_bounded_run(self) -> None:
         """Drain event time (unless ``--no-drain``), commit, and stop the loop.
 
+        With a final savepoint (``LOCKGATE_UNTIL_SAVEPOINT``) the loop goes on instead:
+        the key groups are marked as having reached the bound (``bounded`` in their
+        checkpoint records from the next commit on) and the savepoint phase starts
+        (:class:`~processors._runtime.bounded_savepoint.BoundedSavepoint`). Key groups
+        assigned later come here again once they reached their ends.
+
         Raises:
             AbortEpoch: the final commit failed (the loop aborts, replays and comes back).
         """
@@ -474,6 +510,78 @@ class Runner(BarrierMixin):
             "bounded run complete: every owned key group reached its end offsets",
             extra={"key_groups": sorted(self._kgs), "drained": self.settings.until_drain},
         )
+        if self.settings.until_savepoint is None:
+            self._stop = True
+            return
+        bound = self._bound
+        assert bound is not None
+        for g in self._kgs:
+            self._bounded_ends[g] = {t: bound.ends.get((t, g), 0) for t in self._inputs}
+        self._epoch_active = True  # the next commit says so in the checkpoint records
+        if self._final_savepoint is None:
+            factory = self.final_savepoint_factory
+            assert factory is not None  # checked at start (_plan_bounded_run)
+            self._final_savepoint = factory(
+                self.name,
+                self.settings,
+                self._inputs,
+                self._partitions,
+                bound.ends,
+                self._sp_requests,
+            )
+            log.info(
+                "bounded run: waiting for every key group to reach the bound, then taking "
+                "the savepoint",
+                extra={"location": self.settings.savepoint_dir},
+            )
+        self._final_savepoint.owned = frozenset(self._kgs)
+        self._final_savepoint.start()
+
+    def _bounded_all_ended(self) -> bool:
+        """With a final savepoint: whether every owned key group was ended (drained) already."""
+        return (
+            self.settings.until_savepoint is not None
+            and bool(self._kgs)
+            and self._kgs.keys() <= self._bounded_ends.keys()
+        )
+
+    def _defers_savepoint(self, request: dict[str, Any]) -> bool:
+        """A bounded run takes its final savepoint only with every owned key group ended."""
+        if not request.get("bounded") or self._bound is None:
+            return False
+        return not self._bounded_all_ended()
+
+    def _final_savepoint_step(self) -> None:
+        """In the savepoint phase: re-arm the request for new key groups; stop when done."""
+        sp = self._final_savepoint
+        assert sp is not None
+        for g in [g for g in self._bounded_ends if g not in self._kgs]:
+            del self._bounded_ends[g]  # revoked: a new owner says it again
+        sp.owned = frozenset(self._kgs)
+        request = sp.request
+        if (
+            request is not None
+            and self._bounded_all_ended()
+            and any(
+                self._live_source(g) and self._marks.done(g) < int(request["checkpoint"])
+                for g in self._kgs
+            )
+            and self._sp_requests.rearm(request)
+        ):
+            self._commit_now = True  # key groups assigned since take it now
+        outcome = sp.result
+        if outcome is None:
+            return
+        if outcome.savepoint is None:
+            log.error("%s", outcome.error)
+            self._exit_code = 1
+        else:
+            self.savepoint_result = outcome.savepoint
+            log.info(
+                "bounded run: savepoint complete"
+                + (" (every key group is where it left them)" if outcome.reused else ""),
+                extra={"savepoint": outcome.savepoint, "location": outcome.location},
+            )
         self._stop = True
 
     def _waiting(self) -> None:
@@ -591,9 +699,12 @@ class Runner(BarrierMixin):
                     if msgs:
                         self._process(msgs)
                     self._between_batches()
-                    if bound is not None and self._bounded_run_done():
-                        self._end_bounded_run()
-                        continue
+                    if bound is not None:
+                        if self._final_savepoint is not None:
+                            self._final_savepoint_step()
+                        if self._bounded_run_done() and not self._bounded_all_ended():
+                            self._end_bounded_run()
+                            continue
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
@@ -644,7 +755,7 @@ class Runner(BarrierMixin):
             log.error("stopped after a fatal error during shutdown: %s", self._fatal)
             return 1
         log.info("stopped", extra=stopped_fields(self._checkpoint))
-        return 0
+        return self._exit_code
 
     def _subscribe_again(self) -> None:
         """Subscribe anew (asked for by the stranded-partition heal)."""
@@ -1249,10 +1360,24 @@ class Runner(BarrierMixin):
 
 
 def run_app(
-    app: App, settings: Settings, on_started: Callable[[Runner], None] | None = None
+    app: App,
+    settings: Settings,
+    on_started: Callable[[Runner], None] | None = None,
+    final_savepoint: FinalSavepointFactory | None = None,
 ) -> int:
-    """Run ``app`` with ``settings`` in this thread; return the exit code."""
+    """Run ``app`` with ``settings`` in this thread; return the exit code.
+
+    ``final_savepoint`` builds a bounded run's final savepoint (required with
+    ``LOCKGATE_UNTIL_SAVEPOINT``; ``lockgate run`` passes
+    :class:`~processors._ops.bounded_savepoint.BoundedSavepoint`). Its location, when
+    ``LOCKGATE_UNTIL_SAVEPOINT`` names one (not ``default``), is the run's
+    ``savepoint_dir``.
+    """
+    location = settings.until_savepoint_dir()
+    if location is not None and location != settings.savepoint_dir:
+        settings = settings.model_copy(update={"savepoint_dir": location})
     runner = Runner(app, settings)
+    runner.final_savepoint_factory = final_savepoint
     if on_started is not None:
         on_started(runner)
     return runner.run()

@@ -17,10 +17,13 @@ LOCKGATE = Path(sys.executable).parent / "lockgate"
 class AppProcess:
     """One ``lockgate run`` subprocess with its log file."""
 
-    def __init__(self, spec: str, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, spec: str, env: dict[str, str], log_path: Path, args: tuple[str, ...] = ()
+    ) -> None:
         self.spec = spec
         self.env = env
         self.log_path = log_path
+        self.args = args  # after ``lockgate run SPEC``
         self._log: IO[bytes] | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -33,7 +36,7 @@ class AppProcess:
         }  # tests override
         full_env.update(self.env)
         self.proc = subprocess.Popen(
-            [str(LOCKGATE), "run", self.spec],
+            [str(LOCKGATE), "run", self.spec, *self.args],
             cwd=ROOT,
             env=full_env,
             stdout=self._log,

@@ -97,7 +97,7 @@ def test_an_unreachable_broker_is_reported_once(
 ) -> None:
     import processors.cli as cli
 
-    def unreachable(*_args: object) -> int:
+    def unreachable(*_args: object, **_kwargs: object) -> int:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata"))
 
     monkeypatch.setattr(cli, "run_app", unreachable)
