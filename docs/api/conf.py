@@ -83,6 +83,9 @@ nitpick_ignore += [
     ("py:data", "NON_SETTINGS_ENV"),
     ("py:exc", "TimerRewind"),
     ("py:mod", "processors._spark.backfill_task"),
+    ("py:class", "processors._checkpoint.savepoint_requests.SavepointRequests"),
+    ("py:class", "processors._runtime.final_savepoint.FinalSavepoint"),
+    ("py:class", "processors._ops.bounded_savepoint.BoundedSavepoint"),
 ]
 # The type variables of generic signatures (``T``, ``A``, ``R``, ...) are not documented.
 nitpick_ignore_regex = [
