@@ -83,6 +83,7 @@ nitpick_ignore += [
     ("py:data", "NON_SETTINGS_ENV"),
     ("py:exc", "TimerRewind"),
     ("py:mod", "processors._spark.backfill_task"),
+    ("py:class", "processors._dsl.definition.Definition"),
 ]
 # The type variables of generic signatures (``T``, ``A``, ``R``, ...) are not documented.
 nitpick_ignore_regex = [
