@@ -86,6 +86,7 @@ nitpick_ignore += [
     ("py:class", "processors._checkpoint.savepoint_requests.SavepointRequests"),
     ("py:class", "processors._runtime.final_savepoint.FinalSavepoint"),
     ("py:class", "processors._ops.bounded_savepoint.BoundedSavepoint"),
+    ("py:class", "processors._dsl.definition.Definition"),
 ]
 # The type variables of generic signatures (``T``, ``A``, ``R``, ...) are not documented.
 nitpick_ignore_regex = [

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors._dsl.app import OperatorInfo
+from processors._dsl.definition import OperatorInfo
 from processors.exceptions import ConfigError
 from state.savepoint import SavepointError
 

@@ -143,7 +143,7 @@ def test_injected_clock() -> None:
 
 def test_state_honours_entry_ttl_of_maps() -> None:
     app = App("maps")
-    seen: MapState[int] = app._add(
+    seen: MapState[int] = app._def.add_store(
         MapState(StoreSpec("seen", "map", ttl_ms=100, entry_ttl=True), app.cursor)
     )
 
