@@ -94,7 +94,14 @@ def create_table(properties: dict[str, str], table: str) -> None:
 
 app = App(
     "iceberg-sums",
-    env=[URI_ENV, WAREHOUSE_ENV, TABLE_ENV, S3_ENDPOINT_ENV, S3_REGION_ENV, S3_PATH_STYLE_ENV],
+    env=[
+        "LOCKGATE_ICEBERG_CATALOG_URI",
+        "LOCKGATE_ICEBERG_WAREHOUSE",
+        "LOCKGATE_ICEBERG_TABLE",
+        "LOCKGATE_ICEBERG_S3_ENDPOINT",
+        "LOCKGATE_ICEBERG_S3_REGION",
+        "LOCKGATE_ICEBERG_S3_PATH_STYLE",
+    ],
 )
 totals = app.value_state("totals")
 app.iceberg_output("events", catalog=catalog_properties(), table=TABLE)
