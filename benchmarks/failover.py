@@ -22,6 +22,18 @@ many changelog records after the snapshot. Each round checks the probe keys' lat
 outputs (their sums count every probe so far: the restored state was right for them). The
 restore columns come from the instance's own log lines ('key group state downloaded from a
 snapshot', 'key group restored').
+
+``BENCH_FAILOVER_S3=moto`` adds a remote snapshot store: moto's standalone S3 API server
+(``moto_server``, a real HTTP server speaking the S3 API over loopback, its store in memory:
+not a production object store) is started as a process of its own on
+``BENCH_FAILOVER_S3_PORT`` (default: a free port). After the load, the local snapshot store
+is copied to ``s3://lockgate-bench-snapshots/<run>`` (the same snapshots, byte for byte),
+and the rounds alternate between three modes: without, with (the local directory) and
+``with_s3`` (the instance downloads from the S3 server through s3fs, as
+``LOCKGATE_STATE_SNAPSHOT_DIR=s3://...`` with ``AWS_ENDPOINT_URL`` does in production); the
+order rotates every repeat. ``BENCH_FAILOVER_S3=http://host:port`` uses that S3 endpoint
+instead (credentials from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``; the bucket must
+exist).
 """
 
 from __future__ import annotations
@@ -29,7 +41,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,10 +53,96 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 
 from benchmarks import broker, data, proc
-from benchmarks.common import BENCH_DIR, LOCKGATE_BIN, say
-from benchmarks.run import _produce_keys, _restore_stats, _wait_committed, machine, uptime
+from benchmarks.admin import Admin, GroupOffsets
+from benchmarks.machine import machine, uptime
+from benchmarks.paths import BENCH_DIR, LOCKGATE_BIN
+from benchmarks.progress import say
+from benchmarks.run import _produce_keys, _restore_stats, _wait_committed
 
 PROBES = 8
+#: The bucket of the S3 rounds (created on a moto server; must exist on another endpoint).
+S3_BUCKET = "lockgate-bench-snapshots"
+#: Credentials of the moto server (any values are accepted by it).
+_MOTO_ENV = {
+    "AWS_ACCESS_KEY_ID": "lockgate-bench",
+    "AWS_SECRET_ACCESS_KEY": "lockgate-bench-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+class S3Store:
+    """The remote snapshot store of the ``with_s3`` rounds: an S3 endpoint and its env."""
+
+    def __init__(self, spec: str, log_dir: Path) -> None:
+        self._server: subprocess.Popen[bytes] | None = None
+        if spec == "moto":
+            port = int(os.environ.get("BENCH_FAILOVER_S3_PORT", "0")) or _free_port()
+            exe = Path(sys.executable).with_name("moto_server")
+            log_dir.mkdir(parents=True, exist_ok=True)
+            with (log_dir / "moto-server.log").open("wb") as out:
+                self._server = subprocess.Popen(
+                    [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out
+                )
+            self.endpoint = f"http://127.0.0.1:{port}"
+            self.env = {**_MOTO_ENV, "AWS_ENDPOINT_URL": self.endpoint}
+        else:
+            self.endpoint = spec
+            self.env = {k: os.environ.get(k, _MOTO_ENV[k]) for k in _MOTO_ENV} | {
+                "AWS_ENDPOINT_URL": spec
+            }
+        try:
+            self.fs = self._open_fs()
+            if self._server is not None:
+                if self._server.poll() is not None:  # e.g. its port was taken
+                    raise RuntimeError(f"moto_server exited: see {log_dir / 'moto-server.log'}")
+                self.fs.mkdir(S3_BUCKET)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_fs(self) -> Any:
+        import s3fs
+
+        deadline = time.monotonic() + 30
+        while True:
+            fs = s3fs.S3FileSystem(
+                endpoint_url=self.endpoint,
+                key=self.env["AWS_ACCESS_KEY_ID"],
+                secret=self.env["AWS_SECRET_ACCESS_KEY"],
+                skip_instance_cache=True,
+            )
+            try:
+                fs.ls("")
+                return fs
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    def upload(self, local: Path, prefix: str) -> tuple[int, float]:
+        """Copy the local snapshot store ``local`` to ``s3://<bucket>/<prefix>``: (bytes, s)."""
+        t = time.monotonic()
+        files = [f for f in local.rglob("*") if f.is_file()]
+        for f in files:
+            self.fs.put_file(str(f), f"{S3_BUCKET}/{prefix}/{f.relative_to(local).as_posix()}")
+        return sum(f.stat().st_size for f in files), time.monotonic() - t
+
+    def size(self, prefix: str) -> int:
+        return int(self.fs.du(f"{S3_BUCKET}/{prefix}"))
+
+    def remove(self, prefix: str) -> None:
+        self.fs.rm(f"{S3_BUCKET}/{prefix}", recursive=True)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.terminate()
+            self._server.wait(30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _ints(name: str, default: str) -> list[int]:
@@ -110,7 +210,7 @@ def _probe_sums(bootstrap: str, topic: str, partitions: int) -> dict[str, int]:
 def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     bootstrap = cfg["bootstrap"]
     partitions = cfg["partitions"]
-    admin = broker.Admin(bootstrap)
+    admin = Admin(bootstrap)
     tag = f"{cfg['run_id']}-{keys}"
     topic, output, app = f"bench.fo{tag}.in", f"bench.fo{tag}.out", f"bench-fo{tag}"
     admin.create({topic: partitions}, {"retention.ms": "-1"})
@@ -139,7 +239,7 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     }
     with_snaps = {**env, "LOCKGATE_STATE_SNAPSHOT_DIR": str(snaps)}
     argv = [str(LOCKGATE_BIN), "run", "benchmarks.apps.lockgate_apps:running_sum"]
-    groups = broker.GroupOffsets(bootstrap, app, topic, partitions)
+    groups = GroupOffsets(bootstrap, app, topic, partitions)
     say(f"{keys:,} keys: loading through the app (snapshots every {cfg['snapshot_ms']} ms)")
     p = proc.Proc(argv, with_snaps, logs / f"{tag}-load.log")
     load_s = _wait_committed(groups, keys, p, 3600)
@@ -176,14 +276,23 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         "load_seconds": round(load_s, 1),
         "rounds": [],
     }
+    s3: S3Store | None = cfg.get("s3")
+    modes: tuple[str, ...] = ("without", "with")
+    with_s3 = env
+    if s3 is not None:
+        copied, copy_s = s3.upload(snaps, tag)
+        row["s3_copy_bytes"], row["s3_copy_seconds"] = copied, round(copy_s, 2)
+        say(f"  snapshot store copied to {s3.endpoint} ({copied / 1e6:.0f} MB in {copy_s:.1f}s)")
+        with_s3 = {**env, **s3.env, "LOCKGATE_STATE_SNAPSHOT_DIR": f"s3://{S3_BUCKET}/{tag}"}
+        modes = ("without", "with", "with_s3")
     probes_sent = 0
     tail = min(cfg["tail"], keys - PROBES - 64)
-    # Without and with alternate (the order flips each repeat); then the long-tail rounds,
-    # each leaving a fresh snapshot of everything for the next.
+    # Without and with alternate (the order rotates each repeat); then the long-tail
+    # rounds, each leaving a fresh snapshot of everything for the next.
     plan = [
         (rep, mode)
         for rep in range(1, cfg["repeat"] + 1)
-        for mode in (("without", "with") if rep % 2 else ("with", "without"))
+        for mode in modes[(rep - 1) % len(modes) :] + modes[: (rep - 1) % len(modes)]
     ]
     if tail > 0:
         plan += [(rep, "with_tail") for rep in range(1, cfg["repeat"] + 1)]
@@ -203,7 +312,8 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         probes_sent += 1
         log = logs / f"{tag}-{mode}-r{rep}.log"
         load_before = _loadavg()
-        p = proc.Proc(argv, env if mode == "without" else with_snaps, log)
+        round_env = {"without": env, "with_s3": with_s3}
+        p = proc.Proc(argv, round_env.get(mode, with_snaps), log)
         took = _wait_committed(groups, expected, p, 1800, since=p.started)
         if mode == "with_tail":
             refresh_snapshots(p, log)  # the next long-tail round starts from here
@@ -236,6 +346,9 @@ def _size(keys: int, cfg: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     snap_size = sum(f.stat().st_size for f in snaps.rglob("*") if f.is_file())
     row["snapshot_store_bytes"] = snap_size
     shutil.rmtree(snaps, ignore_errors=True)
+    if s3 is not None:
+        row["s3_store_bytes"] = s3.size(tag)
+        s3.remove(tag)
     admin.admin.delete_topics([topic, output])
     return row
 
@@ -267,15 +380,27 @@ def _report(results: dict[str, Any]) -> str:
         "records (a snapshot interval's worth of changes at that rate). "
         f"{results['partitions']} key groups, one instance, exactly-once, 1 s checkpoints, "
         f"snapshots every {results['snapshot_ms']} ms; {results['repeat']} rounds per mode, "
-        "without and with alternating (the order flips each repeat), with_tail after them.",
+        "without and with alternating (the order rotates each repeat), with_tail after them.",
         "",
+    ]
+    if results.get("s3"):
+        lines += [
+            f"With_s3: as with, but the snapshot store is `s3://{S3_BUCKET}/<run>` on "
+            f"{results['s3']}; the local store's snapshots were copied there after the load, "
+            "byte for byte, and are downloaded by the instance through s3fs; it rotates with "
+            "the two others. moto's server is a real HTTP server speaking the S3 API over "
+            "loopback, with an in-memory store: not a production object store (no network latency, "
+            "no throttling, one Python process serving every request).",
+            "",
+        ]
+    lines += [
         "| keys | mode | failover s median | min | max | restore s median "
-        "(download + changelog) | changelog records replayed (median) | snapshot MB | load avg "
-        "(min-max) | probes |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "(download + changelog) | snapshot download s median (min-max) | changelog records "
+        "replayed (median) | snapshot MB | load avg (min-max) | probes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in results["sizes"]:
-        for mode in ("without", "with", "with_tail"):
+        for mode in ("without", "with", "with_s3", "with_tail"):
             rounds = [r for r in row["rounds"] if r["mode"] == mode]
             if not rounds:
                 continue
@@ -286,9 +411,13 @@ def _report(results: dict[str, Any]) -> str:
             mb = statistics.median(r["snapshot_bytes"] for r in rounds) / 1e6
             loads = [r["load_avg_1m"] for r in rounds]
             ok = "ok" if all(r["probes_ok"] for r in rounds) else "WRONG"
+            # the summed seconds of the key groups' 'state downloaded from a snapshot' lines
+            dl = [r["snapshot_seconds"] for r in rounds]
+            dl_text = f"{statistics.median(dl):.2f} ({min(dl):.2f}-{max(dl):.2f})"
             lines.append(
                 f"| {row['keys']:,} | {mode} | {med:.2f} | {lo:.2f} | {hi:.2f} | {rest:.2f} | "
-                f"{recs:,.0f} | {mb:.0f} | {min(loads):.1f}-{max(loads):.1f} | {ok} |"
+                f"{dl_text if mode != 'without' else '-'} | {recs:,.0f} | {mb:.0f} | "
+                f"{min(loads):.1f}-{max(loads):.1f} | {ok} |"
             )
     lines += [
         "",
@@ -299,7 +428,14 @@ def _report(results: dict[str, Any]) -> str:
         lines.append(
             f"- {row['keys']:,} keys: produced in {row['produce_seconds']} s, loaded through the "
             f"app in {row['load_seconds']} s; snapshot store at the end: "
-            f"{row.get('snapshot_store_bytes', 0) / 1e6:.0f} MB."
+            f"{row.get('snapshot_store_bytes', 0) / 1e6:.0f} MB"
+            + (
+                f"; copied to the S3 server in {row['s3_copy_seconds']} s "
+                f"({row['s3_copy_bytes'] / 1e6:.0f} MB), S3 store at the end "
+                f"{row.get('s3_store_bytes', 0) / 1e6:.0f} MB."
+                if "s3_copy_bytes" in row
+                else "."
+            )
         )
     lines.append("")
     return "\n".join(lines)
@@ -324,6 +460,7 @@ def main() -> int:
         "run_id": stamp[-6:],
     }
     sizes = _ints("BENCH_FAILOVER_KEYS", "1000000,10000000")
+    s3_spec = os.environ.get("BENCH_FAILOVER_S3", "")
     results: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": machine(),
@@ -332,6 +469,11 @@ def main() -> int:
         "repeat": cfg["repeat"],
         "snapshot_ms": cfg["snapshot_ms"],
         "tail": cfg["tail"],
+        "s3": (
+            "moto's standalone S3 server (moto_server, a separate process on loopback)"
+            if s3_spec == "moto"
+            else s3_spec
+        ),
         "settings": {k: os.environ.get(k, "") for k in os.environ if k.startswith("BENCH_")},
         "sizes": [],
         "errors": [],
@@ -341,6 +483,8 @@ def main() -> int:
     if not external:
         broker.up(port)
     try:
+        if s3_spec:
+            cfg["s3"] = S3Store(s3_spec, out_dir / "logs")
         for keys in sizes:
             try:
                 results["sizes"].append(_size(keys, cfg, out_dir))
@@ -350,6 +494,8 @@ def main() -> int:
                 code = 1
             (out_dir / "results.json").write_text(json.dumps(results, indent=1))
     finally:
+        if cfg.get("s3") is not None:
+            cfg["s3"].close()
         if not external:
             broker.down(port)
         results["uptime_after"] = uptime()

@@ -53,13 +53,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from processors._kafka.faults import crash_point
 from processors._sinks.bounded_calls import BoundedCalls, Job
@@ -81,6 +82,53 @@ MARKER_DIR = "lockgate"
 _NO_RETRY = {"commit.retry.num-retries": "0"}
 #: Pause bounds between attempts of a commit the catalog refused for a concurrent one.
 _CONFLICT_PAUSE_S = (0.02, 0.15)
+#: Substrings of catalog and FileIO property names (lower case) whose values are secrets:
+#: masked in :class:`IcebergOutput`'s repr and in the errors of loading the catalog.
+_SECRET_HINTS = ("secret", "token", "password", "credential", "account-key", "private-key")
+_MASK = "***"
+
+
+def _is_secret(prop: str) -> bool:
+    """Whether the catalog or FileIO property (or env variable) ``prop`` holds a secret."""
+    name = prop.lower().replace("_", "-")
+    return any(hint in name for hint in _SECRET_HINTS)
+
+
+def _uri_password(value: str) -> str | None:
+    """The password in a URI's user info (``postgresql://user:pw@host/db``), if any."""
+    try:
+        return urlsplit(value).password if "://" in value else None
+    except ValueError:
+        return None
+
+
+def masked_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` with the values of secret properties and the passwords of URIs masked."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        text = str(value)
+        if _is_secret(key):
+            text = _MASK
+        elif password := _uri_password(text):
+            text = text.replace(f":{password}@", f":{_MASK}@")
+        out[key] = text
+    return out
+
+
+def _secret_values(props: Mapping[str, str]) -> list[str]:
+    """The secret values a message could contain, longest first.
+
+    Those of the secret properties of ``props``, the passwords of its URIs, and the values
+    of pyiceberg's and AWS's secret environment variables (4 characters or more).
+    """
+    found = [str(v) for k, v in props.items() if _is_secret(k)]
+    found += [pw for v in props.values() if (pw := _uri_password(str(v)))]
+    found += [
+        v
+        for k, v in os.environ.items()
+        if k.startswith(("PYICEBERG_", "AWS_")) and _is_secret(k.removeprefix("AWS_"))
+    ]
+    return sorted({v for v in found if len(v) >= 4}, key=len, reverse=True)
 
 
 class _Part(NamedTuple):
@@ -92,7 +140,7 @@ class _Part(NamedTuple):
     marker: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class IcebergOutput:
     """An Apache Iceberg table declared as an output (:meth:`processors.App.iceberg_output`).
 
@@ -104,6 +152,16 @@ class IcebergOutput:
             "file:///data/warehouse"}``; the catalog's name is the key ``"name"``, default
             ``"default"``: a SQL catalog keeps tables per catalog name), or a function
             returning a loaded catalog (called on the sink's worker at the first use).
+            The catalog's properties are also its tables' FileIO properties: an
+            ``s3://`` warehouse takes ``s3.endpoint``, ``s3.region``,
+            ``s3.force-virtual-addressing`` (``"false"``: path-style requests, what most
+            S3-compatible servers want), ``s3.access-key-id``/``s3.secret-access-key``
+            (better from the environment: pyiceberg merges
+            ``PYICEBERG_CATALOG__<NAME>__S3__SECRET_ACCESS_KEY`` and the like into a
+            mapping's properties too, and pyarrow falls back to ``AWS_ACCESS_KEY_ID``/
+            ``AWS_SECRET_ACCESS_KEY``). Secret values (properties named like ``secret``,
+            ``token``, ``password``..., URI passwords) never appear in this object's repr
+            nor in the errors of loading the catalog.
         table: the table, ``"namespace.name"``; it must exist and be unpartitioned.
         mode: ``"append"`` (every emitted row is one table row); the only mode.
     """
@@ -128,16 +186,40 @@ class IcebergOutput:
                 "or a function returning a catalog"
             )
 
+    def __repr__(self) -> str:
+        catalog: Any = self.catalog
+        if isinstance(catalog, Mapping):
+            catalog = masked_properties(catalog)
+        return (
+            f"IcebergOutput(name={self.name!r}, catalog={catalog!r}, table={self.table!r}, "
+            f"mode={self.mode!r})"
+        )
+
     def load_catalog(self) -> Any:
-        """The pyiceberg catalog (loads it from the name or properties given)."""
+        """The pyiceberg catalog (loads it from the name or properties given).
+
+        Raises:
+            Exception: what loading the catalog raises; when its message contains a secret
+                value (pyiceberg names every property when it cannot tell the catalog's
+                type), a ``RuntimeError`` with the secret masked instead.
+        """
         if callable(self.catalog):
             return self.catalog()
-        from pyiceberg.catalog import load_catalog
+        props = {} if isinstance(self.catalog, str) else dict(self.catalog)
+        try:
+            from pyiceberg.catalog import load_catalog
 
-        if isinstance(self.catalog, str):
-            return load_catalog(self.catalog)
-        props = dict(self.catalog)
-        return load_catalog(props.pop("name", "default"), **props)
+            if isinstance(self.catalog, str):
+                return load_catalog(self.catalog)
+            return load_catalog(props.pop("name", "default"), **props)
+        except Exception as exc:
+            text = str(exc)
+            secrets = [v for v in _secret_values(props) if v in text]
+            if not secrets:
+                raise
+            for value in secrets:
+                text = text.replace(value, _MASK)
+            raise RuntimeError(f"{type(exc).__name__}: {text}") from None
 
 
 class IcebergSink(TwoPhaseSink["list[dict[str, Any]]", _Part]):
@@ -241,6 +323,7 @@ class IcebergSink(TwoPhaseSink["list[dict[str, Any]]", _Part]):
     def _load(self, job: Job) -> Any:
         """The table, loaded now from the catalog (its current metadata)."""
         self._calls.live(job)
+        first = self._catalog is None
         if self._catalog is None:
             self._catalog = self.spec.load_catalog()
         table = self._catalog.load_table(self.spec.table)
@@ -249,6 +332,18 @@ class IcebergSink(TwoPhaseSink["list[dict[str, Any]]", _Part]):
                 f"iceberg_output({self.spec.name!r}): table {self.spec.table!r} is "
                 "partitioned; lockgate writes one data file per key group and epoch, so the "
                 "table must be unpartitioned"
+            )
+        if first:
+            io_props = getattr(table.io, "properties", {})
+            log.info(
+                "iceberg sink: table loaded",
+                extra={
+                    "sink": self.spec.name,
+                    "table": self.spec.table,
+                    "location": table.location(),
+                    "file_io": type(table.io).__name__,
+                    "s3_endpoint": io_props.get("s3.endpoint", ""),
+                },
             )
         self._table = table
         return table

@@ -1,8 +1,12 @@
 """The Iceberg sink stays exact under kill -9.
 
 Three instances of examples/iceberg_sink.py share a 4-partition input while it keeps
-arriving, against the real broker and a real pyiceberg SQL catalog (SQLite) with a local
-warehouse; all commit to the one table (optimistic concurrency: refused commits are
+arriving, against the real broker and a real pyiceberg SQL catalog (SQLite), with the
+warehouse in a local directory (``file``) or in a bucket of an S3 API server (``s3``:
+moto's server, tests/support/s3_server.py: a real HTTP server speaking the S3 API with an
+in-memory store, not a production object store; the instances reach it through the
+endpoint in the catalog's properties and the credentials in pyiceberg's environment
+configuration); all commit to the one table (optimistic concurrency: refused commits are
 retried). An independent checker (tests/support/iceberg_model.py) compares the table with
 the model of the stored input: every event exactly once with the right running total, no
 prepare marker and no data file outside the table left.
@@ -21,9 +25,12 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from examples.iceberg_sink import TABLE_ENV, URI_ENV, WAREHOUSE_ENV
+import pytest
+
+from examples.iceberg_sink import S3_ENDPOINT_ENV, TABLE_ENV, URI_ENV, WAREHOUSE_ENV
 from tests.chaos._harness import (
     Fleet,
     InputFeeder,
@@ -35,6 +42,7 @@ from tests.chaos._harness import (
 from tests.support.iceberg_model import Warehouse, check_table
 from tests.support.kafka import create_topic, read_inputs, unique
 from tests.support.procs import wait_until
+from tests.support.s3_server import ACCESS_KEY, SECRET_KEY, S3Server
 
 KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "1"))
 #: Files prepared, Kafka not committed (roll back) / Kafka committed, files not appended
@@ -42,13 +50,29 @@ KILLS = int(os.environ.get("LOCKGATE_CHAOS_KILLS", "1"))
 CRASH_POINTS = ("before_commit", "before_sink_commit", "after_sink_table_commit")
 
 
-def test_iceberg_sink_exact_under_kill9(kafka_bootstrap: str, tmp_path: Path) -> None:
+@pytest.fixture
+def s3_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[S3Server | None]:
+    """The S3 API server of the ``s3`` variant (``None`` for ``file``)."""
+    if request.param != "s3":
+        yield None
+        return
+    server = S3Server(tmp_path / "s3-server.log")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("s3_server", ["file", "s3"], indirect=True)
+def test_iceberg_sink_exact_under_kill9(
+    kafka_bootstrap: str, tmp_path: Path, s3_server: S3Server | None
+) -> None:
     seed = chaos_seed()
     rng = random.Random(seed)
     inp, app = unique("icek-in"), unique("icek-sums")
     table = "lockgate." + app.replace("-", "_")
     create_topic(kafka_bootstrap, inp, 4)
-    wh = Warehouse(tmp_path / "iceberg")
+    wh = Warehouse(tmp_path / "iceberg", s3_server, bucket="lakehouse")
     wh.create(table)
     env = chaos_env(kafka_bootstrap, app, inp, unique("unused-out"))
     env |= {
@@ -59,6 +83,12 @@ def test_iceberg_sink_exact_under_kill9(kafka_bootstrap: str, tmp_path: Path) ->
             "before_commit:0.03,before_sink_commit:0.08,after_sink_table_commit:0.08"
         ),
     }
+    if s3_server is not None:
+        env |= {
+            S3_ENDPOINT_ENV: s3_server.endpoint,
+            "PYICEBERG_CATALOG__DEFAULT__S3__ACCESS_KEY_ID": ACCESS_KEY,
+            "PYICEBERG_CATALOG__DEFAULT__S3__SECRET_ACCESS_KEY": SECRET_KEY,
+        }
     feeder = InputFeeder(kafka_bootstrap, inp, total=200_000, rate=300, keys=50)
     feeder.start()
     time.sleep(0.5)  # the first epochs have rows
@@ -117,7 +147,8 @@ def test_iceberg_sink_exact_under_kill9(kafka_bootstrap: str, tmp_path: Path) ->
     points = {p: logs.count(f"crash point {p}") for p in CRASH_POINTS}
     snapshots = len(wh.catalog().load_table(table).metadata.snapshots)
     print(
-        f"chaos seed {seed}: {produced} inputs, {snapshots} snapshots, {fleet.starts} starts, "
+        f"chaos seed {seed} ({wh.properties['warehouse']}): {produced} inputs, "
+        f"{snapshots} snapshots, {fleet.starts} starts, "
         f"kills {kills}; crash points {points}; restarts {sup.restarts}; exit codes {codes}; "
         f"faults done at {faults_done:.1f}s, drained at {drained:.1f}s"
     )

@@ -1,12 +1,13 @@
 """An Iceberg warehouse for tests, and the independent checker of examples/iceberg_sink.py.
 
-The warehouse is pyiceberg's SQL catalog on a SQLite file with a local-filesystem
-warehouse (both under a test's tmp dir). The model is computed from the input as stored
-in Kafka (``read_inputs``: per key in partition order), never from the app: per key the
-running total of ``v``. The table must hold exactly one row per input ``seq`` (none
-missing, none twice) with the key's running total at that record; no prepare marker may
-be left, and every data file under the table's data directory must be in the table (no
-file of an aborted epoch left behind).
+The warehouse is pyiceberg's SQL catalog on a SQLite file (under a test's tmp dir) with the
+data either in a local-filesystem directory there or in a bucket of an S3 API server
+(tests/support/s3_server.py: moto's server, over HTTP). The model is computed from the input
+as stored in Kafka (``read_inputs``: per key in partition order), never from the app: per
+key the running total of ``v``. The table must hold exactly one row per input ``seq`` (none
+missing, none twice) with the key's running total at that record; no prepare marker may be
+left, and every data file under the table's data directory must be in the table (no file of
+an aborted epoch left behind).
 """
 
 from __future__ import annotations
@@ -16,24 +17,47 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from examples.iceberg_sink import create_table
 
+if TYPE_CHECKING:
+    from tests.support.s3_server import S3Server
+
 
 class Warehouse:
-    """A SQL catalog on SQLite and a local warehouse directory under ``root``."""
+    """A SQL catalog on SQLite under ``root``; the warehouse a directory there, or
+    ``s3://<bucket>/warehouse`` on ``s3`` (the bucket is created).
 
-    def __init__(self, root: Path) -> None:
+    ``properties`` are the catalog's (with the S3 server's FileIO properties, credentials
+    included: the checker's own access, not the app's).
+    """
+
+    def __init__(self, root: Path, s3: S3Server | None = None, bucket: str = "") -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.db = root / "catalog.db"
+        self.s3 = s3
         self.dir = root / "warehouse"
-        self.dir.mkdir(exist_ok=True)
-        self.properties = {
-            "type": "sql",
-            "uri": f"sqlite:///{self.db}",
-            "warehouse": f"file://{self.dir}",
-        }
+        if s3 is None:
+            self.dir.mkdir(exist_ok=True)
+            warehouse = f"file://{self.dir}"
+        else:
+            s3.create_bucket(bucket)
+            warehouse = f"s3://{bucket}/warehouse"
+        self.properties = {"type": "sql", "uri": f"sqlite:///{self.db}", "warehouse": warehouse}
+        if s3 is not None:
+            self.properties |= s3.file_io_properties()
+
+    def files(self, location: str, subdir: str, suffix: str) -> list[str]:
+        """The names of the files ending in ``suffix`` under ``<location>/<subdir>`` (any
+        depth), listed from the file store itself (not through the table)."""
+        if location.startswith("s3://"):
+            assert self.s3 is not None
+            fs = self.s3.fs()
+            base = f"{location.removeprefix('s3://').rstrip('/')}/{subdir}"
+            return sorted(p.rpartition("/")[2] for p in fs.find(base) if p.endswith(suffix))
+        base_dir = Path(location.removeprefix("file://")) / subdir
+        return sorted(p.name for p in base_dir.rglob(f"*{suffix}"))
 
     def catalog(self) -> Any:
         from pyiceberg.catalog import load_catalog
@@ -58,10 +82,9 @@ class Warehouse:
     def markers(self, table: str) -> list[str]:
         """The prepare markers left in ``table``'s location (settled ones are deleted)."""
         try:
-            location = Path(self.catalog().load_table(table).location().removeprefix("file://"))
+            return self.files(self.catalog().load_table(table).location(), "lockgate", ".json")
         except Exception:  # noqa: BLE001 - locked by a test's outage
             return ["?"]
-        return sorted(p.name for p in (location / "lockgate").rglob("*.json"))
 
     def lock_catalog(self, seconds: float) -> threading.Thread:
         """Hold an exclusive lock on the catalog's SQLite file for ``seconds`` (an outage)."""
@@ -114,14 +137,11 @@ def check_table(wh: Warehouse, table: str, inputs: list[tuple[str, int, int]]) -
     ]
     if wrong:
         problems.append(f"{len(wrong)} events differ from the model, e.g. {wrong[0]}")
-    location = Path(tbl.location().removeprefix("file://"))
-    markers = sorted(p.name for p in (location / "lockgate").rglob("*.json"))
+    markers = wh.files(tbl.location(), "lockgate", ".json")
     if markers:
         problems.append(f"{len(markers)} prepare markers left, e.g. {markers[:3]}")
-    in_table = {
-        Path(f.file.file_path.removeprefix("file://")).name for f in tbl.scan().plan_files()
-    }
-    on_disk = {p.name for p in (location / "data").glob("*.parquet")}
+    in_table = {f.file.file_path.rpartition("/")[2] for f in tbl.scan().plan_files()}
+    on_disk = set(wh.files(tbl.location(), "data", ".parquet"))
     orphans = sorted(on_disk - in_table)
     if orphans:
         problems.append(f"{len(orphans)} data files not in the table, e.g. {orphans[:3]}")

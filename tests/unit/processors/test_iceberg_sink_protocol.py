@@ -1,6 +1,8 @@
 """The Iceberg sink's two-phase commit against a real pyiceberg SQL catalog, without Kafka.
 
-A SQLite catalog and a local warehouse under tmp_path (tests/support/iceberg_model.py).
+A SQLite catalog and a local warehouse under tmp_path (tests/support/iceberg_model.py);
+the main protocol test also with the warehouse on moto's S3 API server (a real HTTP
+server, tests/support/s3_server.py).
 What the epoch protocol relies on, one step at a time: prepared files are invisible, the
 commit appends them in one snapshot naming the epoch, an abort deletes them; a key group
 taken over is settled by its committed token (that epoch appended once, any other
@@ -12,6 +14,7 @@ retried; a locked catalog makes the epoch abort and the pending append waits for
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from processors._sinks.errors import SinkRowError, SinkUnavailable
 from processors._sinks.iceberg import IcebergOutput, IcebergSink
 from processors.exceptions import ConfigError
 from tests.support.iceberg_model import Warehouse
+from tests.support.s3_server import S3Server
 
 APP = "ice-app"
 TABLE = "lockgate.events"
@@ -32,6 +36,27 @@ TABLE = "lockgate.events"
 @pytest.fixture
 def wh(tmp_path: Path) -> Warehouse:
     w = Warehouse(tmp_path / "iceberg")
+    w.create(TABLE)
+    return w
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = S3Server(tmp_path_factory.mktemp("s3") / "s3-server.log")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(params=["file", "s3"])
+def any_wh(request: pytest.FixtureRequest, tmp_path: Path) -> Warehouse:
+    """A warehouse in a local directory, or in a bucket of the S3 API server."""
+    if request.param == "file":
+        w = Warehouse(tmp_path / "iceberg")
+    else:
+        bucket = f"lake-{tmp_path.name.lower().replace('_', '-')[-40:]}".rstrip("-")
+        w = Warehouse(tmp_path / "iceberg", request.getfixturevalue("s3_server"), bucket)
     w.create(TABLE)
     return w
 
@@ -49,8 +74,7 @@ def _seqs(wh: Warehouse) -> list[int]:
 
 
 def _files(wh: Warehouse) -> list[str]:
-    location = Path(wh.catalog().load_table(TABLE).location().removeprefix("file://"))
-    return sorted(p.name for p in (location / "data").glob("*.parquet"))
+    return wh.files(wh.catalog().load_table(TABLE).location(), "data", ".parquet")
 
 
 def _sink(s: Sinks) -> IcebergSink:
@@ -80,7 +104,53 @@ def test_declaration_rules() -> None:
         Sinks("a", {"t": spec}, 10.0, exactly_once=False)
 
 
-def test_prepare_commit_abort_and_settle(wh: Warehouse) -> None:
+def test_secrets_are_masked_in_the_repr_and_in_catalog_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyiceberg.catalog
+
+    props = {
+        "type": "sql",
+        "uri": "postgresql://lockgate:pg-password-1@db/catalog",
+        "warehouse": "s3://lake/warehouse",
+        "s3.endpoint": "http://objects:9000",
+        "s3.access-key-id": "AKIDEXAMPLE",
+        "s3.secret-access-key": "s3-secret-1",
+        "s3.session-token": "s3-token-1",
+    }
+    spec = IcebergOutput("t", props, "ns.t")
+    text = repr(spec)
+    for secret in ("pg-password-1", "s3-secret-1", "s3-token-1"):
+        assert secret not in text
+    assert "http://objects:9000" in text and "AKIDEXAMPLE" in text and "lockgate:***@db" in text
+    # pyiceberg names every property when it cannot tell the catalog's type: masked; the
+    # environment's secrets too (pyiceberg merges PYICEBERG_CATALOG__* into the properties).
+    monkeypatch.setenv("PYICEBERG_CATALOG__DEFAULT__S3__SECRET_ACCESS_KEY", "env-secret-1")
+
+    def refuse(name: str, **properties: str) -> None:
+        merged = {**properties, "s3.secret-access-key": "env-secret-1"}
+        raise ValueError(f"Could not initialize catalog with the following properties: {merged}")
+
+    monkeypatch.setattr(pyiceberg.catalog, "load_catalog", refuse)
+    bare = IcebergOutput(
+        "t", {k: v for k, v in props.items() if k != "s3.secret-access-key"}, "ns.t"
+    )
+    with pytest.raises(RuntimeError, match="ValueError: Could not initialize") as err:
+        bare.load_catalog()
+    for secret in ("pg-password-1", "env-secret-1", "s3-token-1"):
+        assert secret not in str(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+    def other(name: str, **properties: str) -> None:
+        raise ValueError("no secret here")
+
+    monkeypatch.setattr(pyiceberg.catalog, "load_catalog", other)
+    with pytest.raises(ValueError, match="no secret here"):
+        spec.load_catalog()  # errors without a secret pass as they are
+
+
+def test_prepare_commit_abort_and_settle(any_wh: Warehouse) -> None:
+    wh = any_wh
     a = _sinks(wh)
     a.settle([(0, None), (1, None)])
     _write(a, 0, 1)
