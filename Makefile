@@ -87,6 +87,9 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	@# above). They mostly wait (load average below 1 when phase 2 ran alone
 	@# with two lanes); the Spark lane never runs beside them (chaos tests failed when it did
 	@# on this 2-core machine).
+	@# The S3 tests (Iceberg on S3, checks and phase 2) need SeaweedFS's `weed`:
+	@# tests/support/ensure-seaweedfs.sh builds it from the Go module proxy before the checks
+	@# lane's tests (about 4 CPU-minutes, once; cached in ~/.cache/lockgate/tools after).
 	@# The console's browser test (phase 2) needs Chromium: tests/support/ensure-chromium.sh
 	@# installs Debian's package when it is missing and we are root (about 35 s, once); the
 	@# test then fails rather than skips without it (LOCKGATE_TEST_REQUIRE_BROWSER).
@@ -105,6 +108,7 @@ test: $(STAMP) ## Everything: lint, types, API docs, unit, integration, deploy, 
 	checks=0; \
 	{ $(SUBMAKE) --no-print-directory lint typecheck docs-api && docker/ensure-engine.sh \
 	  && { tests/support/ensure-chromium.sh >/dev/null || [ $$? -eq 3 ]; } \
+	  && tests/support/ensure-seaweedfs.sh >/dev/null \
 	  && { $(call lane_ports,20000-21999,22000-22999) \
 	       $(BIN)/pytest -p no:cacheprovider -q -ra --durations=10 $(PYTEST_ARGS) \
 	       tests/unit tests/deploy $(CHECKS_LANE_TESTS) || [ $$? -eq 5 ]; }; \

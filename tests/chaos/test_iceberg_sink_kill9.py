@@ -3,8 +3,8 @@
 Three instances of examples/iceberg_sink.py share a 4-partition input while it keeps
 arriving, against the real broker and a real pyiceberg SQL catalog (SQLite), with the
 warehouse in a local directory (``file``) or in a bucket of an S3 API server (``s3``:
-moto's server, tests/support/s3_server.py: a real HTTP server speaking the S3 API with an
-in-memory store, not a production object store; the instances reach it through the
+SeaweedFS, tests/support/s3_server.py: a real S3-compatible object store on loopback; the
+instances reach it through the
 endpoint in the catalog's properties and the credentials in pyiceberg's environment
 configuration); all commit to the one table (optimistic concurrency: refused commits are
 retried). An independent checker (tests/support/iceberg_model.py) compares the table with

@@ -1,10 +1,9 @@
 """The Iceberg sink through a file store that hangs: requests accepted, never answered.
 
-examples/iceberg_sink.py with its warehouse on moto's S3 API server (a real HTTP server
-speaking the S3 API with an in-memory store, not a production object store:
-tests/support/s3_server.py), reached only through Toxiproxy. Mid-run the proxy black-holes
-every connection to the store, both ways, keeping them open (toxiproxy's ``timeout`` toxic
-with 0: data is held, not dropped, until the toxic goes) for twice the Kafka transaction
+examples/iceberg_sink.py with its warehouse on a SeaweedFS server (a real S3-compatible
+object store on loopback: tests/support/s3_server.py), reached only through Toxiproxy.
+Mid-run the proxy black-holes every connection to the store, both ways, keeping them
+open (toxiproxy's ``timeout`` toxic with 0: data is held, not dropped, until the toxic goes) for twice the Kafka transaction
 timeout while the second half of the input arrives; then the toxic is removed. Unlike a
 refused connection (tests/integration/test_iceberg_sink_s3.py), a hang leaves the sink's
 worker thread blocked in a pyarrow S3 call (until the AWS SDK's request timeout), so the

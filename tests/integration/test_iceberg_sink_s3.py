@@ -1,9 +1,9 @@
 """The Iceberg sink with its warehouse on an S3 API server, through an outage of that store.
 
 examples/iceberg_sink.py runs against the real broker, a pyiceberg SQL catalog on SQLite
-and a warehouse ``s3://<bucket>/warehouse`` on moto's S3 API server
-(tests/support/s3_server.py: a real HTTP server speaking the S3 API, in a process of its
-own, its store in memory; not a production object store). The app reaches it as it would
+and a warehouse ``s3://<bucket>/warehouse`` on a SeaweedFS server
+(tests/support/s3_server.py: a real S3-compatible object store on loopback, its data in
+volume files that survive the outage). The app reaches it as it would
 any S3-compatible store: the endpoint, region and path-style addressing in the catalog's
 properties (``LOCKGATE_ICEBERG_S3_*``), the credentials only in pyiceberg's environment
 configuration (``PYICEBERG_CATALOG__DEFAULT__S3__*``), never in the declaration.

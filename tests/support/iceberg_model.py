@@ -2,8 +2,8 @@
 
 The warehouse is pyiceberg's SQL catalog on a SQLite file (under a test's tmp dir) with the
 data either in a local-filesystem directory there or in a bucket of an S3 API server
-(tests/support/s3_server.py: moto's server, over HTTP). The model is computed from the input
-as stored in Kafka (``read_inputs``: per key in partition order), never from the app: per
+(tests/support/s3_server.py: a SeaweedFS server, over HTTP). The model is computed from
+the input as stored in Kafka (``read_inputs``: per key in partition order), never from the app: per
 key the running total of ``v``. The table must hold exactly one row per input ``seq`` (none
 missing, none twice) with the key's running total at that record; no prepare marker may be
 left, and every data file under the table's data directory must be in the table (no file of

@@ -1,8 +1,8 @@
 """The Iceberg sink's two-phase commit against a real pyiceberg SQL catalog, without Kafka.
 
 A SQLite catalog and a local warehouse under tmp_path (tests/support/iceberg_model.py);
-the main protocol test also with the warehouse on moto's S3 API server (a real HTTP
-server, tests/support/s3_server.py).
+the main protocol test also with the warehouse on a SeaweedFS server (a real
+S3-compatible object store, tests/support/s3_server.py).
 What the epoch protocol relies on, one step at a time: prepared files are invisible, the
 commit appends them in one snapshot naming the epoch, an abort deletes them; a key group
 taken over is settled by its committed token (that epoch appended once, any other
