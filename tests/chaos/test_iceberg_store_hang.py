@@ -2,16 +2,15 @@
 
 examples/iceberg_sink.py with its warehouse on a SeaweedFS server (a real S3-compatible
 object store on loopback: tests/support/s3_server.py), reached only through Toxiproxy.
-Mid-run the proxy black-holes every connection to the store, both ways, keeping them
-open (toxiproxy's ``timeout`` toxic with 0: data is held, not dropped, until the toxic goes) for twice the Kafka transaction
-timeout while the second half of the input arrives; then the toxic is removed. Unlike a
-refused connection (tests/integration/test_iceberg_sink_s3.py), a hang leaves the sink's
-worker thread blocked in a pyarrow S3 call (until the AWS SDK's request timeout), so the
-epoch's bound, not an error, ends each attempt; held requests may still reach the store
-after the sink gave up on them. The instance must not exit; afterwards the table must
-equal the model of the stored input (tests/support/iceberg_model.py): every event once,
-no prepare marker and no data file outside the table left.
-"""
+Mid-run the proxy black-holes every connection to the store, both ways, keeping them open
+(toxiproxy's ``timeout`` toxic with 0: data is held, not dropped, until the toxic goes) for
+twice the Kafka transaction timeout while the second half of the input arrives; then the
+toxic is removed. Unlike a refused connection (tests/integration/test_iceberg_sink_s3.py), a
+hang leaves the sink's worker thread blocked in a pyarrow S3 call (until the AWS SDK's
+request timeout), so the epoch's bound, not an error, ends each attempt; held requests may
+still reach the store after the sink gave up on them. The instance must not exit; afterwards
+the table must equal the model of the stored input (tests/support/iceberg_model.py): every
+event once, no prepare marker and no data file outside the table left."""
 
 from __future__ import annotations
 
