@@ -23,7 +23,9 @@ outputs (their sums count every probe so far: the restored state was right for t
 restore columns come from the instance's own log lines ('key group state downloaded from a
 snapshot', 'key group restored').
 
-``BENCH_FAILOVER_S3=moto`` adds a remote snapshot store: moto's standalone S3 API server
+``BENCH_FAILOVER_S3=seaweedfs`` adds a remote snapshot store on SeaweedFS (a real
+S3-compatible object store, tests/support/seaweedfs.py, on loopback); ``BENCH_FAILOVER_S3=moto``
+one on moto's standalone S3 API server
 (``moto_server``, a real HTTP server speaking the S3 API over loopback, its store in memory:
 not a production object store) is started as a process of its own on
 ``BENCH_FAILOVER_S3_PORT`` (default: a free port). After the load, the local snapshot store
@@ -75,7 +77,17 @@ class S3Store:
 
     def __init__(self, spec: str, log_dir: Path) -> None:
         self._server: subprocess.Popen[bytes] | None = None
-        if spec == "moto":
+        self._weed: Any = None
+        if spec == "seaweedfs":
+            from tests.support.seaweedfs import SeaweedFS
+
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._weed = SeaweedFS(log_dir / "seaweedfs-data", log_dir / "seaweedfs.log")
+            self._weed.start()
+            self._weed.create_bucket(S3_BUCKET)
+            self.endpoint = self._weed.endpoint
+            self.env = {**_MOTO_ENV, "AWS_ENDPOINT_URL": self.endpoint}
+        elif spec == "moto":
             port = int(os.environ.get("BENCH_FAILOVER_S3_PORT", "0")) or _free_port()
             exe = Path(sys.executable).with_name("moto_server")
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +149,8 @@ class S3Store:
         if self._server is not None:
             self._server.terminate()
             self._server.wait(30)
+        if self._weed is not None:
+            self._weed.stop()
 
 
 def _free_port() -> int:
@@ -472,6 +486,8 @@ def main() -> int:
         "s3": (
             "moto's standalone S3 server (moto_server, a separate process on loopback)"
             if s3_spec == "moto"
+            else "SeaweedFS (weed server: master, volume, filer and S3 gateway, on loopback)"
+            if s3_spec == "seaweedfs"
             else s3_spec
         ),
         "settings": {k: os.environ.get(k, "") for k in os.environ if k.startswith("BENCH_")},
