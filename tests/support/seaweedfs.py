@@ -13,6 +13,7 @@ S3's rules (3 to 63 characters).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,6 +32,10 @@ ENSURE = ROOT / "tests" / "support" / "ensure-seaweedfs.sh"
 ACCESS_KEY = "lockgate-test"
 SECRET_KEY = "lockgate-test-secret"
 REGION = "us-east-1"
+#: A bucket of the server's own: :meth:`SeaweedFS.start` writes a probe object there.
+_PROBE_BUCKET = "lockgate-probe"
+#: The probe object's key (written and deleted again).
+_PROBE_KEY = ".lockgate-probe"
 
 #: The ``weed server`` ports: name -> offset from the first port of the block.
 _PORTS = {
@@ -89,8 +94,8 @@ class SeaweedFS:
         """The S3 endpoint URL (path-style addressing)."""
         return f"http://127.0.0.1:{self.s3_port}"
 
-    def client(self) -> Any:
-        """A boto3 S3 client for this server."""
+    def client(self, config: Any = None) -> Any:
+        """A boto3 S3 client for this server (``config``: a ``botocore.config.Config``)."""
         import boto3
 
         return boto3.client(
@@ -99,6 +104,7 @@ class SeaweedFS:
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
             region_name=REGION,
+            config=config,
         )
 
     def storage_options(self) -> dict[str, Any]:
@@ -110,7 +116,7 @@ class SeaweedFS:
         }
 
     def start(self, timeout: float = 60) -> SeaweedFS:
-        """Start the server and wait until S3 answers a bucket listing.
+        """Start the server and wait until S3 answers a listing and takes a write at once.
 
         Raises:
             SeaweedFSError: it exited or did not answer within ``timeout``.
@@ -125,6 +131,8 @@ class SeaweedFS:
             "-filer",
             "-s3",
             "-master.telemetry=false",
+            # One master: a restart need not wait 10 s (the default) to elect itself.
+            "-master.electionTimeout=1s",
             "-volume.max=8",
             "-volume.preStopSeconds=0",
             # Small volumes: the default (30 GB each, preallocated lazily) needs no space,
@@ -142,7 +150,7 @@ class SeaweedFS:
                 raise SeaweedFSError(
                     f"weed server exited with {self.proc.returncode}; see {self.log_path}"
                 )
-            if self._answers():
+            if self._answers() and self._writes():
                 return self
             time.sleep(0.3)
         self.stop()
@@ -157,19 +165,41 @@ class SeaweedFS:
         except OSError:
             return False
 
-    def create_bucket(self, name: str) -> None:
-        """Create bucket ``name`` (retried while the volume servers register)."""
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self.client().create_bucket(Bucket=name)
-                return
-            except Exception as exc:
-                if "BucketAlreadyOwnedByYou" in str(exc) or "BucketAlreadyExists" in str(exc):
-                    return
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+    def _writes(self, bucket: str = _PROBE_BUCKET) -> bool:
+        """Whether an object write to ``bucket`` is answered at once (created if missing).
+
+        The S3 gateway answers listings before the filer has registered with the master
+        (until then each object write waits for the filer's lock), and each bucket is a
+        collection whose first write waits for its volumes to be grown: seconds, longer
+        than the AWS SDK's low-speed limit in pyarrow. A probe object is written and
+        deleted until that takes under a second.
+        """
+        import botocore.config
+
+        client = self.client(
+            botocore.config.Config(connect_timeout=2, read_timeout=2, retries={"max_attempts": 1})
+        )
+        try:
+            with contextlib.suppress(Exception):
+                client.create_bucket(Bucket=bucket)
+            started = time.monotonic()
+            client.put_object(Bucket=bucket, Key=_PROBE_KEY, Body=b"ready")
+            client.delete_object(Bucket=bucket, Key=_PROBE_KEY)
+            return time.monotonic() - started < 1.0
+        except Exception:
+            return False
+
+    def create_bucket(self, name: str, timeout: float = 60) -> None:
+        """Create bucket ``name`` and wait until it takes writes at once.
+
+        Raises:
+            SeaweedFSError: the bucket did not take a write at once within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        while not self._writes(name):
+            if time.monotonic() > deadline:
+                raise SeaweedFSError(f"bucket {name!r} took no write within {timeout} s")
+            time.sleep(0.3)
 
     def pause(self) -> None:
         """SIGSTOP the server: connections are accepted, nothing is answered."""
