@@ -32,7 +32,9 @@ Invariants (``tests/unit/test_input_positions.py``):
    committed snapshot (dropped if none was committed), and nothing stays frozen unless
    the committed state was halted.
 4. After :meth:`InputPositions.forget` of ``g`` (revoked or lost) none of ``g``'s
-   partitions has an entry in any of them.
+   partitions has an entry in any of them, except ``rewound``: it lives for one
+   ``consume()`` (cleared before the next; the loop drops the batch's records of every
+   partition in it and seeks only the owned ones).
 5. :attr:`InputPositions.next`, :attr:`InputPositions.aligners`,
    :attr:`InputPositions.rewound` and :attr:`InputPositions.backpressured` are each one
    object for the component's life: the per-record loop keeps references to them. The
