@@ -49,11 +49,8 @@ class BarrierMixin(RebalanceMixin):
         The alignment starts at the partition's committed position with the key
         group's completed checkpoint (checkpoint ids stay increasing).
         """
-        start = self._committed.get((topic, g), self._next[(topic, g)])
-        done = self._marks.done(g)
-        aligner = self._new_aligner(Snapshot(start, start, done, {}, False), (topic, g))
-        self._aligners[(topic, g)] = aligner
-        self._share_savepoint_alignment(g)
+        aligner, released = self._positions.start_alignment(topic, g, self._marks.done(g))
+        self._released.extend(released)
         log.info(
             "input partition has upstream lockgate writers: checkpoints now come from "
             "their barriers",
@@ -68,7 +65,7 @@ class BarrierMixin(RebalanceMixin):
             log.warning("ignoring a malformed barrier", extra={"headers": headers})
             return
         ckpt, writer, writers = barrier.checkpoint, barrier.writer, barrier.writers
-        aligner = self._aligners.get((topic, g)) or self._start_alignment(topic, g)
+        aligner = self._positions.aligners.get((topic, g)) or self._start_alignment(topic, g)
         svc = self.app.time_service
         wm = barrier.watermark
         if svc is not None and svc.strategies and not barrier.event_time:
@@ -119,8 +116,7 @@ class BarrierMixin(RebalanceMixin):
                     for t, a in self._group(g, topic, aligner):
                         if a.mode is Mode.UNALIGNED:
                             self._released.extend(a.set_mode(Mode.ALIGNED))
-                        key = (t, g)
-                        self._aligned_until[key] = max(self._aligned_until.get(key, 0), ckpt)
+                        self._positions.align_for_savepoint((t, g), ckpt)
         since = aligner.aligning_since
         completion = aligner.on_barrier(offset, writer, ckpt, savepoint, now)
         if aligner.grouped:
@@ -134,7 +130,7 @@ class BarrierMixin(RebalanceMixin):
         """The aligners of key group ``g``'s inputs (just ``topic``'s unless grouped)."""
         if not aligner.grouped:
             return [(topic, aligner)]
-        aligners = self._aligners
+        aligners = self._positions.aligners
         return [(t, a) for t in self._inputs for a in [aligners.get((t, g))] if a is not None]
 
     def _complete_group(
@@ -154,7 +150,8 @@ class BarrierMixin(RebalanceMixin):
         the replay never processed. The completion waits until no input replays
         (:meth:`_complete_deferred`, between batches); the inputs' held records wait too.
         """
-        group = [(t, a) for t in self._inputs for a in [self._aligners.get((t, g))] if a]
+        positions = self._positions
+        group = [(t, a) for t in self._inputs for a in [positions.aligners.get((t, g))] if a]
         readies = [r for _, a in group for r in [a.ready] if r is not None]
         target = min(readies, default=-1)
         if target <= min(a.done for _, a in group):
@@ -165,7 +162,7 @@ class BarrierMixin(RebalanceMixin):
             self._released.extend(later)
             return
         befores = {
-            t: before if t == topic else a.snapshot(self._next.get((t, g), 0)) for t, a in group
+            t: before if t == topic else a.snapshot(positions.next.get((t, g), 0)) for t, a in group
         }
         sinces = [s for _, a in group for s in [a.aligning_since] if s is not None]
         completions = [c for _, a in group for c in [a.complete(target, now)] if c is not None]
@@ -181,8 +178,9 @@ class BarrierMixin(RebalanceMixin):
 
     def _complete_deferred(self) -> None:
         """Complete the key groups whose completion waited for an input's replay to end."""
+        positions = self._positions
         for g in sorted(self._deferred_groups):
-            group = [(t, a) for t in self._inputs for a in [self._aligners.get((t, g))] if a]
+            group = [(t, a) for t in self._inputs for a in [positions.aligners.get((t, g))] if a]
             if g not in self._kgs or g in self._halted or not group:
                 self._deferred_groups.discard(g)
                 continue
@@ -190,7 +188,7 @@ class BarrierMixin(RebalanceMixin):
                 continue
             self._deferred_groups.discard(g)
             topic, aligner = group[0]
-            before = aligner.snapshot(self._next.get((topic, g), 0))
+            before = aligner.snapshot(positions.next.get((topic, g), 0))
             self._complete_group(g, topic, before, time.monotonic(), ())
 
     def _update_writers(
@@ -259,12 +257,9 @@ class BarrierMixin(RebalanceMixin):
             sp_id = None
         released = completion.released + later
         for t in befores:
-            until = self._aligned_until.get((t, g))
-            if until is not None and ckpt >= until:
-                # The savepoint's alignment is over: back to unaligned. The records still
-                # held (tags past the savepoint) come after the completion's own.
-                del self._aligned_until[(t, g)]
-                released += self._aligners[(t, g)].set_mode(Mode.UNALIGNED)
+            # A savepoint's alignment that is over goes back to unaligned. The records
+            # still held (tags past the savepoint) come after the completion's own.
+            released += self._positions.end_savepoint_alignment((t, g), ckpt)
         if sp_id is None:
             self._write_barriers(g, ckpt, None)
             self._released.extend(released)
@@ -290,7 +285,8 @@ class BarrierMixin(RebalanceMixin):
             ) from exc
         # Inputs without upstream writers (a source input of a mixed key group): their
         # position now is part of the cut.
-        offsets = {t: self._next.get((t, g), 0) for t in self._inputs if t not in befores}
+        nxt = self._positions.next
+        offsets = {t: nxt.get((t, g), 0) for t in self._inputs if t not in befores}
         offsets.update({t: b.low for t, b in befores.items()})
         manifest = self._sp_files.export(
             g,
@@ -311,7 +307,7 @@ class BarrierMixin(RebalanceMixin):
             # alignment from before the completing barrier, so the records the completion
             # released are read again from Kafka by a cancel's rewind or a restore.
             for t, b in befores.items():
-                self._frozen[(t, g)] = b
+                self._positions.freeze((t, g), b)
             self._halt(g, sp_id)
             return
         self._released.extend(released)
@@ -336,7 +332,7 @@ class BarrierMixin(RebalanceMixin):
         if self._deferred_groups:
             self._complete_deferred()
         now = time.monotonic()
-        for (topic, g), aligner in self._aligners.items():
+        for (topic, g), aligner in self._positions.aligners.items():
             if aligner.mode is not Mode.ALIGNED or g in self._halted:
                 continue
             was_forced = aligner.forced

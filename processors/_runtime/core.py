@@ -4,12 +4,10 @@
 (``_epoch``) and the rebalance handling (``_rebalance``) read and write. One thread
 owns all of it; the side thread of the health server only reads :class:`Metrics`.
 
-Offsets are tracked here, never read back from the consumer: ``position()`` is INVALID
-(-1001) right after a ``seek()`` until the next fetch, so an epoch that ended then
-would commit its outputs without the offsets of the records that made them.
-``next_offset[(topic, partition)]`` is the next record to process of every owned input
-partition: set on assignment (the committed offset, or the log start when nothing is
-committed), advanced by processing, and reset by a rewind.
+Where each owned input partition stands (next and committed offsets, alignment) is
+:class:`~processors._checkpoint.input_positions.InputPositions` (``self._positions``):
+offsets are tracked there, never read back from the consumer (``position()`` is INVALID
+right after a ``seek()`` until the next fetch).
 """
 
 from __future__ import annotations
@@ -21,8 +19,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from processors._checkpoint.alignment import Aligner, Mode, Snapshot
+from processors._checkpoint.alignment import Mode
 from processors._checkpoint.control_topics import control_topic
+from processors._checkpoint.input_positions import InputPositions
 from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
 from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._checkpoint.txn import WATCHDOG_MARGIN_S, TransactionalProducer
@@ -98,10 +97,6 @@ class RunnerCore:
         self._sp_files = SavepointFiles(
             self.name, app, settings, self._out, self._control_topic, self.metrics.beat
         )
-        #: Barrier alignment per owned input partition that has upstream lockgate writers.
-        self._aligners: dict[tuple[str, int], Aligner] = {}
-        #: The alignment snapshot committed last, per aligned input partition.
-        self._align_committed: dict[tuple[str, int], Snapshot] = {}
         #: Key groups whose grouped aligners could complete but one of them was replaying
         #: (completed once no input replays, see ``BarrierMixin._complete_deferred``).
         self._deferred_groups: set[int] = set()
@@ -118,13 +113,21 @@ class RunnerCore:
         )
         #: The halted key groups (the component's own dict; read here, changed there).
         self._halted = self._marks.halted
-        #: Halted (or savepointed mid-batch) partitions: the snapshot to commit for them.
-        self._frozen: dict[tuple[str, int], Snapshot] = {}
         #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
         self._sp_requests = SavepointRequests()
         self._registered = False
-        #: Per input topic, the writers (``<app>/<key group>``) registered for it at start.
-        self._upstream_writers: dict[str, list[str]] = {}
+        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
+        #: Per owned input partition: next and committed offsets, aligners and their
+        #: committed snapshots, halted partitions' frozen snapshots, savepoint alignment
+        #: of unaligned partitions, rewound and backpressured partitions.
+        self._positions = InputPositions(
+            self._inputs,
+            self._mode,
+            settings.alignment_timeout_ms / 1000,
+            settings.alignment_max_held,
+            grouped=len(self._inputs) > 1,  # several inputs go through the interleaver
+            cancelled=self._sp_requests.cancelled,
+        )
         #: Records an alignment released, processed before the next fetched record (and
         #: upstream watermark updates, applied in their place among them).
         self._released: deque[Any] = deque()
@@ -136,22 +139,13 @@ class RunnerCore:
         #: end offsets by input topic, written as ``bounded`` in their checkpoint records
         #: (processors/_runtime/bounded_savepoint.py reads them back).
         self._bounded_ends: dict[int, dict[str, int]] = {}
-        #: Unaligned partitions aligned for a savepoint, until this checkpoint completes.
-        self._aligned_until: dict[tuple[str, int], int] = {}
         #: Orders the records of several co-partitioned inputs (``None``: one input).
         self._interleaver: Interleaver | None = None
         self._globals: GlobalTables = GlobalTables({}, settings, self.name, self.metrics)
-        #: Input partitions paused because the interleaver buffers too many of their records.
-        self._bp_paused: set[tuple[str, int]] = set()
-        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
         self._stop = False
         self._stop_at: float | None = None  # when the stop was requested (monotonic)
         self._fatal: BaseException | None = None
         self._kgs: dict[int, KeyGroup] = {}
-        #: Offsets in the last committed transaction, per owned input partition.
-        self._committed: dict[tuple[str, int], int] = {}
-        #: The next record to process, per owned input partition (see module docs).
-        self._next: dict[tuple[str, int], int] = {}
         self._uncommitted = 0  # records consumed since the last commit
         self._epoch_bytes = 0  # value bytes fetched in the open epoch
         self._leaving = False  # the stop's explicit group leave is under way
@@ -216,14 +210,11 @@ class RunnerCore:
         self._check_writes = False
         #: Producers abandoned inside a hung call (kept referenced, never used again).
         self._hung_clients: list[Any] = []
-        #: Input partitions rewound while consume() served a callback: records of theirs
-        #: in the batch that consume() returns may predate the seek (dropped, re-sought).
-        self._rewound: set[tuple[str, int]] = set()
         self._gauges = ProgressGauges(
             self.metrics,
             app.time_service,
             lambda: self._consumer,
-            self._committed,
+            self._positions.committed,
             self._halted,
             self._kgs,
         )
@@ -290,58 +281,6 @@ class RunnerCore:
             # Not fetching yet: re-assigning at the offset has the same effect.
             self._consumer.incremental_unassign([TopicPartition(topic, partition)])
             self._consumer.incremental_assign([tp])
-
-    def _new_aligner(self, snapshot: Snapshot, key: tuple[str, int]) -> Aligner:
-        """An aligner of input partition ``key`` resuming from ``snapshot``.
-
-        It expects the writers registered for that input. In unaligned mode, a snapshot
-        taken while a savepoint was aligning (a savepoint barrier seen, its checkpoint not
-        complete) resumes aligned until it completes: the writers past the savepoint
-        barrier must keep being held. A multi-input app's aligners are grouped: the key
-        group completes them together (:meth:`_complete_group`).
-        """
-        pending = [
-            c
-            for c, sp in snapshot.savepoints.items()
-            if c > snapshot.done and sp not in self._sp_requests.cancelled
-        ]
-        mode = self._mode
-        self._aligned_until.pop(key, None)
-        if pending and mode is Mode.UNALIGNED:
-            mode = Mode.ALIGNED
-            self._aligned_until[key] = max(pending)
-        aligner = Aligner(
-            mode,
-            self.settings.alignment_timeout_ms / 1000,
-            self.settings.alignment_max_held,
-            snapshot=snapshot,
-            grouped=self._interleaver is not None,
-        )
-        if not aligner.replaying:
-            # While replaying, membership comes from the snapshot and the barriers replayed
-            # (a writer dropped before the commit must stay dropped until then).
-            aligner.expect(self._upstream_writers.get(key[0], ()))
-        return aligner
-
-    def _share_savepoint_alignment(self, g: int) -> None:
-        """Align every input of ``g`` while one of them aligns for a savepoint.
-
-        With ``LOCKGATE_ALIGNMENT=none`` a savepoint barrier aligns its partition until
-        the savepoint completes; a multi-input key group's aligners complete together, so
-        all of them must hold (an aligner created later, or restored from a snapshot that
-        saw no savepoint barrier yet, would otherwise make the completion unaligned).
-        """
-        if self._mode is not Mode.UNALIGNED or self._interleaver is None:
-            return
-        keys = [(t, g) for t in self._inputs if (t, g) in self._aligners]
-        until = max((self._aligned_until.get(k, 0) for k in keys), default=0)
-        if not until:
-            return
-        for key in keys:
-            aligner = self._aligners[key]
-            if aligner.mode is Mode.UNALIGNED:
-                self._released.extend(aligner.set_mode(Mode.ALIGNED))  # releases nothing
-            self._aligned_until[key] = max(self._aligned_until.get(key, 0), until)
 
     def _control_reader(self) -> Any:
         """A group-less ``read_committed`` consumer for control-topic reads."""

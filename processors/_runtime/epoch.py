@@ -296,9 +296,9 @@ class EpochMixin(SavepointMixin):
         self._consecutive_aborts = 0
         self._check_writes = False
         self._apply_locally(ckpt, writes)
-        for tp in offsets:
-            self._committed[(tp.topic, tp.partition)] = tp.offset
-        self._align_committed.update(snaps)
+        self._positions.mark_committed(
+            (((tp.topic, tp.partition), tp.offset) for tp in offsets), snaps
+        )
         self._registered = True
         self._epoch_active = False
         self._barrier_only = False
@@ -311,12 +311,9 @@ class EpochMixin(SavepointMixin):
         if self._timer_guard is not None:
             self._timer_guard.committed()  # dead-lettered timers are deleted in this commit
         if self._poison.entries:  # dead-lettered records behind the committed positions are done
+            committed = self._positions.committed
             self._poison.keep(
-                {
-                    k: v
-                    for k, v in self._poison.entries.items()
-                    if k[2] >= self._committed.get(k[:2], 0)
-                }
+                {k: v for k, v in self._poison.entries.items() if k[2] >= committed.get(k[:2], 0)}
             )
         self._checkpoint = ckpt
         self._last_epoch_records = self._uncommitted
@@ -343,8 +340,9 @@ class EpochMixin(SavepointMixin):
         m.last_checkpoint_id = ckpt
         m.last_checkpoint_time = time.time()
         m.observe_commit(took)
+        nxt = self._positions.next
         self._gauges.at_commit(
-            [TopicPartition(t, g, self._next[(t, g)]) for t, g in self._owned_partitions()]
+            [TopicPartition(t, g, nxt[(t, g)]) for t, g in self._owned_partitions()]
         )
 
     def _produce_changelogs(self) -> dict[int, dict[str, dict[bytes, bytes | None]]]:
@@ -481,7 +479,7 @@ class EpochMixin(SavepointMixin):
 
         Its checkpoints then come from their barriers; otherwise it is a source.
         """
-        return any((t, g) in self._aligners for t in self._inputs)
+        return self._positions.is_downstream(g)
 
     def _live_source(self, g: int) -> bool:
         """Whether key group ``g`` is a source that is not halted (it ends epochs itself)."""
@@ -538,14 +536,11 @@ class EpochMixin(SavepointMixin):
         self._epoch_token = token = secrets.token_hex(8)
         for t, g in self._owned_partitions():
             key = (t, g)
-            aligner = self._aligners.get(key)
-            if aligner is None:
-                offset = self._next[key]
+            offset, snap = self._positions.commit_position(key)
+            if snap is None:
                 done = ckpt
             else:
-                snap = self._frozen.get(key) or aligner.snapshot(self._next[key])
                 snaps[key] = snap
-                offset = snap.low
                 done = self._marks.done(g, snap.done)
             # The origin travels with the offsets too: under at-least-once the control
             # record is written before the offsets commit, so only this is atomic with them.
@@ -804,23 +799,10 @@ class EpochMixin(SavepointMixin):
             rewound = self._marks.rewind(g)
             if rewound.halt_undone:
                 self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
-            for topic in self._inputs:
-                key = (topic, g)
-                if key in self._aligners or key in self._align_committed:
-                    snap = self._align_committed.get(key)
-                    if snap is None:
-                        del self._aligners[key]
-                    else:
-                        self._aligners[key] = self._new_aligner(snap, key)
-                if rewound.committed_halt is None:
-                    self._frozen.pop(key, None)
-            self._share_savepoint_alignment(g)
+            # Each aligner from its committed snapshot, next offsets to the committed ones.
+            back = self._positions.rewind(g, keep_frozen=rewound.committed_halt is not None)
+            self._released.extend(back.released)
             if self._interleaver is not None:
                 self._interleaver.drop([g])  # fetched again from the committed offsets
-            for topic in self._inputs:
-                offset = self._committed.get((topic, g))
-                if offset is None:
-                    continue
-                self._next[(topic, g)] = offset
-                self._rewound.add((topic, g))
+            for topic, offset in back.seeks:
                 self._seek(topic, g, offset)

@@ -208,9 +208,7 @@ class RebalanceMixin(EpochMixin):
             key = (tp.topic, tp.partition)
             # Nothing committed yet: the log start is where "earliest" begins, and an
             # explicit offset lets every commit name every owned partition.
-            offset = tp.offset if tp.offset >= 0 else log_start[key]
-            self._committed[key] = offset
-            self._next[key] = offset
+            self._positions.assign(key, tp.offset if tp.offset >= 0 else log_start[key])
 
     def _seed_assigned(self, groups: list[int]) -> None:
         """Seed the key groups due a savepoint restore and commit that at once.
@@ -242,16 +240,17 @@ class RebalanceMixin(EpochMixin):
         self, consumer: Any, committed: list[TopicPartition], groups: list[int]
     ) -> None:
         """Assign the partitions at their tracked offsets; halted key groups stay paused."""
+        # Records of these partitions that this consume() collected before the callback
+        # (a revoke or loss of the same partitions just before) predate the new position:
+        # they count as rewound, the loop drops them and seeks again (_drop_stale).
         start = [
-            TopicPartition(tp.topic, tp.partition, self._next[(tp.topic, tp.partition)])
-            for tp in committed
+            TopicPartition(t, g, offset)
+            for (t, g), offset in self._positions.start_fetching(
+                (tp.topic, tp.partition) for tp in committed
+            )
         ]
         if self._interleaver is not None:
             self._interleaver.drop(groups)  # anything buffered for them predates this
-        # Records of these partitions that this consume() collected before the callback
-        # (a revoke or loss of the same partitions just before) predate the new position:
-        # the loop drops them and seeks again (_drop_stale).
-        self._rewound.update((tp.topic, tp.partition) for tp in start)
         consumer.incremental_assign(start)
         # A pause survives unassign/assign in librdkafka: only halted groups stay paused.
         running = [tp for tp in start if tp.partition not in self._halted]
@@ -326,12 +325,13 @@ class RebalanceMixin(EpochMixin):
                 seeding=str(record["seeding"]) if record.get("seeding") else None,  # redo it
                 halted=halted_at,
             )
+            snaps: dict[str, Snapshot] = {}
             for t in self._inputs:
                 snap_data = (record.get("align") or {}).get(t)
-                writers = self._upstream_writers.get(t)
+                writers = self._positions.writers.get(t)
                 if not snap_data and not writers:
                     continue  # a source partition (no upstream lockgate writers known)
-                committed = self._committed[(t, g)]
+                committed = self._positions.committed[(t, g)]
                 snap = Snapshot.from_json(snap_data) if snap_data else None
                 if snap is not None and snap.low != committed:
                     log.warning(
@@ -342,9 +342,8 @@ class RebalanceMixin(EpochMixin):
                     snap = None
                 if snap is None:
                     snap = Snapshot(committed, committed, done, {}, False)
-                self._aligners[(t, g)] = self._new_aligner(snap, (t, g))
-                self._align_committed[(t, g)] = snap
-            self._share_savepoint_alignment(g)
+                snaps[t] = snap
+            self._released.extend(self._positions.load(g, snaps))
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})
@@ -385,20 +384,13 @@ class RebalanceMixin(EpochMixin):
             kg = self._kgs.pop(g, None)
             if kg is not None:
                 kg.close()
-            for topic in self._inputs:
-                self._committed.pop((topic, g), None)
-                self._next.pop((topic, g), None)
-                self._aligners.pop((topic, g), None)
-                self._align_committed.pop((topic, g), None)
-                self._frozen.pop((topic, g), None)
-                self._aligned_until.pop((topic, g), None)
+            self._positions.forget(g)  # offsets, alignment, backpressure pauses
             self._marks.forget(g)
         if self._state_cleaner is not None:  # closed above: removable after the delay
             self._state_cleaner.released(groups)
         if self._interleaver is not None:
             self._interleaver.drop(groups)
         gone = set(groups)
-        self._bp_paused = {tp for tp in self._bp_paused if tp[1] not in gone}
         self._poison.keep({k: v for k, v in self._poison.entries.items() if k[1] not in gone})
         self.metrics.assigned = len(self._kgs)
 

@@ -381,15 +381,16 @@ class Runner(BarrierMixin):
             from_savepoint=s.from_savepoint,
             allow_non_restored_state=s.allow_non_restored_state,
         )
-        self._upstream_writers = {
-            t: ws for t in self._inputs for ws in [writers_of(registry, (t,))] if ws
-        }
-        if self._upstream_writers:
+        self._positions.expect_writers(
+            {t: ws for t in self._inputs for ws in [writers_of(registry, (t,))] if ws}
+        )
+        upstream = self._positions.writers
+        if upstream:
             log.info(
                 "reading internal topics: checkpoints come from upstream barriers",
                 extra={
-                    "writers": sum(map(len, self._upstream_writers.values())),
-                    "internal_inputs": sorted(self._upstream_writers),
+                    "writers": sum(map(len, upstream.values())),
+                    "internal_inputs": sorted(upstream),
                     "alignment": self._mode.value,
                 },
             )
@@ -462,10 +463,10 @@ class Runner(BarrierMixin):
                 "savepoint's coordinator (use `lockgate run`, or pass final_savepoint= to "
                 "run_app)"
             )
-        if self._upstream_writers:
+        if self._positions.writers:
             raise ConfigError(
                 f"LOCKGATE_UNTIL={until!r}: app {self.name!r} reads internal topics of other "
-                f"lockgate apps ({sorted(self._upstream_writers)}); a bounded run is for apps "
+                f"lockgate apps ({sorted(self._positions.writers)}); a bounded run is for apps "
                 "that read external inputs only (run the upstream bounded and this app "
                 "unbounded, or stop it with a savepoint)"
             )
@@ -487,7 +488,7 @@ class Runner(BarrierMixin):
             return False
         owned = [(t, g) for g in self._kgs if g not in self._halted for t in self._inputs]
         backlog = self._interleaver.backlog() if self._interleaver is not None else {}
-        return bound.reached(owned, self._next, backlog)
+        return bound.reached(owned, self._positions.next, backlog)
 
     def _end_bounded_run(self) -> None:
         """Drain event time (unless ``--no-drain``), commit, and stop the loop.
@@ -675,11 +676,12 @@ class Runner(BarrierMixin):
         epoch_bytes = self._epoch_bytes_bound()
         bound = self._bound
         metrics = self.metrics
+        rewound = self._positions.rewound  # one set for the component's life
         next_epoch = time.monotonic() + interval
         try:
             while not self._stop:
                 try:
-                    self._rewound.clear()
+                    rewound.clear()
                     msgs = self._consumer.consume(batch, 0.1)
                     if msgs and epoch_bytes is not None:
                         self._epoch_bytes += sum(map(len, msgs))  # C speed: value sizes
@@ -690,7 +692,7 @@ class Runner(BarrierMixin):
                         raise fatal
                     if self._resubscribe:
                         self._subscribe_again()
-                    if self._rewound and msgs:
+                    if rewound and msgs:
                         msgs = self._drop_stale(msgs)
                     if bound is not None and msgs:
                         msgs = bound.trim(msgs)
@@ -779,7 +781,7 @@ class Runner(BarrierMixin):
             self._globals.poll()
             if time.monotonic() >= self._globals.next_refresh:
                 self._globals.refresh()
-        if self._aligners:
+        if self._positions.aligners:
             self._tick_alignments()
             if self._released:
                 self._process([])
@@ -967,8 +969,8 @@ class Runner(BarrierMixin):
         cursor = self._cursor
         kgs = self._kgs
         poison = self._poison.entries
-        nxt = self._next
-        aligners = self._aligners
+        nxt = self._positions.next  # one dict for the component's life
+        aligners = self._positions.aligners
         halted = self._halted
         released = self._released
         clock = time.monotonic
@@ -1151,18 +1153,19 @@ class Runner(BarrierMixin):
         out = il.pop(now) if il else []
         backlog = il.backlog()
         limit = self._bp_limit
-        full = [tp for tp, n in backlog.items() if n > limit and tp not in self._bp_paused]
+        paused = self._positions.backpressured
+        full = [tp for tp, n in backlog.items() if n > limit and tp not in paused]
         if full:
             self._consumer.pause([TopicPartition(t, g) for t, g in full])
-            self._bp_paused.update(full)
-        if self._bp_paused:
+            paused.update(full)
+        if paused:
             drained = [
                 (t, g)
-                for t, g in self._bp_paused
+                for t, g in paused
                 if backlog.get((t, g), 0) < limit // 2 and g not in self._halted
             ]
             if drained:
-                self._bp_paused.difference_update(drained)
+                paused.difference_update(drained)
                 parts = [TopicPartition(t, g) for t, g in drained if g in self._kgs]
                 if parts:
                     self._consumer.resume(parts)
@@ -1201,10 +1204,11 @@ class Runner(BarrierMixin):
         partitions are sought again to their tracked next offset, so the records collected
         after the seek come back with the next fetch.
         """
-        rewound = self._rewound
+        rewound = self._positions.rewound
+        nxt = self._positions.next
         kept = [m for m in msgs if (m.topic(), m.partition()) not in rewound]
         for topic, part in rewound:
-            offset = self._next.get((topic, part))
+            offset = nxt.get((topic, part))
             if offset is not None and part in self._kgs:
                 self._seek(topic, part, offset)
         if len(kept) < len(msgs):
@@ -1214,7 +1218,7 @@ class Runner(BarrierMixin):
                 "fetched again from the restored position (no record is skipped)",
                 extra={"records": len(msgs) - len(kept), "partitions": sorted(rewound)},
             )
-        self._rewound = set()
+        rewound.clear()
         return kept
 
     def _note_slow(self, msg: Any, seconds: float) -> None:

@@ -104,8 +104,7 @@ class SavepointMixin(RunnerCore):
         if not lifted:
             return []
         for g in lifted:
-            for t in self._inputs:
-                self._frozen.pop((t, g), None)
+            self._positions.thaw(g)
             self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
         self._epoch_active = True  # the next commit records that they are not halted
         log.warning(
@@ -181,17 +180,9 @@ class SavepointMixin(RunnerCore):
 
     def _seed_positions(self, g: int, manifest: dict[str, Any], offsets: dict[str, int]) -> None:
         """Move key group ``g``'s offsets and alignment to the savepoint's."""
-        for topic, offset in offsets.items():
-            self._next[(topic, g)] = self._committed[(topic, g)] = offset
-            align = manifest.get("align", {}).get(topic)
-            if align:
-                snap = Snapshot.from_json(align)
-                self._aligners[(topic, g)] = self._new_aligner(snap, (topic, g))
-                self._align_committed[(topic, g)] = snap
-            else:
-                self._aligners.pop((topic, g), None)
-                self._align_committed.pop((topic, g), None)
-        self._share_savepoint_alignment(g)
+        aligns = manifest.get("align", {})
+        snaps = {t: Snapshot.from_json(aligns[t]) if aligns.get(t) else None for t in offsets}
+        self._released.extend(self._positions.seed(g, offsets, snaps))
 
     def _commit_seed_chunk(self) -> None:
         """Commit the seeding written so far (the offsets stay where they were)."""

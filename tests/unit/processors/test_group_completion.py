@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from processors._checkpoint.alignment import Aligner, Completion, Decision, Mode, Snapshot
+from processors._checkpoint.input_positions import InputPositions
 from processors._runtime.barriers import BarrierMixin
 
 
@@ -25,8 +26,11 @@ class _Runtime:
 
     def __init__(self, a: Aligner, b: Aligner, next_a: int, next_b: int) -> None:
         self._inputs = ("A", "B")
-        self._aligners = {("A", 0): a, ("B", 0): b}
-        self._next = {("A", 0): next_a, ("B", 0): next_b}
+        self._positions = InputPositions(
+            self._inputs, Mode.ALIGNED, 60, 1000, grouped=True, cancelled=set()
+        )
+        self._positions.aligners.update({("A", 0): a, ("B", 0): b})
+        self._positions.next.update({("A", 0): next_a, ("B", 0): next_b})
         self._released: list[Any] = []
         self._deferred_groups: set[int] = set()
         self._kgs = {0: object()}
@@ -66,13 +70,13 @@ def test_no_completion_while_an_input_replays() -> None:
     rt = _Runtime(a, b, 1, 0)
     before = b.snapshot(0)
     b.on_barrier(0, "Y/0", 1, None, 0.0)
-    rt._next[("B", 0)] = 1
+    rt._positions.next[("B", 0)] = 1
     rt._complete_group(0, "B", before, 0.0, ())
     assert rt.completions == [] and rt._deferred_groups == {0}  # A replays: wait
     for offset in (1, 2):
         if a.on_record(offset, "X/0", offset) is Decision.PROCESS:
             processed.append(offset)
-    rt._next[("A", 0)] = 3
+    rt._positions.next[("A", 0)] = 3
     rt._complete_deferred()
     assert rt.completions == []  # still replaying
     commit2 = (a.snapshot(3), b.snapshot(1))
@@ -83,7 +87,7 @@ def test_no_completion_while_an_input_replays() -> None:
     for offset in range(1, 6):
         if a.on_record(offset, "X/0", offset) is Decision.PROCESS:
             processed.append(offset)
-    rt._next[("A", 0)] = 6
+    rt._positions.next[("A", 0)] = 6
     # B's barrier was before commit 2's low: it is in B's snapshot (ready 1) already.
     assert b.ready == 1 and not a.replaying
     rt._complete_deferred()  # nothing deferred in this process: completes on A's next event
@@ -105,11 +109,11 @@ def test_a_deferred_completion_happens_when_the_replay_ends() -> None:
     rt = _Runtime(a, b, 0, 0)
     before = b.snapshot(0)
     b.on_barrier(0, "Y/0", 1, None, 0.0)
-    rt._next[("B", 0)] = 1
+    rt._positions.next[("B", 0)] = 1
     rt._complete_group(0, "B", before, 0.0, ())
     assert rt.completions == [] and a.replaying
     assert a.on_record(1, "X/0", "a1") is Decision.HOLD  # tag 1 > done 0
-    rt._next[("A", 0)] = 2
+    rt._positions.next[("A", 0)] = 2
     assert not a.replaying
     rt._complete_deferred()
     assert rt.completions == [1] and rt._released == ["a1"] and not rt._deferred_groups

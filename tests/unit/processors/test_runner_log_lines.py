@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from processors._checkpoint.alignment import Mode
+from processors._checkpoint.input_positions import InputPositions
 from processors._runtime.runner import Runner
 
 
@@ -30,9 +32,12 @@ class _Msg:
 
 def test_drop_stale_discards_rewound_partitions_quietly(caplog: pytest.LogCaptureFixture) -> None:
     sought: list[tuple[str, int, int]] = []
+    positions = InputPositions(("in",), Mode.ALIGNED, 60, 1000, grouped=False, cancelled=set())
+    positions.assign(("in", 0), 7)
+    positions.assign(("in", 1), 3)
+    positions.start_fetching([("in", 0)])  # rewound by the assignment
     fake: Any = SimpleNamespace(
-        _rewound={("in", 0)},
-        _next={("in", 0): 7},
+        _positions=positions,
         _kgs={0: object(), 1: object()},
         _seek=lambda topic, part, offset: sought.append((topic, part, offset)),
     )
@@ -41,7 +46,7 @@ def test_drop_stale_discards_rewound_partitions_quietly(caplog: pytest.LogCaptur
         kept = Runner._drop_stale(fake, msgs)
     assert [m.partition() for m in kept] == [1]
     assert sought == [("in", 0, 7)]  # read again from the tracked position
-    assert fake._rewound == set()
+    assert positions.rewound == set()
     records = [r for r in caplog.records if "rewound" in r.getMessage()]
     assert len(records) == 1 and records[0].levelno == logging.DEBUG
     assert "dropped" not in records[0].getMessage()

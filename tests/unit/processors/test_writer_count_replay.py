@@ -32,6 +32,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from processors._checkpoint.alignment import Aligner, Completion, Decision, Mode, Snapshot
+from processors._checkpoint.input_positions import InputPositions
 from processors._checkpoint.protocol import Barrier, lockgate_headers
 from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._runtime.barriers import BarrierMixin
@@ -51,10 +52,12 @@ class _Runtime:
         self.app = SimpleNamespace(time_service=None)
         self._mode = Mode.ALIGNED
         self._inputs = ("T",)
-        self._aligners = {("T", 0): aligner}
         self._released: list[Any] = []
         self._sp_requests = SavepointRequests()
-        self._aligned_until: dict[tuple[str, int], int] = {}
+        self._positions = InputPositions(
+            self._inputs, Mode.ALIGNED, 60, 1000, grouped=False, cancelled=set()
+        )
+        self._positions.aligners[("T", 0)] = aligner
         self._marks = SimpleNamespace(origin=lambda g: origin)
         self.metrics = SimpleNamespace(observe_alignment=lambda s: None)
         #: (checkpoint, savepoint, the alignment before the completing event)
@@ -75,7 +78,7 @@ class _Runtime:
 
     @property
     def aligner(self) -> Aligner:
-        return self._aligners[("T", 0)]
+        return self._positions.aligners[("T", 0)]
 
     def barrier(
         self, offset: int, writer: int, ckpt: int, writers: int, sp: str | None = None
