@@ -197,16 +197,7 @@ class Definition:
         partitions: int | None = None,
         internal: bool = False,
     ) -> OutputSpec:
-        """Declare an output topic (created when missing) with its codecs.
-
-        With a :class:`TopicConfig`, its codecs, partitions and topic configuration are
-        used (created with it, checked at start: docs/codecs.md).
-
-        Raises:
-            ConfigError: ``topic`` is not a legal Kafka topic name, or a
-                :class:`TopicConfig` is given with ``key``, ``value`` or ``partitions``
-                (they belong in the TopicConfig).
-        """
+        """Declare an output topic with its codecs; the contract is ``App.output``'s."""
         if isinstance(topic, TopicConfig):
             cfg = topic
             check_topic(cfg.topic, "output topic")
