@@ -133,11 +133,12 @@ class SeaweedFS:
             "-master.telemetry=false",
             # One master: a restart need not wait 10 s (the default) to elect itself.
             "-master.electionTimeout=1s",
-            "-volume.max=8",
+            "-volume.max=100",
             "-volume.preStopSeconds=0",
-            # Small volumes: the default (30 GB each, preallocated lazily) needs no space,
-            # but a small limit keeps the data directory small when tests write a lot.
-            "-master.volumeSizeLimitMB=64",
+            # Each bucket is a collection that grows several volumes at its first write:
+            # room for 100 volume files of at most 256 MB (written as data comes, never
+            # preallocated), so many buckets and gigabytes fit.
+            "-master.volumeSizeLimitMB=256",
             *(f"-{name}={self.base_port + off}" for name, off in _PORTS.items()),
         ]
         self._log = self.log_path.open("ab")
