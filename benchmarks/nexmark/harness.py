@@ -959,12 +959,13 @@ def _delete(admin: Admin, topics: list[str]) -> None:
 
 # --------------------------------------------------------------------------- make bench
 
-#: ``make bench``'s step defaults (``BENCH_NEXMARK_*`` override them): sized for about
-#: 12 minutes on the 2-core machine: three interleaved runs of lockgate and Flink on four
-#: queries, one of each kind (a map, a selective filter, a two-stage window, a hop window
-#: with a re-key); the long form, every query on the three systems with 2M events, is
-#: ``make bench-nexmark`` (docs/benchmarks.md, "Time budget")
-STEP_EVENTS = 500_000
+#: ``make bench``'s step defaults (``BENCH_NEXMARK_*`` override them): three interleaved
+#: runs of lockgate and Flink on four queries, one of each kind (a map, a selective filter,
+#: a two-stage window, a hop window with a re-key); measured alone: 6.6 min at load 4-9
+#: (1M events), 7.6 min at load 8-15 (500k). The long form, every query on the three
+#: systems with 2M events (about 1.5 hours), is ``make bench-nexmark`` (docs/benchmarks.md,
+#: "Time budget")
+STEP_EVENTS = 1_000_000
 STEP_REPEAT = 3
 STEP_QUERIES = ["q1", "q2", "q7", "q5"]
 STEP_SYSTEMS = ["lockgate", "flink"]
