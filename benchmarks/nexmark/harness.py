@@ -574,6 +574,8 @@ class Harness:
             return {"rate": None, "cpu_s_per_m": None}
         secs = end[0] - first[0]
         n = self.input_records - first[1]
+        if n <= 0:  # the whole input went in the first checkpoint: no span to measure
+            return {"rate": None, "cpu_s_per_m": None}
         cpu = [(t, c) for t, _, _, c, _ in samples]
         bcpu = [(t, b) for t, _, _, _, b in samples]
         used = _interp(cpu, end[0]) - _interp(cpu, first[0])
