@@ -965,7 +965,8 @@ def _delete(admin: Admin, topics: list[str]) -> None:
 #: runs of lockgate and Flink on four queries, one of each kind (a map, a selective filter,
 #: a two-stage window, a hop window with a re-key); measured alone: 6.6 min at load 4-9
 #: (1M events), 7.6 min at load 8-15 (500k). The long form, every query on the three
-#: systems with 2M events (about 1.5 hours), is ``make bench-nexmark`` (docs/benchmarks.md,
+#: systems with 2M events (about 45 min quiet, 1.5 hours loaded: an estimate), is
+#: ``make bench-nexmark`` (docs/benchmarks.md,
 #: "Time budget")
 STEP_EVENTS = 1_000_000
 STEP_REPEAT = 3
