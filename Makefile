@@ -198,7 +198,7 @@ bench: $(STAMP) ## Benchmarks vs raw confluent-kafka, Quix Streams, Faust, then 
 	$(BIN)/python -m benchmarks.run
 
 .PHONY: bench-nexmark
-bench-nexmark: $(STAMP) ## Nexmark q0-q8 subset, lockgate vs Flink SQL (ARGS=--quick) -> benchmarks/RESULTS-nexmark.md
+bench-nexmark: $(STAMP) ## Nexmark q0-q8 subset, lockgate vs Flink SQL vs Quix, 2M events x 3 runs (ARGS=--quick) -> benchmarks/RESULTS-nexmark.md
 	$(BIN)/python -m benchmarks.nexmark $(ARGS)
 
 .PHONY: bench-failover

@@ -8,7 +8,7 @@ handler, default native).
 Client tuning (the harness's one policy, the same as lockgate's clients), through
 ``producer_extra_config`` / ``consumer_extra_config``: producer ``linger.ms`` 5,
 ``compression.type`` lz4, ``retry.backoff.ms`` 10 under exactly-once; consumer
-``fetch.wait.max.ms`` 100.
+``fetch.wait.max.ms`` 100, ``fetch.queue.backoff.ms`` 20.
 
 ``window`` with BENCH_QUIX_WINDOW=native uses Quix's own tumbling window on the record
 timestamps (Quix's default event time): ``tumbling_window(duration_ms=BENCH_WINDOW_MS,
@@ -103,7 +103,7 @@ def main() -> None:
         state_dir=ENV["BENCH_STATE_DIR"],
         loglevel="WARNING",
         producer_extra_config=producer_extra,
-        consumer_extra_config={"fetch.wait.max.ms": 100},
+        consumer_extra_config={"fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 20},
     )
     inp = app.topic(ENV["BENCH_INPUT"], key_deserializer="str", value_deserializer="json")
     out = app.topic(ENV["BENCH_OUTPUT"], key_serializer="str", value_serializer="json")

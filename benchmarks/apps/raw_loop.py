@@ -2,7 +2,7 @@
 
 Client tuning (the harness's one policy, the same as lockgate's clients): producer
 ``linger.ms`` 5, ``compression.type`` lz4, idempotent, and ``retry.backoff.ms`` 10 under
-exactly-once; consumer ``fetch.wait.max.ms`` 100.
+exactly-once; consumer ``fetch.wait.max.ms`` 100, ``fetch.queue.backoff.ms`` 20.
 
 At-least-once: every ``BENCH_COMMIT_MS`` flush the producer, then commit the consumer
 positions. Exactly-once: a transaction per ``BENCH_COMMIT_MS`` with the input offsets
@@ -61,6 +61,7 @@ def main() -> None:
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed" if EOS else "read_uncommitted",
             "fetch.wait.max.ms": 100,
+            "fetch.queue.backoff.ms": 20,
         }
     )
     pconf = {

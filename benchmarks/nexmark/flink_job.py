@@ -8,11 +8,12 @@ benchmarks/nexmark/flink_job.py --serve DIR`` runs query after query in one proc
 gateway JVM, a fresh table environment and mini-cluster job per query), as requested by
 files in ``DIR`` (``serve``; the harness's ``--flink-shared-jvm`` and ``make bench``).
 
-Setup: parallelism 1, checkpoints every second (exactly-once mode, state on the heap,
-checkpoints to ``BENCH_STATE_DIR``), a bounded Kafka source (earliest offset to the
-offsets at start, ``read_committed``), a Kafka sink with ``sink.delivery-guarantee =
-exactly-once`` and a transactional id prefix. The job ends when the source is drained:
-the end of input fires every window, the final checkpoint commits the last transaction.
+Setup: parallelism 1 (``NEXMARK_PARALLELISM``), checkpoints every second (exactly-once
+mode, state on the heap, checkpoints to ``BENCH_STATE_DIR``), a bounded Kafka source
+(earliest offset to the offsets at start, ``read_committed``), a Kafka sink with
+``sink.delivery-guarantee = exactly-once`` and a transactional id prefix. The job ends
+when the source is drained: the end of input fires every window, the final checkpoint
+commits the last transaction.
 
 The source table is the Nexmark suite's one-table JSON shape (``ddl_kafka.sql``, with
 ``dateTime`` as epoch ms) with an event-time column and a watermark of
@@ -179,7 +180,9 @@ def run_query(query: str, output: str, group: str, state_dir: str) -> None:
         "delay_s": f"{int(env.get('NEXMARK_DELAY_MS', '4000')) / 1000:.3f}",
     }
     conf = Configuration()
-    conf.set_string("parallelism.default", "1")
+    # NEXMARK_PARALLELISM: the harness's --parallelism (default 1: one core, like one
+    # lockgate instance)
+    conf.set_string("parallelism.default", env.get("NEXMARK_PARALLELISM", "1"))
     conf.set_string("execution.checkpointing.interval", "1 s")
     conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
     conf.set_string("execution.checkpointing.dir", f"file://{state_dir}/checkpoints")

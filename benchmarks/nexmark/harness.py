@@ -2,7 +2,9 @@
 
 ``python -m benchmarks.nexmark [--quick] [--events N] [--queries q0,q1,...]
 [--systems lockgate,flink,quix] [--repeat R] [--disorder G] [--flink-shared-jvm]`` (or
-``make bench-nexmark``; ``make bench``'s step: :func:`bench_step`, :func:`markdown_section`):
+``make bench-nexmark``; ``make bench``'s step: :func:`bench_step`, :func:`markdown_section`).
+The default is the long form: 2,000,000 events, 3 runs per system and query (medians and
+ranges); ``--quick`` is 100,000 events, q0 q1 q2 q7, one run each:
 
 1. the broker (the harness's own on ``BENCH_KAFKA_PORT``, or ``BENCH_BROKER``'s) and its
    idle CPU, measured for 10 s before anything runs;
@@ -10,10 +12,12 @@
    ``--partitions`` partitions, written once and read by every run;
 3. per query, runs of each system, interleaved (lockgate, flink, quix, lockgate, ...):
    lockgate (``lockgate run benchmarks.nexmark.apps:<query>``, exactly-once, checkpoints
-   every 1 s; q5 and q7 are two apps, two processes), Flink
-   (benchmarks/nexmark/flink_job.py: mini-cluster, parallelism 1, checkpoints every 1 s,
-   exactly-once sink; with ``--flink-shared-jvm`` one process runs every query) and Quix
-   Streams (benchmarks/nexmark/quix_apps.py: exactly-once, commit interval 1 s);
+   every 1 s; q5 and q7 are two apps, two processes; ``--parallelism N``: N instances of
+   each app in one group), Flink (benchmarks/nexmark/flink_job.py: mini-cluster,
+   parallelism 1 or N, checkpoints every 1 s, exactly-once sink; with
+   ``--flink-shared-jvm`` one process runs every query) and Quix Streams
+   (benchmarks/nexmark/quix_apps.py: exactly-once, commit interval 1 s; not run with
+   ``--parallelism`` above 1);
 4. figures per run, from samples every 0.25 s: the input's committed offsets (consumer
    group), the output's last stable offsets, the CPU of the process tree. The run's span
    starts at the first sample with committed input (so start-up and the first checkpoint
@@ -79,18 +83,20 @@ TITLES = {
 class Settings:
     """One harness run's settings."""
 
-    events: int = 300_000
+    events: int = 2_000_000
     partitions: int = 4
     rate: int = 10_000
     seed: int = 42
     disorder: int = 1
     delay_ms: int = 4_000
-    repeat: int = 1
+    repeat: int = 3
     queries: list[str] = field(default_factory=lambda: list(QUERIES))
     systems: list[str] = field(default_factory=lambda: list(SYSTEMS))
-    run_timeout: int = 600
+    run_timeout: int = 1800
     #: one PyFlink process (one gateway JVM) runs every query, one after another
     flink_shared_jvm: bool = False
+    #: lockgate instances per app and Flink's parallelism (Quix Streams: 1 only)
+    parallelism: int = 1
     kafka_port: int = 49092
     external_broker: str = ""
 
@@ -293,6 +299,7 @@ class Harness:
         self.broker_idle = idle_cpu(self.broker_pid)
         self.results["broker_idle_cores"] = self.broker_idle
         self.results["repeat"] = self.s.repeat
+        self.results["parallelism"] = self.s.parallelism
         self.admin.create({self.input: self.s.partitions}, {"retention.ms": "-1"})
         t0 = time.monotonic()
         self.input_records = produce(self.bootstrap, self.input, self.s.partitions, self.s.gen)
@@ -339,6 +346,7 @@ class Harness:
             assert self.jar is not None
             env = {
                 **base,
+                "NEXMARK_PARALLELISM": str(s.parallelism),
                 "NEXMARK_CONNECTOR_JAR": str(self.jar),
                 # the JVM's own log per run (PyFlink's default is one file in the venv)
                 "FLINK_LOG_DIR": str(logs / f"{run.tag}-flink"),
@@ -356,22 +364,24 @@ class Harness:
             return
         stage = f"nexmark.{run.tag}.stage"
         stages = ["_a", "_b"] if run.query in TWO_STAGE else [""]
-        for suffix in stages:
+        # --parallelism N: N instances of each app (one consumer group: the partitions split)
+        for suffix, n in ((x, i) for x in stages for i in range(1, s.parallelism + 1)):
             app = f"nexmark-{run.tag}{suffix.replace('_', '-')}"
+            inst = "" if s.parallelism == 1 else f"-n{n}"
             env = {
                 **base,
                 "NEXMARK_STAGE_TOPIC": stage,
                 "LOCKGATE_BOOTSTRAP_SERVERS": self.bootstrap,
                 "LOCKGATE_APP_NAME": app,
-                "LOCKGATE_INSTANCE_ID": "n1",
-                "LOCKGATE_STATE_DIR": str(state / (suffix or "app")),
+                "LOCKGATE_INSTANCE_ID": f"n{n}",
+                "LOCKGATE_STATE_DIR": str(state / (suffix or "app") / f"n{n}"),
                 "LOCKGATE_GUARANTEE": "exactly_once",
                 "LOCKGATE_CHECKPOINT_INTERVAL_MS": "1000",
                 "LOCKGATE_HTTP_PORT": "0",
                 "LOCKGATE_LOG_FORMAT": "console",
             }
             argv = [str(LOCKGATE_BIN), "run", f"benchmarks.nexmark.apps:{run.query}{suffix}"]
-            run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}{suffix}.log"))
+            run.procs.append(procs.Proc(argv, env, logs / f"{run.tag}{suffix}{inst}.log"))
 
     def _flink_request(self, run: Run, env: dict[str, str], logs: Path, state: Path) -> None:
         """Ask the shared Flink process (started at the first request) to run ``run``."""
@@ -436,6 +446,11 @@ class Harness:
             else None
         )
         last_b = -1
+        # two-stage lockgate: the stage's committed end once the first app committed the
+        # whole input (every record it will write lies below it); the first app then keeps
+        # writing barriers to the stage every checkpoint, so the second app's offsets never
+        # stop moving: it is done when it committed up to that end
+        stage_end: int | None = None
         # Quix's q5/q7: its progress on its repartition topic (created at its start)
         quix_repartition = system == "quix" and query in QUIX_REPARTITION
         load_before = Path("/proc/loadavg").read_text().split()[0]
@@ -484,7 +499,16 @@ class Harness:
                         if quix_repartition and stage_b is None:
                             stage_b = self._quix_stage(tag)
                         b = stage_b.committed() if stage_b is not None else 0
-                        moved = out != last_out or b != last_b
+                        if stage_b is not None and not quix_repartition:
+                            if stage_end is None:
+                                stage = f"nexmark.{tag}.stage"
+                                try:
+                                    stage_end = sum(self.admin.end_offsets(stage, s.partitions))
+                                except Exception:  # noqa: BLE001 - ask again at the next sample
+                                    stage_end = None
+                            moved = out != last_out or stage_end is None or b < stage_end
+                        else:
+                            moved = out != last_out or b != last_b
                         last_b = b
                         if moved:
                             stable_since = t
@@ -522,7 +546,9 @@ class Harness:
             "wall_s": round(time.time() - started, 1),
         }
         res.update(self._figures(samples, started))
+        t_read = time.monotonic()
         rows = read_rows(self.bootstrap, output, query)
+        res["readback_s"] = round(time.monotonic() - t_read, 1)
         res["outputs"] = sum(rows.values())
         res["_rows"] = rows
         shutil.rmtree(self.out_dir / "state" / tag, ignore_errors=True)
@@ -548,6 +574,8 @@ class Harness:
             return {"rate": None, "cpu_s_per_m": None}
         secs = end[0] - first[0]
         n = self.input_records - first[1]
+        if n <= 0:  # the whole input went in the first checkpoint: no span to measure
+            return {"rate": None, "cpu_s_per_m": None}
         cpu = [(t, c) for t, _, _, c, _ in samples]
         bcpu = [(t, b) for t, _, _, _, b in samples]
         used = _interp(cpu, end[0]) - _interp(cpu, first[0])
@@ -690,7 +718,8 @@ def _body(res: dict[str, Any]) -> list[str]:
     if fl:
         lines += [
             f"Flink: {', '.join(f'{k} {v}' for k, v in fl['versions'].items())}, "
-            f"{fl['connector']}, {fl['java']}; mini-cluster, parallelism 1, checkpoints every "
+            f"{fl['connector']}, {fl['java']}; mini-cluster, parallelism "
+            f"{res.get('parallelism', 1)}, checkpoints every "
             "1 s (exactly-once), heap state, exactly-once Kafka sink"
             + (
                 "; one PyFlink process (one JVM) ran the queries in turn, each as its own "
@@ -714,9 +743,14 @@ def _body(res: dict[str, Any]) -> list[str]:
         ]
         for q, why in qx.get("cannot", {}).items():
             lines += [f"Quix cannot express {q}: {why}", ""]
+    par = res.get("parallelism", 1)
     lines += [
-        "lockgate: exactly-once, checkpoints every 1 s, one instance (q5, q7: two apps, two "
-        "processes).",
+        "lockgate: exactly-once, checkpoints every 1 s, "
+        + (
+            "one instance (q5, q7: two apps, two processes)."
+            if par == 1
+            else f"{par} instances of each app (q5, q7: two apps, {2 * par} processes)."
+        ),
         "",
         "Rate: input events consumed per second between the first committed input offset "
         "and the output's final committed size (start-up excluded); CPU: seconds of the "
@@ -726,8 +760,8 @@ def _body(res: dict[str, Any]) -> list[str]:
         "first successful run (lockgate's when it ran).",
         "",
         "| query | system | runs ok | events/s | CPU s / M events | peak RSS MB | "
-        "broker CPU s / M | start-up s | load before → after | outputs | check |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "broker CPU s / M | start-up s | span s | load before → after | outputs | check |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     runs = res.get("runs", [])
     for query in QUERIES:
@@ -745,10 +779,14 @@ def _body(res: dict[str, Any]) -> list[str]:
                 f"{_med([r.get('peak_rss_mb') for r in use])} | "
                 f"{_med([r.get('broker_cpu_s_per_m') for r in use])} | "
                 f"{_med([r.get('startup_s') for r in use])} | "
+                f"{_med([r.get('span_s') for r in use])} | "
                 f"{_loads(rs)} | "
                 f"{' / '.join(format(r['outputs'], ',') for r in rs)} | {'; '.join(checks)} |"
             )
     lines.append("")
+    spent = _time_spent(runs)
+    if spent:
+        lines += [f"Time spent per system (runs, start-up and read-back included): {spent}.", ""]
     for peer, label in (("flink", "Flink"), ("quix", "Quix Streams")):
         ratios = []
         for query in QUERIES:
@@ -767,6 +805,15 @@ def _body(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _time_spent(runs: list[dict[str, Any]]) -> str:
+    """Minutes of wall time per system: its runs plus reading their outputs back."""
+    minutes: dict[str, float] = {}
+    for r in runs:
+        spent = (r.get("wall_s") or 0) + (r.get("readback_s") or 0)
+        minutes[r["system"]] = minutes.get(r["system"], 0.0) + spent / 60
+    return ", ".join(f"{system} {m:.1f} min" for system, m in minutes.items())
+
+
 def _rates(runs: list[dict[str, Any]], query: str, system: str) -> list[float]:
     """The rates of the successful runs of ``system`` on ``query``."""
     return [
@@ -783,19 +830,27 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
     """Settings from the command line (``BENCH_KAFKA_PORT``/``BENCH_BROKER`` from the
     environment, like the other harness sections)."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.nexmark", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="100k events, q0 q1 q2 q7 only")
-    ap.add_argument("--events", type=int, help="input events (default 300,000)")
+    ap.add_argument(
+        "--quick", action="store_true", help="100k events, q0 q1 q2 q7 only, one run each"
+    )
+    ap.add_argument("--events", type=int, help="input events (default 2,000,000)")
     ap.add_argument("--queries", help=f"comma-separated (default {','.join(QUERIES)})")
     ap.add_argument("--systems", help="comma-separated (default lockgate,flink,quix)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per system and query")
+    ap.add_argument("--repeat", type=int, help="runs per system and query (default 3)")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--disorder", type=int, default=1, help="out-of-order group size")
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    ap.add_argument("--timeout", type=int, default=1800, help="seconds per run")
     ap.add_argument(
         "--flink-shared-jvm",
         action="store_true",
         help="one PyFlink process (one JVM) runs all queries (default: one per query)",
+    )
+    ap.add_argument(
+        "--parallelism",
+        type=int,
+        default=1,
+        help="lockgate instances per app and Flink's parallelism (Quix Streams is not run)",
     )
     ap.add_argument("--no-results", action="store_true", help="do not write RESULTS-nexmark.md")
     ap.add_argument("--render", metavar="JSON", help="only re-render RESULTS-nexmark.md")
@@ -804,6 +859,7 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
     if ns.quick:
         s.events = 100_000
         s.queries = ["q0", "q1", "q2", "q7"]
+        s.repeat = 1
     if ns.events:
         s.events = ns.events
     if ns.queries:
@@ -813,9 +869,17 @@ def parse(argv: list[str] | None = None) -> tuple[Settings, argparse.Namespace]:
     unknown = set(s.queries) - set(QUERIES) or set(s.systems) - set(SYSTEMS)
     if unknown:
         ap.error(f"unknown: {sorted(unknown)}")
-    s.repeat, s.partitions, s.disorder = ns.repeat, ns.partitions, ns.disorder
+    if ns.repeat:
+        s.repeat = ns.repeat
+    s.partitions, s.disorder = ns.partitions, ns.disorder
     s.seed, s.run_timeout = ns.seed, ns.timeout
     s.flink_shared_jvm = ns.flink_shared_jvm
+    s.parallelism = ns.parallelism
+    if s.parallelism > 1 and "quix" in s.systems:
+        say("--parallelism: Quix Streams runs one process only; not running it")
+        s.systems = [x for x in s.systems if x != "quix"]
+    if s.parallelism < 1 or s.parallelism > s.partitions:
+        ap.error("--parallelism must be between 1 and --partitions")
     s.kafka_port = int(os.environ.get("BENCH_KAFKA_PORT", "49092"))
     s.external_broker = os.environ.get("BENCH_BROKER", "")
     return s, ns
@@ -897,19 +961,27 @@ def _delete(admin: Admin, topics: list[str]) -> None:
 
 # --------------------------------------------------------------------------- make bench
 
-#: ``make bench``'s step defaults (``BENCH_NEXMARK_*`` override them): sized for about
-#: 10 minutes on a quiet 2-core machine, every query on every system that expresses it
-STEP_EVENTS = 200_000
-STEP_REPEAT = 1
+#: ``make bench``'s step defaults (``BENCH_NEXMARK_*`` override them): three interleaved
+#: runs of lockgate and Flink on four queries, one of each kind (a map, a selective filter,
+#: a two-stage window, a hop window with a re-key); measured alone: 6.6 min at load 4-9
+#: (1M events), 7.6 min at load 8-15 (500k). The long form, every query on the three
+#: systems with 2M events (about 45 min quiet, 1.5 hours loaded: an estimate), is
+#: ``make bench-nexmark`` (docs/benchmarks.md,
+#: "Time budget")
+STEP_EVENTS = 1_000_000
+STEP_REPEAT = 3
+STEP_QUERIES = ["q1", "q2", "q7", "q5"]
+STEP_SYSTEMS = ["lockgate", "flink"]
 
 
 def bench_step(cfg: Config, admin: Admin, out_dir: Path, run_id: str) -> dict[str, Any]:
     """The "nexmark" step of ``make bench`` on its running broker (``cfg.bootstrap``).
 
-    Every query of :data:`QUERIES` on lockgate, Flink and Quix Streams (where it can
-    express it), ``BENCH_NEXMARK_EVENTS`` events (default :data:`STEP_EVENTS`),
-    ``BENCH_NEXMARK_REPEAT`` runs per system and query (default :data:`STEP_REPEAT`),
-    ``BENCH_NEXMARK_QUERIES``/``BENCH_NEXMARK_SYSTEMS`` to narrow it; Flink runs every
+    The queries :data:`STEP_QUERIES` on :data:`STEP_SYSTEMS` (``BENCH_NEXMARK_QUERIES`` /
+    ``BENCH_NEXMARK_SYSTEMS``: any of :data:`QUERIES` and :data:`SYSTEMS`),
+    ``BENCH_NEXMARK_EVENTS`` events (default :data:`STEP_EVENTS`),
+    ``BENCH_NEXMARK_REPEAT`` runs per system and query (default :data:`STEP_REPEAT`,
+    interleaved); Flink runs every
     query in one PyFlink process (one JVM, ``BENCH_NEXMARK_FLINK_SHARED_JVM=0``: one per
     query). Never raises: a failed query, system or setup is recorded in ``errors``.
     Deletes its own topics.
@@ -919,8 +991,8 @@ def bench_step(cfg: Config, admin: Admin, out_dir: Path, run_id: str) -> dict[st
     s = Settings()
     s.events = _env_int("BENCH_NEXMARK_EVENTS", STEP_EVENTS)
     s.repeat = _env_int("BENCH_NEXMARK_REPEAT", STEP_REPEAT)
-    s.queries = _env_list("BENCH_NEXMARK_QUERIES", QUERIES)
-    s.systems = _env_list("BENCH_NEXMARK_SYSTEMS", SYSTEMS)
+    s.queries = _env_list("BENCH_NEXMARK_QUERIES", STEP_QUERIES)
+    s.systems = _env_list("BENCH_NEXMARK_SYSTEMS", STEP_SYSTEMS)
     s.run_timeout = max(cfg.run_timeout, 300)
     s.flink_shared_jvm = os.environ.get("BENCH_NEXMARK_FLINK_SHARED_JVM", "1") != "0"
     s.kafka_port = cfg.kafka_port

@@ -36,6 +36,16 @@ CONTROL_TOPIC = "lockgate.control"
 #: Seconds the start-up check of the consumer group keeps asking while its coordinator is not
 #: ready (a broker that just started loads __consumer_offsets first).
 GROUP_CHECK_TIMEOUT_S = 120.0
+#: ``fetch.queue.backoff.ms`` of the input consumer and the changelog reader. librdkafka
+#: stops fetching a partition for this long (default 1000 ms) whenever its queue is over
+#: ``queued.min.messages`` or ``queued.max.messages.kbytes``. The memory plan bounds the
+#: queue (``MemoryPlan.fetch_config``: 16 MiB at the default limit, shared by every
+#: partition since their queues forward to the consumer's), one fetch response fills it,
+#: and the loop drains it in a fraction of a second, then waited out the rest of the
+#: second in ``consume()``: Nexmark q2 (a filter) ran at ~77k events/s with 0.16 cores busy;
+#: with 20 ms, ~270k events/s (docs/benchmarks.md, "What bounds q2"). A queue over its
+#: bound is re-checked that often, with no request to the broker.
+FETCH_QUEUE_BACKOFF_MS = 20
 #: A just-created topic, or any topic while the broker restarts, has no known leader:
 #: list_offsets answers these for a while ("No leaders found" is _NOENT).
 _METADATA_NOT_READY = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._NOENT}  # noqa: SLF001
@@ -114,6 +124,7 @@ def consumer_config(settings: Settings, app: str) -> dict[str, Any]:
         "partition.assignment.strategy": "cooperative-sticky",
         "client.id": f"{app}-{settings.instance_id}",
         "fetch.wait.max.ms": 100,
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
     }
     if settings.group_protocol is GroupProtocol.CONSUMER:
         # KIP-848: the broker assigns (incrementally); client-side strategies do not apply.
@@ -147,6 +158,7 @@ def restore_consumer_config(settings: Settings, app: str) -> dict[str, Any]:
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
         "fetch.wait.max.ms": 20,  # reach the end (EOF) quickly
+        "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
         "auto.offset.reset": "earliest",
         "client.id": f"{app}-{settings.instance_id}-restore",
     }

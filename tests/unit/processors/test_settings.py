@@ -72,6 +72,24 @@ def test_passthrough_goes_to_the_clients_that_accept_it(monkeypatch: pytest.Monk
     assert "session.timeout.ms" not in kip848 and "partition.assignment.strategy" not in kip848
 
 
+def test_fetch_queue_backoff_is_short_and_can_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    # librdkafka's 1 s default idled the loop once the bounded fetch queue was drained
+    from processors._kafka.clients import (
+        FETCH_QUEUE_BACKOFF_MS,
+        consumer_config,
+        producer_config,
+        restore_consumer_config,
+    )
+
+    s = load_settings()
+    assert FETCH_QUEUE_BACKOFF_MS < 100
+    assert consumer_config(s, "a")["fetch.queue.backoff.ms"] == FETCH_QUEUE_BACKOFF_MS
+    assert restore_consumer_config(s, "a")["fetch.queue.backoff.ms"] == FETCH_QUEUE_BACKOFF_MS
+    assert "fetch.queue.backoff.ms" not in producer_config(s, "a", "a-1")
+    monkeypatch.setenv("LOCKGATE_KAFKA__FETCH_QUEUE_BACKOFF_MS", "250")
+    assert consumer_config(load_settings(), "a")["fetch.queue.backoff.ms"] == "250"
+
+
 # -- unknown variables, the allow-list and app-declared variables ---------------------------
 
 
