@@ -57,7 +57,7 @@ class Config:
     steps: list[str] = field(
         default_factory=lambda: env_list(
             "BENCH_STEPS",
-            "matrix,sweep,windows,recovery,latency,profile,pipeline,enrich,nexmark",
+            "matrix,sweep,windows,recovery,latency,profile,pipeline,enrich,failover,nexmark",
         )
     )
     #: commit / checkpoint intervals (ms) of the sweep; 1000 comes from the matrix

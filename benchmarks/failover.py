@@ -461,7 +461,7 @@ def main() -> int:
         (BENCH_DIR / "RESULTS-failover.md").write_text(_report(results))
         return 0
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out_dir = BENCH_DIR / "out" / f"failover-{stamp}"
+    out_dir = Path(os.environ.get("BENCH_FAILOVER_OUT") or BENCH_DIR / "out" / f"failover-{stamp}")
     out_dir.mkdir(parents=True, exist_ok=True)
     port = int(os.environ.get("BENCH_KAFKA_PORT", "49092"))
     external = os.environ.get("BENCH_BROKER", "")
@@ -517,7 +517,7 @@ def main() -> int:
         results["uptime_after"] = uptime()
         results["total_seconds"] = round(time.monotonic() - t0, 1)
         (out_dir / "results.json").write_text(json.dumps(results, indent=1))
-    md = BENCH_DIR / "RESULTS-failover.md"
+    md = Path(os.environ.get("BENCH_FAILOVER_REPORT") or BENCH_DIR / "RESULTS-failover.md")
     md.write_text(_report(results))
     say(f"wrote {md} and {out_dir / 'results.json'}")
     return code

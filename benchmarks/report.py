@@ -519,6 +519,13 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
         L.extend(enrich_render(res["enrich"], meta))
         a("")
 
+    # ---- fresh-volume failover (benchmarks/failover.py, short form)
+    failover_md = res.get("failover", {}).get("markdown", "")
+    if failover_md:
+        for line in failover_md.splitlines():
+            a("#" + line if line.startswith("#") else line)
+        a("")
+
     # ---- event-time windows (benchmarks/windows.py)
     win = windows_results(res)
     # The comparison with the peers is in the tables above (medians and ranges, both Quix

@@ -17,6 +17,7 @@ import gc
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -529,6 +530,37 @@ class Bench:
             doc = json.dumps({"meta": meta, "enrich": eb.results}, indent=1)
             enrich.OUT_JSON.write_text(doc)
 
+    # -- failover ---------------------------------------------------------------------
+
+    def step_failover(self) -> None:
+        """Fresh-volume failover, 1M keys, snapshots off/on (benchmarks/failover.py, short).
+
+        The full form (1M and 10M keys, 3 rounds, a changelog tail, an S3 store) is
+        ``make bench-failover``; this step runs it on the harness's broker with
+        ``BENCH_FAILOVER_KEYS`` (default 1,000,000) keys, 2 rounds per mode, no tail, and
+        keeps its report in the run's directory.
+        """
+        out = self.out_dir / "failover"
+        env = {
+            **os.environ,
+            "BENCH_BROKER": self.cfg.bootstrap,
+            "BENCH_FAILOVER_KEYS": os.environ.get("BENCH_FAILOVER_KEYS", "1000000"),
+            "BENCH_FAILOVER_REPEAT": os.environ.get("BENCH_FAILOVER_REPEAT", "2"),
+            "BENCH_FAILOVER_TAIL": "0",
+            "BENCH_FAILOVER_OUT": str(out),
+            "BENCH_FAILOVER_REPORT": str(out / "failover.md"),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.failover"], env=env, cwd=ROOT, check=False
+        )
+        report = out / "failover.md"
+        self.results["failover"] = {
+            "markdown": report.read_text() if report.exists() else "",
+            "exit": done.returncode,
+        }
+        if done.returncode != 0:
+            self.results["errors"].append(f"failover: exit {done.returncode} (see {out})")
+
     # -- nexmark ----------------------------------------------------------------------
 
     def step_nexmark(self) -> None:
@@ -687,6 +719,7 @@ def main() -> int:
             "profile": bench.step_profile,
             "pipeline": bench.step_pipeline,
             "enrich": bench.step_enrich,
+            "failover": bench.step_failover,
             "nexmark": bench.step_nexmark,
         }
         for name in cfg.steps:
