@@ -402,9 +402,15 @@ def _report(results: dict[str, Any]) -> str:
             f"With_s3: as with, but the snapshot store is `s3://{S3_BUCKET}/<run>` on "
             f"{results['s3']}; the local store's snapshots were copied there after the load, "
             "byte for byte, and are downloaded by the instance through s3fs; it rotates with "
-            "the two others. moto's server is a real HTTP server speaking the S3 API over "
-            "loopback, with an in-memory store: not a production object store (no network latency, "
-            "no throttling, one Python process serving every request).",
+            "the two others. "
+            + (
+                "moto's server is a real HTTP server speaking the S3 API over loopback, with "
+                "an in-memory store: not a production object store (no network latency, no "
+                "throttling, one Python process serving every request)."
+                if "moto" in str(results["s3"])
+                else "SeaweedFS is a real S3-compatible object store (objects in volume files "
+                "on disk), here on loopback: no network latency between the instance and it."
+            ),
             "",
         ]
     lines += [
