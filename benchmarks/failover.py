@@ -376,7 +376,8 @@ def _report(results: dict[str, Any]) -> str:
     lines = [
         "# Fresh-volume failover: whole changelog vs snapshot + changelog tail",
         "",
-        f"Measured by `make bench-failover` (`benchmarks/failover.py`) on {results['started']}, "
+        "Measured by `benchmarks/failover.py` (`make bench-failover`, or `make bench`'s "
+        f"failover step) on {results['started']}, "
         f"{results['total_seconds'] / 60:.1f} min, on {results['machine']['cpu']} "
         f"({results['machine']['cores']} cores, {results['machine']['memory_gib']} GiB). "
         "The machine is shared (others run tests on it): load before "
