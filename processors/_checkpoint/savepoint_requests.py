@@ -194,9 +194,10 @@ class SavepointRequests:
 
         For a bounded run's final savepoint: key groups this instance was assigned after
         its epoch carrying the savepoint committed (their previous owner died before
-        taking it) take it at the next epoch; key groups that took it already are skipped
-        by their checkpoint (the runtime's rule). Nothing happens while another request is
-        in progress or queued, or when the savepoint was cancelled.
+        taking it) take it at the next epoch; key groups that took it already (a
+        committed manifest of it) are skipped (the runtime's rule). It may be re-armed
+        again once the epoch carrying it committed (:meth:`done`). Nothing happens while
+        another request is in progress or queued, or when the savepoint was cancelled.
 
         Returns:
             Whether it became :attr:`current`.

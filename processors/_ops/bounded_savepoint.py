@@ -15,7 +15,10 @@ processors/_runtime/savepoints.py); this component only decides *when* it is req
   key group 0 writes one savepoint request (``bounded`` in it) to the app's control
   topic. Every instance takes it for its key groups at its next epoch (a key group
   assigned later, its previous owner gone before taking it, takes it then: the runtime
-  re-arms the request; a key group past it is skipped, as for any savepoint).
+  re-arms the request). A key group took it when a committed manifest of it exists for
+  that key group (read by the waiter, or committed by this instance), not by its
+  checkpoint: a key group taken over and drained after the request is past the request's
+  checkpoint yet has not taken it.
 * **Complete means the descriptor is written.** Each instance waits for the manifests
   of all key groups, writes the descriptor if nobody has, and exits 0 with the id; a
   failed manifest (e.g. an unwritable location), a request that never comes or a
@@ -41,7 +44,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -124,6 +127,10 @@ class BoundedSavepoint:
         self.request: dict[str, Any] | None = None
         #: Set once, when the savepoint completed or failed (read by the loop).
         self.result: Outcome | None = None
+        #: (savepoint, key group) with a committed manifest: read by the waiter, or
+        #: committed by the loop's epoch. Both threads use it: under the lock.
+        self._manifests: set[tuple[str, int]] = set()
+        self._manifests_lock = threading.Lock()
 
     def start(self) -> None:
         """Start waiting (once)."""
@@ -133,6 +140,19 @@ class BoundedSavepoint:
     def close(self) -> None:
         """Stop waiting (the thread ends at its next check; it is a daemon)."""
         self._stopping.set()
+
+    def has_manifest(self, savepoint: str, g: int) -> bool:
+        """Whether key group ``g`` has a committed manifest of ``savepoint`` (any thread)."""
+        with self._manifests_lock:
+            return (savepoint, g) in self._manifests
+
+    def exported(self, savepoint: str, groups: Iterable[int]) -> None:
+        """The loop's epoch exporting ``savepoint`` for ``groups`` committed."""
+        self._seen(savepoint, groups)
+
+    def _seen(self, savepoint: str, groups: Iterable[int]) -> None:
+        with self._manifests_lock:
+            self._manifests.update((savepoint, g) for g in groups)
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -176,6 +196,7 @@ class BoundedSavepoint:
                     {self._name: self._partitions},
                     max(1.0, deadline - time.monotonic()),
                     lambda line: log.info("bounded run: %s", line),
+                    lambda _app, g: self._seen(sp_id, (g,)),
                 )
                 if sp_id not in store.list_savepoints():
                     descriptor = build_descriptor(

@@ -196,6 +196,7 @@ class Ops:
         totals: Mapping[str, int],
         timeout_s: float,
         progress: Callable[[str], None],
+        seen: Callable[[str, int], None] | None = None,
     ) -> dict[str, dict[int, dict[str, Any]]]:
         """Read the control partitions from ``start`` until every key group has a manifest.
 
@@ -206,6 +207,8 @@ class Ops:
             totals: app -> P, in the order to report.
             timeout_s: give up after this long.
             progress: called with a progress line at most every 2 s (and at the end).
+            seen: called with (app, key group) for every manifest read (a key group
+                exported twice, e.g. by a new owner, keeps the last manifest read).
 
         Returns:
             app -> key group -> manifest record.
@@ -246,6 +249,8 @@ class Ops:
                         continue
                     if 0 <= g < totals[app]:
                         manifests[app][g] = value
+                        if seen is not None:
+                            seen(app, g)
                 errors = manifest_problems(manifests)
                 done = {a: len(m) for a, m in manifests.items()}
                 text = progress_text(savepoint_id, done, totals)

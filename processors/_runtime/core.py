@@ -227,6 +227,15 @@ class RunnerCore:
         """
         return False
 
+    def _savepoint_taken(self, g: int, request: dict[str, Any]) -> bool:
+        """Whether source key group ``g`` took ``request`` already (it is skipped).
+
+        By default: its checkpoint is at or past the request's (a previous owner took
+        it). The runner decides a bounded run's final savepoint by its committed
+        manifests instead.
+        """
+        return self._marks.done(g) >= int(request["checkpoint"])
+
     # -- bounded waits --------------------------------------------------------------------
 
     @property

@@ -575,7 +575,7 @@ class EpochMixin(SavepointMixin):
             live_source = source and g not in self._halted
             if live_source:
                 saving = savepoint
-                if saving is not None and self._marks.done(g) >= int(saving["checkpoint"]):
+                if saving is not None and self._savepoint_taken(g, saving):
                     saving = None  # a previous owner took this savepoint already
                 elif saving is not None and self._marks.restored_since(
                     g, int(saving.get("requested_ms") or 0)

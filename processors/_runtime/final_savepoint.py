@@ -6,13 +6,14 @@ clients and savepoint store (processors/_ops/bounded_savepoint.py, which impleme
 protocol); the runtime sits below them, so it is handed a factory
 (:data:`FinalSavepointFactory`, from ``processors/cli.py``) and only talks to the
 protocol: it starts it when its key groups reached the bound, tells it which key groups it
-owns, re-arms its request for key groups assigned later, and stops when
+owns, re-arms its request for key groups assigned later that have no committed manifest
+of it (:meth:`FinalSavepoint.has_manifest`), and stops when
 :attr:`FinalSavepoint.result` is set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +55,18 @@ class FinalSavepoint(Protocol):
 
     def start(self) -> None:
         """Start waiting (a second call does nothing)."""
+
+    def has_manifest(self, savepoint: str, g: int) -> bool:
+        """Whether key group ``g`` has a committed manifest of ``savepoint`` (thread-safe).
+
+        One the waiter read (read_committed), or one this instance's epoch committed
+        (:meth:`exported`). The runtime's rule for a bounded request: a key group with one
+        took it already; any other takes it (re-armed), whatever its checkpoint.
+        """
+        ...
+
+    def exported(self, savepoint: str, groups: Iterable[int]) -> None:
+        """The loop's epoch exporting ``savepoint`` for ``groups`` committed."""
 
     def close(self) -> None:
         """Stop waiting (the instance is going)."""

@@ -552,6 +552,28 @@ class Runner(BarrierMixin):
             return False
         return not self._bounded_all_ended()
 
+    def _savepoint_taken(self, g: int, request: dict[str, Any]) -> bool:
+        """A bounded run's final savepoint: taken where a committed manifest of it exists.
+
+        Not by the checkpoint: a key group taken over in the savepoint phase (its previous
+        owner died before exporting it) is drained and committed at an id past the
+        request's checkpoint (this instance's ids are), as is one of an instance restarted
+        or deferring longer than the request's margin; it still has to take it.
+        """
+        sp = self._final_savepoint
+        if not request.get("bounded") or self._bound is None or sp is None:
+            return super()._savepoint_taken(g, request)
+        return sp.has_manifest(str(request["savepoint"]), g)
+
+    def _savepoint_committed(
+        self, request: dict[str, Any], manifests: dict[int, dict[str, Any]]
+    ) -> None:
+        """The epoch carrying a savepoint committed: a bounded run's notes its manifests."""
+        super()._savepoint_committed(request, manifests)
+        sp = self._final_savepoint
+        if sp is not None and request.get("bounded"):
+            sp.exported(str(request["savepoint"]), manifests)
+
     def _final_savepoint_step(self) -> None:
         """In the savepoint phase: re-arm the request for new key groups; stop when done."""
         sp = self._final_savepoint
@@ -564,8 +586,7 @@ class Runner(BarrierMixin):
             request is not None
             and self._bounded_all_ended()
             and any(
-                self._live_source(g) and self._marks.done(g) < int(request["checkpoint"])
-                for g in self._kgs
+                self._live_source(g) and not self._savepoint_taken(g, request) for g in self._kgs
             )
             and self._sp_requests.rearm(request)
         ):

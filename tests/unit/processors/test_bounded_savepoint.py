@@ -179,6 +179,29 @@ def test_a_key_group_reached_the_bound_when_its_marker_is_at_or_past_ours(
     assert not sp._reached(1, None)
 
 
+def test_a_key_group_took_the_savepoint_when_a_committed_manifest_of_it_exists(
+    tmp_path: Path,
+) -> None:
+    # The runtime's rule for a bounded request (not the key group's checkpoint: one taken
+    # over and drained in the savepoint phase is past the request's checkpoint).
+    sp = _component(tmp_path, {("in", 0): 10, ("in", 1): 7})
+    assert not sp.has_manifest(SP1, 0)
+    sp.exported(SP1, {1: {"error": None}})  # the loop's epoch committed key group 1's
+    assert sp.has_manifest(SP1, 1) and not sp.has_manifest(SP1, 0)
+    sp._seen(SP1, (0,))  # the waiter read key group 0's (read_committed)
+    assert sp.has_manifest(SP1, 0)
+    assert not sp.has_manifest(SP2, 0)  # per savepoint
+
+
+def test_a_bounded_request_is_rearmed_again_after_its_epoch_committed() -> None:
+    requests = SavepointRequests()
+    request = {"savepoint": SP1, "checkpoint": 100, "bounded": {"until": "now"}}
+    assert requests.rearm(request)
+    requests.done(request)
+    assert requests.rearm(request)  # key groups assigned since take it
+    assert requests.current is request
+
+
 def _descriptor(sp_id: str, offsets: list[int], bounded: bool) -> dict[str, Any]:
     return {
         "savepoint": sp_id,
