@@ -130,6 +130,9 @@ class BoundedSavepoint:
         #: (savepoint, key group) with a committed manifest: read by the waiter, or
         #: committed by the loop's epoch. Both threads use it: under the lock.
         self._manifests: set[tuple[str, int]] = set()
+        #: Savepoints whose committed manifests the waiter has read to the end once:
+        #: for them, a key group absent from ``_manifests`` has none (see has_manifest).
+        self._caught_up: set[str] = set()
         self._manifests_lock = threading.Lock()
 
     def start(self) -> None:
@@ -141,10 +144,16 @@ class BoundedSavepoint:
         """Stop waiting (the thread ends at its next check; it is a daemon)."""
         self._stopping.set()
 
-    def has_manifest(self, savepoint: str, g: int) -> bool:
-        """Whether key group ``g`` has a committed manifest of ``savepoint`` (any thread)."""
+    def has_manifest(self, savepoint: str, g: int) -> bool | None:
+        """Whether key group ``g`` has a committed manifest of ``savepoint`` (any thread).
+
+        ``None`` (not known yet) until the waiter has read that savepoint's manifests to
+        the end once, unless this instance's own epoch committed one.
+        """
         with self._manifests_lock:
-            return (savepoint, g) in self._manifests
+            if (savepoint, g) in self._manifests:
+                return True
+            return False if savepoint in self._caught_up else None
 
     def exported(self, savepoint: str, groups: Iterable[int]) -> None:
         """The loop's epoch exporting ``savepoint`` for ``groups`` committed."""
@@ -153,6 +162,10 @@ class BoundedSavepoint:
     def _seen(self, savepoint: str, groups: Iterable[int]) -> None:
         with self._manifests_lock:
             self._manifests.update((savepoint, g) for g in groups)
+
+    def _read_to_end(self, savepoint: str) -> None:
+        with self._manifests_lock:
+            self._caught_up.add(savepoint)
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -197,6 +210,7 @@ class BoundedSavepoint:
                     max(1.0, deadline - time.monotonic()),
                     lambda line: log.info("bounded run: %s", line),
                     lambda _app, g: self._seen(sp_id, (g,)),
+                    lambda: self._read_to_end(sp_id),
                 )
                 if sp_id not in store.list_savepoints():
                     descriptor = build_descriptor(

@@ -197,6 +197,7 @@ class Ops:
         timeout_s: float,
         progress: Callable[[str], None],
         seen: Callable[[str, int], None] | None = None,
+        caught_up: Callable[[], None] | None = None,
     ) -> dict[str, dict[int, dict[str, Any]]]:
         """Read the control partitions from ``start`` until every key group has a manifest.
 
@@ -209,6 +210,8 @@ class Ops:
             progress: called with a progress line at most every 2 s (and at the end).
             seen: called with (app, key group) for every manifest read (a key group
                 exported twice, e.g. by a new owner, keeps the last manifest read).
+            caught_up: called once, when every partition read has reached its end once
+                (every manifest committed before then has been passed to ``seen``).
 
         Returns:
             app -> key group -> manifest record.
@@ -225,12 +228,18 @@ class Ops:
         deadline = time.monotonic() + timeout_s
         last_progress = 0.0
         shown = ""
+        at_end: set[tuple[str, int]] = set()
         try:
             while True:
                 for msg in consumer.consume(500, 0.2):
                     err = msg.error()
                     if err is not None:
-                        if err.code() != PARTITION_EOF and err.fatal():
+                        if err.code() == PARTITION_EOF and caught_up is not None:
+                            at_end.add((str(msg.topic()), msg.partition() or 0))
+                            if len(at_end) == len(start):
+                                caught_up()
+                                caught_up = None
+                        elif err.fatal():
                             raise OpsError(f"reading the control topics: {err}")
                         continue
                     key = msg.key()

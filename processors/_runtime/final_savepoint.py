@@ -56,12 +56,14 @@ class FinalSavepoint(Protocol):
     def start(self) -> None:
         """Start waiting (a second call does nothing)."""
 
-    def has_manifest(self, savepoint: str, g: int) -> bool:
+    def has_manifest(self, savepoint: str, g: int) -> bool | None:
         """Whether key group ``g`` has a committed manifest of ``savepoint`` (thread-safe).
 
         One the waiter read (read_committed), or one this instance's epoch committed
-        (:meth:`exported`). The runtime's rule for a bounded request: a key group with one
-        took it already; any other takes it (re-armed), whatever its checkpoint.
+        (:meth:`exported`); ``None`` while not known (the waiter has not read that
+        savepoint's manifests to the end yet). The runtime's rule for a bounded request:
+        a key group with one took it already; one known to have none takes it (re-armed),
+        whatever its checkpoint; while not known, the checkpoint rule of every savepoint.
         """
         ...
 

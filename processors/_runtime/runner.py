@@ -563,7 +563,10 @@ class Runner(BarrierMixin):
         sp = self._final_savepoint
         if not request.get("bounded") or self._bound is None or sp is None:
             return super()._savepoint_taken(g, request)
-        return sp.has_manifest(str(request["savepoint"]), g)
+        known = sp.has_manifest(str(request["savepoint"]), g)
+        if known is None:  # not read yet (a restart; an earlier run's request): by checkpoint
+            return super()._savepoint_taken(g, request)
+        return known
 
     def _savepoint_committed(
         self, request: dict[str, Any], manifests: dict[int, dict[str, Any]]
@@ -584,9 +587,12 @@ class Runner(BarrierMixin):
         request = sp.request
         if (
             request is not None
+            and sp.result is None
+            and int(request.get("expires_ms", 0)) > time.time() * 1000  # else it would spin
             and self._bounded_all_ended()
             and any(
-                self._live_source(g) and not self._savepoint_taken(g, request) for g in self._kgs
+                self._live_source(g) and sp.has_manifest(str(request["savepoint"]), g) is False
+                for g in self._kgs
             )
             and self._sp_requests.rearm(request)
         ):
