@@ -194,6 +194,8 @@ class RunnerCore:
         #: The epoch being committed has nothing but barriers (an idle writer's epoch).
         self._barrier_only = False
         self._consecutive_aborts = 0
+        #: Epochs aborted in a row because a sink could not take them (backed off).
+        self._sink_outage_aborts = 0
         #: Processing stops at this time within an epoch (half the transaction timeout).
         self._budget_s = settings.transaction_timeout_ms / 2000
         self._epoch_deadline = time.monotonic() + self._budget_s

@@ -45,6 +45,9 @@ from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
 log = logging.getLogger("lockgate.runtime")
 
 _MAX_CONSECUTIVE_ABORTS = 10
+#: Back-off after an epoch a sink could not take (an outage of its database or store):
+#: the first wait, doubled after each such abort in a row, up to the cap (seconds).
+SINK_OUTAGE_BACKOFF_S = (1.0, 30.0)
 #: Offset commit refusals that mean "this member's generation is over" (at-least-once).
 _STALE_MEMBER = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID})
 
@@ -294,6 +297,7 @@ class EpochMixin(SavepointMixin):
     ) -> None:
         """After the commit: the state to RocksDB, the bookkeeping, the next transaction."""
         self._consecutive_aborts = 0
+        self._sink_outage_aborts = 0
         self._check_writes = False
         self._apply_locally(ckpt, writes)
         self._positions.mark_committed(
@@ -740,8 +744,15 @@ class EpochMixin(SavepointMixin):
 
     # -- abort ----------------------------------------------------------------------------
 
-    def _abort_epoch(self, reason: str) -> None:
+    def _abort_epoch(self, reason: str, *, sink_outage: bool = False) -> None:
         """Abort the open epoch: drop uncommitted state, rewind inputs, begin again.
+
+        Args:
+            reason: why, for the log.
+            sink_outage: a sink could not take the epoch (its database or store is down or
+                too slow: ``SinkUnavailable``). Not counted as a replay loop: the instance
+                stays up and waits before the replay, 1 s doubled after each such abort in
+                a row up to 30 s (``SINK_OUTAGE_BACKOFF_S``), until a commit succeeds.
 
         Raises:
             FatalKafkaError: too many aborts in a row without a commit (a replay loop),
@@ -750,7 +761,9 @@ class EpochMixin(SavepointMixin):
         """
         log.warning("aborting epoch", extra={"reason": reason})
         self._checkpoints.forget()  # what the aborted barriers said never reached anyone
-        if not self._barrier_only:
+        if sink_outage:
+            self._sink_outage_aborts += 1
+        elif not self._barrier_only:
             # A barrier-only epoch that fails (an outage) replays nothing: not a replay loop.
             self._consecutive_aborts += 1
         self._barrier_only = False
@@ -785,7 +798,26 @@ class EpochMixin(SavepointMixin):
         self.metrics.epochs_aborted += 1
         if self.eos and not self._stop_committing:  # closing after a failure: nothing begins
             self._begin()
+        if sink_outage:
+            self._wait_out_sink_outage(reason)
         self._reset_epoch_deadline()
+
+    def _wait_out_sink_outage(self, reason: str) -> None:
+        """Wait before replaying an epoch a sink could not take (see :meth:`_abort_epoch`).
+
+        Waits in short slices: a stop request ends the wait at once, and the loop's
+        heartbeat stays fresh (a sink outage is not a stalled loop for /livez).
+        """
+        first, cap = SINK_OUTAGE_BACKOFF_S
+        wait_s = min(cap, first * 2 ** (self._sink_outage_aborts - 1))
+        log.error(
+            "a sink could not take the epoch: waiting before the replay",
+            extra={"wait_s": wait_s, "aborts_in_a_row": self._sink_outage_aborts, "reason": reason},
+        )
+        until = time.monotonic() + wait_s
+        while not self._stop and time.monotonic() < until:
+            self.metrics.beat()
+            time.sleep(min(0.2, max(0.0, until - time.monotonic())))
 
     def _rewind(self, groups: list[int]) -> None:
         """Seek the inputs of ``groups`` back to their last committed positions.

@@ -75,6 +75,7 @@ from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
 from processors._runtime.startup import prepare_topics
 from processors._runtime.timer_guard import TimerGuard, TimerRewind
+from processors._sinks.errors import SinkUnavailable
 from processors._task.failures import stop_error
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
@@ -763,7 +764,7 @@ class Runner(BarrierMixin):
                     try:
                         self._end_epoch()
                     except AbortEpoch as exc:
-                        self._abort_epoch(str(exc))
+                        self._abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
                     next_epoch = time.monotonic() + interval
             self._finish()
         except Stopping as exc:

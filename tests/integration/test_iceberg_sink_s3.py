@@ -9,8 +9,9 @@ properties (``LOCKGATE_ICEBERG_S3_*``), the credentials only in pyiceberg's envi
 configuration (``PYICEBERG_CATALOG__DEFAULT__S3__*``), never in the declaration.
 
 Mid-run the S3 server stops listening (every request refused) for twice the Kafka
-transaction timeout while the second half of the input arrives, then listens again with
-the same data. The epochs meeting the outage abort and replay (or an append after its
+transaction timeout (and, in the long variant, for 70 s: more aborted epochs in a row than
+the replay-loop limit, so the sink's back-off must keep the instance up) while the second
+half of the input arrives, then listens again with the same data. The epochs meeting the outage abort and replay (or an append after its
 Kafka commit stays pending); the instance must neither exit nor log the secret key, and
 afterwards the table must equal the model of the stored input: every event once with its
 running total, no prepare marker and no data file outside the table left
@@ -34,6 +35,9 @@ KEYS = 40
 TXN_TIMEOUT_MS = 4000
 #: The file store's outage: twice the transaction timeout.
 OUTAGE_S = TXN_TIMEOUT_MS / 1000 * 2
+#: A long outage: more sink aborts in a row than the replay-loop limit (10) would allow
+#: without the back-off (the instance used to exit after 30-50 s of outage).
+LONG_OUTAGE_S = 70.0
 
 
 def _inputs(start: int, n: int) -> list[tuple[str, int, int]]:
@@ -43,6 +47,21 @@ def _inputs(start: int, n: int) -> list[tuple[str, int, int]]:
 def test_iceberg_sink_on_s3_exactly_once_through_a_file_store_outage(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
+    _through_an_outage(kafka_bootstrap, tmp_path, OUTAGE_S)
+
+
+def test_iceberg_sink_on_s3_stays_up_through_a_long_file_store_outage(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Longer than ten aborted epochs: the instance backs off and stays up (no crash loop)."""
+    log = _through_an_outage(kafka_bootstrap, tmp_path, LONG_OUTAGE_S)
+    waits = re.findall(r"a sink could not take the epoch: waiting before the replay", log)
+    assert waits, log[-6000:]
+    print(f"{len(waits)} back-offs during the {LONG_OUTAGE_S:.0f} s outage")
+
+
+def _through_an_outage(kafka_bootstrap: str, tmp_path: Path, outage_s: float) -> str:
+    """Run the example through an outage of ``outage_s``; check it; return its log."""
     inp, app = unique("ices3-in"), unique("ices3-sums")
     table = "lockgate." + app.replace("-", "_")
     create_topic(kafka_bootstrap, inp, 3)
@@ -83,12 +102,13 @@ def test_iceberg_sink_on_s3_exactly_once_through_a_file_store_outage(
         step = RECORDS // 2 // 10
         for i in range(10):
             produce_numbers(kafka_bootstrap, inp, _inputs(RECORDS // 2 + i * step, step))
-            time.sleep(OUTAGE_S / 10)
+            time.sleep(outage_s / 10)
         assert proc.alive, proc.log_text()[-6000:]  # the outage does not stop the instance
         s3.start()
         outage_s = time.monotonic() - outage_started
         during = proc.log_text()[log_before:]
-        deadline = time.monotonic() + 90  # then the checker says what is missing
+        # The back-off after the outage is at most 30 s; then the checker says what is missing.
+        deadline = time.monotonic() + 90
         while wh.count(table) < RECORDS and time.monotonic() < deadline:
             time.sleep(0.3)
         recovered_s = time.monotonic() - outage_started
@@ -124,3 +144,4 @@ def test_iceberg_sink_on_s3_exactly_once_through_a_file_store_outage(
     assert SECRET_KEY not in log
     assert "iceberg sink: table loaded" in log and "s3://lakehouse/warehouse" in log, log[:6000]
     assert code == 0, log[-6000:]
+    return log
