@@ -47,7 +47,7 @@ log = logging.getLogger("lockgate.runtime")
 _MAX_CONSECUTIVE_ABORTS = 10
 #: Back-off after an epoch a sink could not take (an outage of its database or store):
 #: the first wait, doubled after each such abort in a row, up to the cap (seconds).
-SINK_OUTAGE_BACKOFF_S = (1.0, 30.0)
+SINK_OUTAGE_BACKOFF_S = (0.5, 10.0)
 #: Offset commit refusals that mean "this member's generation is over" (at-least-once).
 _STALE_MEMBER = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID})
 
@@ -751,8 +751,8 @@ class EpochMixin(SavepointMixin):
             reason: why, for the log.
             sink_outage: a sink could not take the epoch (its database or store is down or
                 too slow: ``SinkUnavailable``). Not counted as a replay loop: the instance
-                stays up and waits before the replay, 1 s doubled after each such abort in
-                a row up to 30 s (``SINK_OUTAGE_BACKOFF_S``), until a commit succeeds.
+                stays up and waits before the replay, 0.5 s doubled after each such abort
+                in a row up to 10 s (``SINK_OUTAGE_BACKOFF_S``), until a commit succeeds.
 
         Raises:
             FatalKafkaError: too many aborts in a row without a commit (a replay loop),

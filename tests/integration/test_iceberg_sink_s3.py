@@ -11,11 +11,12 @@ configuration (``PYICEBERG_CATALOG__DEFAULT__S3__*``), never in the declaration.
 Mid-run the S3 server stops listening (every request refused) for twice the Kafka
 transaction timeout (and, in the long variant, for 70 s: more aborted epochs in a row than
 the replay-loop limit, so the sink's back-off must keep the instance up) while the second
-half of the input arrives, then listens again with the same data. The epochs meeting the outage abort and replay (or an append after its
-Kafka commit stays pending); the instance must neither exit nor log the secret key, and
-afterwards the table must equal the model of the stored input: every event once with its
-running total, no prepare marker and no data file outside the table left
-(tests/support/iceberg_model.py, the checker of the local-warehouse tests).
+half of the input arrives, then listens again with the same data. The epochs meeting the
+outage abort and replay (or an append after its Kafka commit stays pending); the instance
+must neither exit nor log the secret key, and afterwards the table must equal the model of
+the stored input: every event once with its running total, no prepare marker and no data
+file outside the table left (tests/support/iceberg_model.py, the checker of the
+local-warehouse tests).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def _through_an_outage(kafka_bootstrap: str, tmp_path: Path, outage_s: float) ->
         s3.start()
         outage_s = time.monotonic() - outage_started
         during = proc.log_text()[log_before:]
-        # The back-off after the outage is at most 30 s; then the checker says what is missing.
+        # The back-off after the outage is at most 10 s; then the checker says what is missing.
         deadline = time.monotonic() + 90
         while wh.count(table) < RECORDS and time.monotonic() < deadline:
             time.sleep(0.3)
