@@ -796,10 +796,10 @@ class EpochMixin(SavepointMixin):
         self._out.epoch_done()
         self._epoch_bytes = 0
         self.metrics.epochs_aborted += 1
+        if sink_outage:  # before the next transaction begins: its time runs from there
+            self._wait_out_sink_outage(reason)
         if self.eos and not self._stop_committing:  # closing after a failure: nothing begins
             self._begin()
-        if sink_outage:
-            self._wait_out_sink_outage(reason)
         self._reset_epoch_deadline()
 
     def _wait_out_sink_outage(self, reason: str) -> None:
