@@ -744,7 +744,9 @@ class EpochMixin(SavepointMixin):
 
     # -- abort ----------------------------------------------------------------------------
 
-    def _abort_epoch(self, reason: str, *, sink_outage: bool = False) -> None:
+    def _abort_epoch(
+        self, reason: str, *, sink_outage: bool = False, back_off: bool = True
+    ) -> None:
         """Abort the open epoch: drop uncommitted state, rewind inputs, begin again.
 
         Args:
@@ -753,6 +755,8 @@ class EpochMixin(SavepointMixin):
                 too slow: ``SinkUnavailable``). Not counted as a replay loop: the instance
                 stays up and waits before the replay, 0.5 s doubled after each such abort
                 in a row up to 10 s (``SINK_OUTAGE_BACKOFF_S``), until a commit succeeds.
+            back_off: with ``sink_outage``, wait here (``False`` in a rebalance callback:
+                the group would wait for it).
 
         Raises:
             FatalKafkaError: too many aborts in a row without a commit (a replay loop),
@@ -796,7 +800,7 @@ class EpochMixin(SavepointMixin):
         self._out.epoch_done()
         self._epoch_bytes = 0
         self.metrics.epochs_aborted += 1
-        if sink_outage:  # before the next transaction begins: its time runs from there
+        if sink_outage and back_off:  # before the next transaction begins: its time runs
             self._wait_out_sink_outage(reason)
         if self.eos and not self._stop_committing:  # closing after a failure: nothing begins
             self._begin()
@@ -809,7 +813,8 @@ class EpochMixin(SavepointMixin):
         heartbeat stays fresh (a sink outage is not a stalled loop for /livez).
         """
         first, cap = SINK_OUTAGE_BACKOFF_S
-        wait_s = min(cap, first * 2 ** (self._sink_outage_aborts - 1))
+        # The exponent is capped: 2**1024 is no float (after about three hours of outage).
+        wait_s = min(cap, first * 2 ** min(self._sink_outage_aborts - 1, 16))
         log.error(
             "a sink could not take the epoch: waiting before the replay",
             extra={"wait_s": wait_s, "aborts_in_a_row": self._sink_outage_aborts, "reason": reason},

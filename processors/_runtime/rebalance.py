@@ -28,6 +28,7 @@ from processors._checkpoint.control_topics import checkpoint_key, latest_records
 from processors._kafka.errors import AbortEpoch
 from processors._kafka.faults import crash_point
 from processors._runtime.epoch import EpochMixin, offset_metadata
+from processors._sinks.errors import SinkUnavailable
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import checkpoint_of
 
@@ -352,7 +353,9 @@ class RebalanceMixin(EpochMixin):
             try:
                 self._end_epoch()
             except AbortEpoch as exc:
-                self._abort_epoch(str(exc))
+                self._abort_epoch(
+                    str(exc), sink_outage=isinstance(exc, SinkUnavailable), back_off=False
+                )
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
             self._failed_in_callback(exc)
         finally:

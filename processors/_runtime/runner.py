@@ -837,8 +837,8 @@ class Runner(BarrierMixin):
             self._txn.stop_within_budget(time.monotonic())
         try:
             self._end_epoch()
-        except AbortEpoch as exc:
-            self._abort_epoch(str(exc))
+        except AbortEpoch as exc:  # the stop ends any back-off at once
+            self._abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
         # sink hook: commits still pending are done within the stop budget (else left
         # prepared, for the next owner), then the sinks close.
         self._sinks.close(None if self._txn is None else self._txn.stop_by)
