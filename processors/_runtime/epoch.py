@@ -48,6 +48,18 @@ _MAX_CONSECUTIVE_ABORTS = 10
 #: Back-off after an epoch a sink could not take (an outage of its database or store):
 #: the first wait, doubled after each such abort in a row, up to the cap (seconds).
 SINK_OUTAGE_BACKOFF_S = (0.5, 10.0)
+
+
+def sink_outage_wait_s(aborts_in_a_row: int) -> float:
+    """The wait before replaying the ``aborts_in_a_row``-th epoch in a row a sink refused.
+
+    0.5 s, doubled each time, at most 10 s (``SINK_OUTAGE_BACKOFF_S``); defined for any
+    count (the exponent is capped: ``2.0 ** 1024`` is no float).
+    """
+    first, cap = SINK_OUTAGE_BACKOFF_S
+    return float(min(cap, first * 2 ** min(max(aborts_in_a_row, 1) - 1, 16)))
+
+
 #: Offset commit refusals that mean "this member's generation is over" (at-least-once).
 _STALE_MEMBER = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID})
 
@@ -812,9 +824,7 @@ class EpochMixin(SavepointMixin):
         Waits in short slices: a stop request ends the wait at once, and the loop's
         heartbeat stays fresh (a sink outage is not a stalled loop for /livez).
         """
-        first, cap = SINK_OUTAGE_BACKOFF_S
-        # The exponent is capped: 2**1024 is no float (after about three hours of outage).
-        wait_s = min(cap, first * 2 ** min(self._sink_outage_aborts - 1, 16))
+        wait_s = sink_outage_wait_s(self._sink_outage_aborts)
         log.error(
             "a sink could not take the epoch: waiting before the replay",
             extra={"wait_s": wait_s, "aborts_in_a_row": self._sink_outage_aborts, "reason": reason},
