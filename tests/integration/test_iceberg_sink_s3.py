@@ -9,7 +9,7 @@ properties (``LOCKGATE_ICEBERG_S3_*``), the credentials only in pyiceberg's envi
 configuration (``PYICEBERG_CATALOG__DEFAULT__S3__*``), never in the declaration.
 
 Mid-run the S3 server stops listening (every request refused) for twice the Kafka
-transaction timeout (and, in the long variant, for 70 s: more aborted epochs in a row than
+transaction timeout (and, in the long variant, for 45 s: more aborted epochs in a row than
 the replay-loop limit, so the sink's back-off must keep the instance up) while the second
 half of the input arrives, then listens again with the same data. The epochs meeting the
 outage abort and replay (or an append after its Kafka commit stays pending); the instance
@@ -38,7 +38,7 @@ TXN_TIMEOUT_MS = 4000
 OUTAGE_S = TXN_TIMEOUT_MS / 1000 * 2
 #: A long outage: more sink aborts in a row than the replay-loop limit (10) would allow
 #: without the back-off (the instance used to exit after 30-50 s of outage).
-LONG_OUTAGE_S = 70.0
+LONG_OUTAGE_S = 45.0
 
 
 def _inputs(start: int, n: int) -> list[tuple[str, int, int]]:
