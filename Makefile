@@ -202,7 +202,7 @@ bench-nexmark: $(STAMP) ## Nexmark q0-q8 subset, lockgate vs Flink SQL vs Quix, 
 	$(BIN)/python -m benchmarks.nexmark $(ARGS)
 
 .PHONY: bench-failover
-bench-failover: $(STAMP) ## Fresh-volume failover vs state size (1M, 10M keys), state snapshots off/on (about 15 min; BENCH_FAILOVER_S3=moto adds rounds with the snapshots on an S3 API server) -> benchmarks/RESULTS-failover.md
+bench-failover: $(STAMP) ## Fresh-volume failover vs state size (1M, 10M keys), state snapshots off/on (about 15 min; BENCH_FAILOVER_S3=seaweedfs adds rounds with the snapshots on an S3 store) -> benchmarks/RESULTS-failover.md
 	$(BIN)/python -m benchmarks.failover
 
 clean: ## Remove the venv and caches (keeps .cache/kafka jars)
