@@ -120,9 +120,20 @@ class Fleet:
         return codes
 
     def logs(self) -> str:
-        return "\n".join(
-            f"===== {iid} =====\n{p.log_text()[-4000:]}" for iid, p in self.procs.items()
-        )
+        """Every instance's log tail, without librdkafka's lines.
+
+        A broker that is down fills a log with librdkafka's connection errors; the
+        runtime's own lines (why an instance stopped) would fall out of the tail.
+        """
+        parts = []
+        for iid, p in self.procs.items():
+            lines = p.log_text().splitlines()
+            own = [ln for ln in lines if "lockgate.librdkafka" not in ln]
+            tail = "\n".join(own)[-6000:]
+            parts.append(
+                f"===== {iid} ({len(lines) - len(own)} librdkafka lines left out) =====\n{tail}"
+            )
+        return "\n".join(parts)
 
     def report_and_kill(self) -> None:
         """On a failure: print every instance's log tail and SIGKILL the live ones."""
