@@ -50,7 +50,7 @@ class BarrierMixin(RebalanceMixin):
         group's completed checkpoint (checkpoint ids stay increasing).
         """
         aligner, released = self._positions.start_alignment(topic, g, self._marks.done(g))
-        self._released.extend(released)
+        self._open.released.extend(released)
         log.info(
             "input partition has upstream lockgate writers: checkpoints now come from "
             "their barriers",
@@ -82,7 +82,7 @@ class BarrierMixin(RebalanceMixin):
                 # nothing of its writer held back: it applies after what is released now.
                 svc.stash_barrier(topic, ckpt, writer, writers, wm, barrier.idle)
                 if ckpt <= aligner.done:
-                    self._released.append(WatermarkUpdate(topic, g, aligner.done))
+                    self._open.released.append(WatermarkUpdate(topic, g, aligner.done))
         now = time.monotonic()
         # The position and alignment before this barrier: a savepoint completed by it is
         # restored from here (the replay re-reads the barrier and completes it again).
@@ -95,7 +95,7 @@ class BarrierMixin(RebalanceMixin):
         if writers and not aligner.replaying:
             later = self._update_writers(aligner, topic, g, writer, writers, now, before)
             if not aligner.grouped:
-                self._released.extend(later)
+                self._open.released.extend(later)
         savepoint = barrier.for_app(self.name)
         if savepoint is None and barrier.savepoint is not None:
             if self._sp_requests.not_ours(barrier.savepoint):
@@ -115,7 +115,7 @@ class BarrierMixin(RebalanceMixin):
                     # of the key group.
                     for t, a in self._group(g, topic, aligner):
                         if a.mode is Mode.UNALIGNED:
-                            self._released.extend(a.set_mode(Mode.ALIGNED))
+                            self._open.released.extend(a.set_mode(Mode.ALIGNED))
                         self._positions.align_for_savepoint((t, g), ckpt)
         since = aligner.aligning_since
         completion = aligner.on_barrier(offset, writer, ckpt, savepoint, now)
@@ -155,11 +155,11 @@ class BarrierMixin(RebalanceMixin):
         readies = [r for _, a in group for r in [a.ready] if r is not None]
         target = min(readies, default=-1)
         if target <= min(a.done for _, a in group):
-            self._released.extend(later)
+            self._open.released.extend(later)
             return
         if any(a.replaying for _, a in group):
             self._deferred_groups.add(g)
-            self._released.extend(later)
+            self._open.released.extend(later)
             return
         befores = {
             t: before if t == topic else a.snapshot(positions.next.get((t, g), 0)) for t, a in group
@@ -244,8 +244,8 @@ class BarrierMixin(RebalanceMixin):
         """
         ckpt = completion.checkpoint
         self._marks.completed(g, ckpt, aligned=completion.aligned)
-        self._checkpoint = max(self._checkpoint, ckpt)
-        self._epoch_active = True
+        self._open.reached(ckpt)
+        self._open.active = True
         sp_id = completion.savepoint
         if sp_id is not None and (
             self._marks.origin(g) == sp_id or sp_id in self._sp_requests.cancelled
@@ -262,7 +262,7 @@ class BarrierMixin(RebalanceMixin):
             released += self._positions.end_savepoint_alignment((t, g), ckpt)
         if sp_id is None:
             self._write_barriers(g, ckpt, None)
-            self._released.extend(released)
+            self._open.released.extend(released)
             for t in befores:
                 self._release_watermarks(t, g, ckpt)
             return
@@ -278,7 +278,7 @@ class BarrierMixin(RebalanceMixin):
             overlay = dirty_overlay(self._kgs[g])
         except Exception as exc:  # noqa: BLE001 - a store codec may raise anything
             # Find the record whose state cannot be encoded: replay checking every write.
-            self._check_writes = True
+            self._open.check_writes = True
             raise AbortEpoch(
                 f"key group {g}: a state value cannot be encoded for the savepoint "
                 f"({type(exc).__name__}: {exc}); replaying to find the record"
@@ -301,7 +301,7 @@ class BarrierMixin(RebalanceMixin):
         ok = manifest["error"] is None
         # Downstream takes the savepoint (and stops) only where this key group did.
         self._write_barriers(g, ckpt, request if ok else None)
-        self._commit_now = True
+        self._open.commit_now = True
         if request["stop"] and ok:
             # Nothing after the cut is processed: the commit names the position and
             # alignment from before the completing barrier, so the records the completion
@@ -310,7 +310,7 @@ class BarrierMixin(RebalanceMixin):
                 self._positions.freeze((t, g), b)
             self._halt(g, sp_id)
             return
-        self._released.extend(released)
+        self._open.released.extend(released)
         for t in befores:
             self._release_watermarks(t, g, ckpt)
 
@@ -322,7 +322,7 @@ class BarrierMixin(RebalanceMixin):
         """
         svc = self.app.time_service
         if svc is not None and svc.strategies:
-            self._released.append(WatermarkUpdate(topic, g, ckpt))
+            self._open.released.append(WatermarkUpdate(topic, g, ckpt))
 
     def _tick_alignments(self) -> None:
         """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``.
@@ -339,7 +339,7 @@ class BarrierMixin(RebalanceMixin):
             released = aligner.tick(now)
             if aligner.forced and not was_forced:
                 self._note_forced(topic, g, "LOCKGATE_ALIGNMENT_TIMEOUT_MS")
-            self._released.extend(released)
+            self._open.released.extend(released)
 
     def _note_forced(self, topic: str, g: int, why: str) -> None:
         self.metrics.alignments_forced += 1

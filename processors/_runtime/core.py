@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -35,6 +34,7 @@ from processors._kafka.errors import (
 from processors._runtime.checkpoint_writer import CheckpointWriter
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
+from processors._runtime.open_epoch import OpenEpoch
 from processors._runtime.output import OutputWriter
 from processors._runtime.savepoint_files import SavepointFiles
 from processors._runtime.savepoint_seeding import SavepointSeeding
@@ -128,13 +128,11 @@ class RunnerCore:
             grouped=len(self._inputs) > 1,  # several inputs go through the interleaver
             cancelled=self._sp_requests.cancelled,
         )
-        #: Records an alignment released, processed before the next fetched record (and
-        #: upstream watermark updates, applied in their place among them).
-        self._released: deque[Any] = deque()
+        #: The open epoch's flags (commit it, commit now, check writes), the highest
+        #: checkpoint id, and the records alignments released (processed before the next
+        #: fetched record, with upstream watermark updates in their place among them).
+        self._open = OpenEpoch()
         self._reader: Any = None
-        #: Something besides fetched records happened in the open epoch (a completion,
-        #: released records processed, a halt lifted): it must commit even if idle.
-        self._epoch_active = False
         #: A bounded run's key groups that reached their end (and were drained): their
         #: end offsets by input topic, written as ``bounded`` in their checkpoint records
         #: (processors/_runtime/bounded_savepoint.py reads them back).
@@ -154,8 +152,6 @@ class RunnerCore:
         self._timer_guard: TimerGuard | None = None
         #: Records to dead-letter instead of processing on the replay: coords -> cause.
         self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
-        self._commit_now = False
-        self._checkpoint = 0
         self._partitions = 0
         self._changelog_retention_ms: int | None = None
         self._backend: StateBackend = (
@@ -207,9 +203,6 @@ class RunnerCore:
         self._epoch_token = ""
         self._timed_out = False  # the coordinator aborted the open transaction
         self._finishing = False  # the final commit after a stop request
-        #: Encode each record's state writes right after it (set while replaying an epoch
-        #: whose state could not be encoded at commit, to find the record responsible).
-        self._check_writes = False
         #: Producers abandoned inside a hung call (kept referenced, never used again).
         self._hung_clients: list[Any] = []
         self._gauges = ProgressGauges(

@@ -158,7 +158,7 @@ class EpochMixin(SavepointMixin):
             FatalKafkaError: fenced, or a record can never be delivered.
             Stopping: a stop was requested while a commit call was retrying.
         """
-        self._commit_now = False
+        self._open.commit_now = False
         if self._epoch_to_commit():
             self._commit_epoch()
         if self._state_cleaner is not None:
@@ -242,7 +242,7 @@ class EpochMixin(SavepointMixin):
                 sweep_key_group(kg.caches, self._handles, now_ms, DEFAULT_SWEEP_BUDGET)
         if (
             self._uncommitted == 0
-            and not self._epoch_active
+            and not self._open.active
             and self._out.records == 0
             and self._out.dead_letters == 0
             and (self._sp_requests.current is None or not self._kgs)
@@ -310,13 +310,13 @@ class EpochMixin(SavepointMixin):
         """After the commit: the state to RocksDB, the bookkeeping, the next transaction."""
         self._consecutive_aborts = 0
         self._sink_outage_aborts = 0
-        self._check_writes = False
+        self._open.check_writes = False
         self._apply_locally(ckpt, writes)
         self._positions.mark_committed(
             (((tp.topic, tp.partition), tp.offset) for tp in offsets), snaps
         )
         self._registered = True
-        self._epoch_active = False
+        self._open.active = False
         self._barrier_only = False
         for g in self._kgs:
             if self._live_source(g):
@@ -331,7 +331,7 @@ class EpochMixin(SavepointMixin):
             self._poison.keep(
                 {k: v for k, v in self._poison.entries.items() if k[2] >= committed.get(k[:2], 0)}
             )
-        self._checkpoint = ckpt
+        self._open.checkpoint = ckpt
         self._last_epoch_records = self._uncommitted
         m = self.metrics
         m.records_in += self._uncommitted
@@ -370,7 +370,7 @@ class EpochMixin(SavepointMixin):
                 try:
                     changes = cache.drain()
                 except Exception as exc:  # noqa: BLE001 - the store's codec may raise anything
-                    if self._check_writes:
+                    if self._open.check_writes:
                         # Already checked record by record: not attributable to one record.
                         raise FatalKafkaError(
                             f"state store {name!r}, key group {g}: a value cannot be encoded "
@@ -378,7 +378,7 @@ class EpochMixin(SavepointMixin):
                         ) from exc
                     # Find the record that wrote it: replay the epoch checking each
                     # record's state writes (the culprit is dead-lettered).
-                    self._check_writes = True
+                    self._open.check_writes = True
                     raise AbortEpoch(
                         f"state store {name!r}, key group {g}: a value cannot be encoded "
                         f"({type(exc).__name__}: {exc}); replaying to find the record"
@@ -513,7 +513,7 @@ class EpochMixin(SavepointMixin):
         """
         interval = self.settings.checkpoint_interval_ms
         now_ms = int(time.time() * 1000)
-        ckpt = max(self._checkpoint + 1, now_ms // interval * interval)
+        ckpt = max(self._open.checkpoint + 1, now_ms // interval * interval)
         request = self._sp_requests.current_unexpired(now_ms)
         if request is None or not any(self._live_source(g) for g in self._kgs):
             return ckpt, None
@@ -534,7 +534,7 @@ class EpochMixin(SavepointMixin):
             return ckpt, None
         # A key group already past the savepoint (a previous owner took it) is skipped
         # by _write_barriers_and_checkpoints; the others end this epoch at its id.
-        return max(self._checkpoint + 1, int(request["checkpoint"])), request
+        return max(self._open.checkpoint + 1, int(request["checkpoint"])), request
 
     def _commit_positions(
         self, ckpt: int
@@ -840,15 +840,15 @@ class EpochMixin(SavepointMixin):
         Their alignment, completed checkpoint and halt go back to what the last commit
         made of them (a halt of the aborted epoch is undone: the replay halts again).
         """
-        self._released.clear()
-        self._epoch_active = False
+        self._open.released.clear()
+        self._open.active = False
         for g in groups:
             rewound = self._marks.rewind(g)
             if rewound.halt_undone:
                 self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
             # Each aligner from its committed snapshot, next offsets to the committed ones.
             back = self._positions.rewind(g, keep_frozen=rewound.committed_halt is not None)
-            self._released.extend(back.released)
+            self._open.released.extend(back.released)
             if self._interleaver is not None:
                 self._interleaver.drop([g])  # fetched again from the committed offsets
             for topic, offset in back.seeks:

@@ -179,7 +179,7 @@ class RebalanceMixin(EpochMixin):
                 raise FatalKafkaError(f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}")
             meta = offset_metadata(tp.metadata)
             ckpt = meta.get("ckpt", 0)
-            self._checkpoint = max(self._checkpoint, ckpt if isinstance(ckpt, int) else 0)
+            self._open.reached(ckpt if isinstance(ckpt, int) else 0)
             if "origin" in meta:  # offsets of older versions (or reset by hand) do not say
                 origin = meta["origin"]
                 origins[tp.partition] = origin if isinstance(origin, str) else None
@@ -195,7 +195,7 @@ class RebalanceMixin(EpochMixin):
                 started = time.monotonic()
                 kg = self._restorer.open(g, self._handles)
                 self._kgs[g] = kg
-                self._checkpoint = max(self._checkpoint, checkpoint_of(kg.db))
+                self._open.reached(checkpoint_of(kg.db))
                 self.metrics.observe_restore(time.monotonic() - started)
             # Not ready until the end of the assignment (alignment records, seeding).
             self.metrics.restoring = max(1, self.metrics.restoring - 1)
@@ -305,7 +305,7 @@ class RebalanceMixin(EpochMixin):
             if not isinstance(record, dict):
                 record = {}
             done = int(record.get("checkpoint", 0) or 0)
-            self._checkpoint = max(self._checkpoint, done)
+            self._open.reached(done)
             if self._globals:
                 self._globals.catch_up(
                     record.get("globals"), self._txn_timeout_s + 30, lambda: self._stop
@@ -316,7 +316,7 @@ class RebalanceMixin(EpochMixin):
                     "savepoint was cancelled: key group not halted",
                     extra={"key_group": g, "savepoint": halted_at},
                 )
-                self._epoch_active = True  # the next commit records it
+                self._open.active = True  # the next commit records it
                 halted_at = None
             self._marks.load(
                 g,
@@ -344,7 +344,7 @@ class RebalanceMixin(EpochMixin):
                 if snap is None:
                     snap = Snapshot(committed, committed, done, {}, False)
                 snaps[t] = snap
-            self._released.extend(self._positions.load(g, snaps))
+            self._open.released.extend(self._positions.load(g, snaps))
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         groups = sorted({tp.partition for tp in partitions})

@@ -201,7 +201,7 @@ class Runner(BarrierMixin):
             self._timer_guard = TimerGuard(
                 self._out,
                 settings.on_error,
-                checking_writes=lambda: self._check_writes,
+                checking_writes=lambda: self._open.check_writes,
                 key_state_error=self._key_state_error,
                 commit_soon=self._commit_soon,
             )
@@ -485,7 +485,7 @@ class Runner(BarrierMixin):
     def _bounded_run_done(self) -> bool:
         """Whether every owned, not halted key group reached the bounded run's ends."""
         bound = self._bound
-        if bound is None or not self._kgs or self._released:
+        if bound is None or not self._kgs or self._open.released:
             return False
         owned = [(t, g) for g in self._kgs if g not in self._halted for t in self._inputs]
         backlog = self._interleaver.backlog() if self._interleaver is not None else {}
@@ -506,7 +506,7 @@ class Runner(BarrierMixin):
         svc = self.app.time_service
         if self.settings.until_drain and svc is not None:
             self._in_each_key_group(lambda: svc.advance_to(END_OF_TIME))
-            self._epoch_active = True  # the final watermark is state: it commits
+            self._open.active = True  # the final watermark is state: it commits
         self._end_epoch()
         log.info(
             "bounded run complete: every owned key group reached its end offsets",
@@ -519,7 +519,7 @@ class Runner(BarrierMixin):
         assert bound is not None
         for g in self._kgs:
             self._bounded_ends[g] = {t: bound.ends.get((t, g), 0) for t in self._inputs}
-        self._epoch_active = True  # the next commit says so in the checkpoint records
+        self._open.active = True  # the next commit says so in the checkpoint records
         if self._final_savepoint is None:
             factory = self.final_savepoint_factory
             assert factory is not None  # checked at start (_plan_bounded_run)
@@ -597,7 +597,7 @@ class Runner(BarrierMixin):
             )
             and self._sp_requests.rearm(request)
         ):
-            self._commit_now = True  # key groups assigned since take it now
+            self._open.commit_now = True  # key groups assigned since take it now
         outcome = sp.result
         if outcome is None:
             return
@@ -758,7 +758,7 @@ class Runner(BarrierMixin):
                 metrics.heartbeat = now
                 if (
                     now >= next_epoch
-                    or self._commit_now
+                    or self._open.commit_now
                     or (epoch_bytes is not None and self._epoch_bytes >= epoch_bytes)
                 ):
                     try:
@@ -784,7 +784,7 @@ class Runner(BarrierMixin):
         if self._fatal is not None:  # raised by the final revoke (e.g. fenced)
             log.error("stopped after a fatal error during shutdown: %s", self._fatal)
             return 1
-        log.info("stopped", extra=stopped_fields(self._checkpoint))
+        log.info("stopped", extra=stopped_fields(self._open.checkpoint))
         return self._exit_code
 
     def _subscribe_again(self) -> None:
@@ -811,7 +811,7 @@ class Runner(BarrierMixin):
                 self._globals.refresh()
         if self._positions.aligners:
             self._tick_alignments()
-            if self._released:
+            if self._open.released:
                 self._process([])
         self._poll_requests()
         self._gauges.between_commits()
@@ -872,7 +872,7 @@ class Runner(BarrierMixin):
             extra={"waiting_for": str(exc)},
         )
         self._close(graceful=False)
-        log.info("stopped", extra=stopped_fields(self._checkpoint))
+        log.info("stopped", extra=stopped_fields(self._open.checkpoint))
         return 0
 
     def _fail(self, exc: BaseException) -> int:
@@ -998,9 +998,10 @@ class Runner(BarrierMixin):
         kgs = self._kgs
         poison = self._poison.entries
         nxt = self._positions.next  # one dict for the component's life
+        open_epoch = self._open
         aligners = self._positions.aligners
         halted = self._halted
-        released = self._released
+        released = self._open.released
         clock = time.monotonic
         metrics = self.metrics
         out = self._out
@@ -1102,7 +1103,7 @@ class Runner(BarrierMixin):
                     # alignment counts it as not processed, so a cancel's rewind or a
                     # restore reads it again from Kafka.
                     continue
-                self._epoch_active = True
+                self._open.active = True
                 if bound != part:
                     kgs[part].bind()
                     bound = part
@@ -1117,7 +1118,7 @@ class Runner(BarrierMixin):
                 entry = poison.get((msg.topic(), part, msg.offset()))
                 if entry is not None:
                     out.dead_letter(msg, entry[0], entry[1])
-                    self._commit_now = True  # keep the replay span short
+                    self._open.commit_now = True  # keep the replay span short
                     continue
             try:
                 key = None if raw_key is None else kdec(raw_key)
@@ -1148,7 +1149,7 @@ class Runner(BarrierMixin):
                 # the error: the record still failed.
                 rejected, out.record_error = out.record_error, None
                 self._bad_input(msg, rejected, "emit", replay=True)
-            if self._check_writes:
+            if open_epoch.check_writes:
                 bad = self._state_write_error(kgs[part].caches, raw_key)
                 if bad is not None:
                     self._bad_input(msg, bad, "state", replay=True)
@@ -1255,7 +1256,7 @@ class Runner(BarrierMixin):
             extra={"record": where(msg), "seconds": round(seconds, 3), "budget": self._budget_s},
         )
         self._slow = (msg, seconds)
-        self._commit_now = True
+        self._open.commit_now = True
 
     def _put_back(self, msgs: list[Any]) -> None:
         """Seek every partition in ``msgs`` to its first unprocessed record.
@@ -1263,7 +1264,7 @@ class Runner(BarrierMixin):
         The tracked next offsets already point there (every handled record advanced
         them), so the commit that follows names them whatever ``position()`` says.
         """
-        self._commit_now = True
+        self._open.commit_now = True
         if self._interleaver is not None:
             # Not sought: the interleaver still buffers later records of these partitions.
             self._interleaver.unread(msgs, time.monotonic())
@@ -1279,7 +1280,7 @@ class Runner(BarrierMixin):
         for (topic, part), offset in first.items():
             if part in self._kgs:
                 self._consumer.seek(TopicPartition(topic, part, offset))
-        self._commit_now = True
+        self._open.commit_now = True
         log.warning(
             "epoch cut short: the batch took too long (slow user code?)",
             extra={"records_put_back": len(msgs)},
@@ -1325,7 +1326,7 @@ class Runner(BarrierMixin):
         svc = self.app.time_service
         assert svc is not None
         if svc.apply_pending(update.topic, update.checkpoint):
-            self._epoch_active = True
+            self._open.active = True
         if self._out.producer_error is not None:  # a timer's output was refused
             self._raise_producer_error()
 
@@ -1366,7 +1367,7 @@ class Runner(BarrierMixin):
         return None if kg is None else self._state_write_error(kg.caches, raw_key)
 
     def _commit_soon(self) -> None:
-        self._commit_now = True
+        self._open.commit_now = True
 
     def _bad_input(self, msg: Any, exc: BaseException, stage: str, replay: bool = False) -> None:
         """Apply the failure policy (processors/_task/failures.py) to input record ``msg``.

@@ -80,7 +80,7 @@ class SavepointMixin(RunnerCore):
         """
         cancelled, started = self._sp_requests.poll()
         if started:
-            self._commit_now = True
+            self._open.commit_now = True
         lifted = [g for sp_id in cancelled for g in self._lift_halts(sp_id)]
         if lifted:
             raise AbortEpoch(
@@ -106,7 +106,7 @@ class SavepointMixin(RunnerCore):
         for g in lifted:
             self._positions.thaw(g)
             self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
-        self._epoch_active = True  # the next commit records that they are not halted
+        self._open.active = True  # the next commit records that they are not halted
         log.warning(
             "savepoint cancelled: key groups resume",
             extra={"key_groups": lifted, "savepoint": sp_id},
@@ -168,10 +168,10 @@ class SavepointMixin(RunnerCore):
         entries = self._seeding.write(g, self._kgs[g], plan)
         self._seed_positions(g, plan.manifest, plan.offsets)
         self._seeding.done(g, plan)
-        self._checkpoint = max(self._checkpoint, self._marks.done(g))
+        self._open.reached(self._marks.done(g))
         # The last part of the seeding commits with the caller's epoch (not an input
         # record: lockgate_records_in counts input records only).
-        self._epoch_active = True
+        self._open.active = True
         log.info(
             "key group seeded from a savepoint",
             extra={"key_group": g, "savepoint": plan.savepoint, "entries": entries},
@@ -182,11 +182,11 @@ class SavepointMixin(RunnerCore):
         """Move key group ``g``'s offsets and alignment to the savepoint's."""
         aligns = manifest.get("align", {})
         snaps = {t: Snapshot.from_json(aligns[t]) if aligns.get(t) else None for t in offsets}
-        self._released.extend(self._positions.seed(g, offsets, snaps))
+        self._open.released.extend(self._positions.seed(g, offsets, snaps))
 
     def _commit_seed_chunk(self) -> None:
         """Commit the seeding written so far (the offsets stay where they were)."""
-        self._epoch_active = True
+        self._open.active = True
         self._end_epoch()
         self.metrics.beat()
         crash_point("mid_seed")

@@ -32,6 +32,7 @@ class _Runtime:
         self._positions.aligners.update({("A", 0): a, ("B", 0): b})
         self._positions.next.update({("A", 0): next_a, ("B", 0): next_b})
         self._released: list[Any] = []
+        self._open = SimpleNamespace(released=self._released)  # the same list
         self._deferred_groups: set[int] = set()
         self._kgs = {0: object()}
         self._halted: dict[int, str] = {}

@@ -53,6 +53,7 @@ class _Runtime:
         self._mode = Mode.ALIGNED
         self._inputs = ("T",)
         self._released: list[Any] = []
+        self._open = SimpleNamespace(released=self._released)  # the same list
         self._sp_requests = SavepointRequests()
         self._positions = InputPositions(
             self._inputs, Mode.ALIGNED, 60, 1000, grouped=False, cancelled=set()
