@@ -5,6 +5,7 @@ outcome is unknown, the stop budget), ``alignment`` (the alignment state machine
 pure), ``keygroup_state`` (each key group's checkpoint facts and their committed copy),
 ``protocol`` (every ``lockgate-*`` header), ``control_topics`` (the control and registry
 topics: names, keys, readers).
-The epoch commit, barriers and savepoints are still layers of the runtime's ``Runner``
-(``processors/_runtime``). docs/architecture.md says which invariant each owns.
+The epoch commit and savepoints are still layers of the runtime's ``Runner``
+(``processors/_runtime``); barriers read downstream are its component
+``BarrierAlignment``. docs/architecture.md says which invariant each owns.
 """

@@ -4,12 +4,12 @@
 inheritance from ``core`` (the state the layers share, bounded waits) <- ``savepoints``
 (requests, exports, halts, restores) <- ``epoch`` (the commit sequence, abort, rewind,
 settling a commit without an answer) <- ``rebalance`` (assign and restore, revoke,
-lost) <- ``barriers`` (barriers read downstream: alignment, completion, watermarks).
-The components the layers use own their state and are given what they read:
-``output`` (``OutputWriter``: everything produced, the epoch's output errors), ``startup``
-(topics and access before joining), ``gauges`` (lag and watermark), ``membership``
-(``GroupWatch``: the group-probe child's checks), ``query_routing`` (``QueryRouter``:
-``/state`` answers), ``operator_plan`` (operator ids onto a savepoint's stores). Beside
-them: ``health`` (probes and metrics over HTTP), ``query`` (the HTTP side of queryable
-state), ``kubernetes`` (is this pod scaled away?).
+lost). The components the layers use own their state and are given what they read:
+``barriers`` (``BarrierAlignment``: barriers read downstream: alignment, completion,
+watermarks), ``output`` (``OutputWriter``: everything produced, the epoch's output
+errors), ``startup`` (topics and access before joining), ``gauges`` (lag and
+watermark), ``membership`` (``GroupWatch``: the group-probe child's checks),
+``query_routing`` (``QueryRouter``: ``/state`` answers), ``operator_plan`` (operator
+ids onto a savepoint's stores). Beside them: ``health`` (probes and metrics over HTTP),
+``query`` (the HTTP side of queryable state), ``kubernetes`` (is this pod scaled away?).
 """

@@ -7,23 +7,57 @@ completion the key group forwards the barrier to its own internal outputs (so a 
 stage aligns on the same ids), and when the checkpoint is a savepoint it exports its
 state at exactly that point. A key group with several such inputs (a DAG: pipelines
 joined in one app) completes a checkpoint once every writer of every input passed it
-(grouped aligners, :meth:`BarrierMixin._complete_group`), so its savepoint is one
+(grouped aligners, :meth:`BarrierAlignment._complete_group`), so its savepoint is one
 consistent cut over all its inputs. Its instance commits on its own timer as before: a commit
 in the middle of an alignment is exact too, because the alignment snapshot committed
 with the offsets says which records after the committed offset are already included.
+
+:class:`BarrierAlignment` (the runner's ``self._barriers``) owns:
+
+* the key groups whose grouped completion waits for an input's replay to end (completed
+  between batches, :meth:`BarrierAlignment.tick`, once no input of theirs replays);
+
+and keeps these invariants:
+
+* an aligned checkpoint is a consistent cut: a key group completes a checkpoint only
+  when every writer of every aligned input passed it, and a savepoint it takes exports
+  the state and positions of exactly that cut (the alignment before the completing
+  event);
+* nothing completes while an input of the key group replays (a completion made earlier
+  than in the first run could commit a ``done`` that skips records never processed);
+* every completion forwards the barrier downstream (with the savepoint only where it was
+  taken without error) and raises the open epoch's highest checkpoint id;
+* upstream barrier watermarks apply only after the records the completion released
+  (:class:`WatermarkUpdate` queued behind them in the open epoch's ``released``).
+
+Everything else it reads or changes belongs to its collaborators: input positions and
+aligners (``InputPositions``), per key group checkpoints and halts
+(``KeyGroupCheckpoints``), savepoint requests and files, the open epoch (``OpenEpoch``),
+the time service. What it asks of the runner goes through two callbacks: write a key
+group's barriers (``write_barriers``) and halt a key group at a stop-with-savepoint
+(``halt``). One thread (the loop's) calls it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from processors._checkpoint.alignment import Aligner, Completion, Mode, Snapshot
+from processors._checkpoint.input_positions import InputPositions
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
 from processors._checkpoint.protocol import read_barrier
+from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._kafka.errors import AbortEpoch
-from processors._runtime.rebalance import RebalanceMixin
-from processors._runtime.savepoint_files import dirty_overlay
+from processors._runtime.health import Metrics
+from processors._runtime.open_epoch import OpenEpoch
+from processors._runtime.savepoint_files import SavepointFiles, dirty_overlay
+from processors._task.keygroups import KeyGroup
+from processors._task.time import TimeService
+
+__all__ = ["BarrierAlignment", "WatermarkUpdate"]
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -40,10 +74,71 @@ class WatermarkUpdate:
         self.checkpoint = checkpoint
 
 
-class BarrierMixin(RebalanceMixin):
-    """Feeds barriers to the aligners and acts on completed checkpoints."""
+class BarrierAlignment:
+    """Feeds barriers to the aligners and acts on completed checkpoints.
 
-    def _start_alignment(self, topic: str, g: int) -> Aligner:
+    Args:
+        name: the name the app runs under (a barrier's savepoint may be for other apps).
+        inputs: the app's input topics, in declaration order.
+        mode: the alignment mode (``LOCKGATE_ALIGNMENT``).
+        positions: the owned input partitions' positions and aligners.
+        marks: per key group checkpoint facts (completed checkpoint, origin).
+        sp_requests: savepoint requests, cancels and what barriers announced.
+        sp_files: exports a key group's state for a savepoint.
+        metrics: the instance's metrics (alignment durations, forced alignments).
+        time_service: the app's watermarks and timers (``None``: no event time).
+        kgs: the owned key groups (read only; one dict for the runner's life).
+        halted: the halted key groups (read only; ``KeyGroupCheckpoints.halted``).
+        open_epoch: the open epoch (flags, highest checkpoint id, released records).
+        write_barriers: ``write_barriers(g, ckpt, request)`` forwards checkpoint ``ckpt``
+            of key group ``g`` to its internal outputs, carrying savepoint ``request``
+            (``None``: a plain checkpoint).
+        halt: ``halt(g, sp_id)`` stops processing key group ``g`` at savepoint ``sp_id``
+            (a stop-with-savepoint).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        inputs: Sequence[str],
+        mode: Mode,
+        positions: InputPositions,
+        marks: KeyGroupCheckpoints,
+        sp_requests: SavepointRequests,
+        sp_files: SavepointFiles,
+        metrics: Metrics,
+        time_service: TimeService | None,
+        kgs: Mapping[int, KeyGroup],
+        halted: Mapping[int, str],
+        open_epoch: OpenEpoch,
+        write_barriers: Callable[[int, int, dict[str, Any] | None], None],
+        halt: Callable[[int, str], None],
+    ) -> None:
+        self._name = name
+        self._inputs = tuple(inputs)
+        self._mode = mode
+        self._positions = positions
+        self._marks = marks
+        self._sp_requests = sp_requests
+        self._sp_files = sp_files
+        self._metrics = metrics
+        self._svc = time_service
+        self._kgs = kgs
+        self._halted = halted
+        self._open = open_epoch
+        self._write_barriers = write_barriers
+        self._halt = halt
+        #: Key groups whose grouped aligners could complete but one of them was replaying
+        #: (completed once no input replays, see :meth:`complete_deferred`).
+        self._deferred_groups: set[int] = set()
+
+    @property
+    def deferred_groups(self) -> frozenset[int]:
+        """The key groups whose completion waits for an input's replay to end."""
+        return frozenset(self._deferred_groups)
+
+    def start_alignment(self, topic: str, g: int) -> Aligner:
         """Key group ``g`` met its first upstream lockgate record: it is downstream now.
 
         The alignment starts at the partition's committed position with the key
@@ -58,15 +153,15 @@ class BarrierMixin(RebalanceMixin):
         )
         return aligner
 
-    def _on_barrier(self, topic: str, g: int, offset: int, headers: dict[str, str]) -> None:
+    def on_barrier(self, topic: str, g: int, offset: int, headers: dict[str, str]) -> None:
         """Feed a barrier record at ``offset`` of ``topic[g]`` to its aligner."""
         barrier = read_barrier(headers)
         if barrier is None:
             log.warning("ignoring a malformed barrier", extra={"headers": headers})
             return
         ckpt, writer, writers = barrier.checkpoint, barrier.writer, barrier.writers
-        aligner = self._positions.aligners.get((topic, g)) or self._start_alignment(topic, g)
-        svc = self.app.time_service
+        aligner = self._positions.aligners.get((topic, g)) or self.start_alignment(topic, g)
+        svc = self._svc
         wm = barrier.watermark
         if svc is not None and svc.strategies and not barrier.event_time:
             svc.on_barrier_without_event_time(topic)
@@ -96,7 +191,7 @@ class BarrierMixin(RebalanceMixin):
             later = self._update_writers(aligner, topic, g, writer, writers, now, before)
             if not aligner.grouped:
                 self._open.released.extend(later)
-        savepoint = barrier.for_app(self.name)
+        savepoint = barrier.for_app(self._name)
         if savepoint is None and barrier.savepoint is not None:
             if self._sp_requests.not_ours(barrier.savepoint):
                 log.info(
@@ -123,7 +218,7 @@ class BarrierMixin(RebalanceMixin):
             self._complete_group(g, topic, before, now, later)
         elif completion is not None:
             if since is not None:
-                self.metrics.observe_alignment(now - since)
+                self._metrics.observe_alignment(now - since)
             self._complete(g, completion, {topic: before})
 
     def _group(self, g: int, topic: str, aligner: Aligner) -> list[tuple[str, Aligner]]:
@@ -148,7 +243,7 @@ class BarrierMixin(RebalanceMixin):
         completion the other inputs make earlier than in the first run would let a commit
         in the middle of the replay record a ``done`` that skips records of the rest of
         the replay never processed. The completion waits until no input replays
-        (:meth:`_complete_deferred`, between batches); the inputs' held records wait too.
+        (:meth:`complete_deferred`, between batches); the inputs' held records wait too.
         """
         positions = self._positions
         group = [(t, a) for t in self._inputs for a in [positions.aligners.get((t, g))] if a]
@@ -167,7 +262,7 @@ class BarrierMixin(RebalanceMixin):
         sinces = [s for _, a in group for s in [a.aligning_since] if s is not None]
         completions = [c for _, a in group for c in [a.complete(target, now)] if c is not None]
         if sinces:
-            self.metrics.observe_alignment(now - min(sinces))
+            self._metrics.observe_alignment(now - min(sinces))
         completion = Completion(
             target,
             all(c.aligned for c in completions),
@@ -176,7 +271,7 @@ class BarrierMixin(RebalanceMixin):
         )
         self._complete(g, completion, befores, later)
 
-    def _complete_deferred(self) -> None:
+    def complete_deferred(self) -> None:
         """Complete the key groups whose completion waited for an input's replay to end."""
         positions = self._positions
         for g in sorted(self._deferred_groups):
@@ -320,17 +415,17 @@ class BarrierMixin(RebalanceMixin):
         After the records the completion released: they were written before those
         barriers, so the watermarks may not pass them before they are processed.
         """
-        svc = self.app.time_service
+        svc = self._svc
         if svc is not None and svc.strategies:
             self._open.released.append(WatermarkUpdate(topic, g, ckpt))
 
-    def _tick_alignments(self) -> None:
+    def tick(self) -> None:
         """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``.
 
         First completes the key groups whose completion waited for a replay to end.
         """
         if self._deferred_groups:
-            self._complete_deferred()
+            self.complete_deferred()
         now = time.monotonic()
         for (topic, g), aligner in self._positions.aligners.items():
             if aligner.mode is not Mode.ALIGNED or g in self._halted:
@@ -338,11 +433,12 @@ class BarrierMixin(RebalanceMixin):
             was_forced = aligner.forced
             released = aligner.tick(now)
             if aligner.forced and not was_forced:
-                self._note_forced(topic, g, "LOCKGATE_ALIGNMENT_TIMEOUT_MS")
+                self.note_forced(topic, g, "LOCKGATE_ALIGNMENT_TIMEOUT_MS")
             self._open.released.extend(released)
 
-    def _note_forced(self, topic: str, g: int, why: str) -> None:
-        self.metrics.alignments_forced += 1
+    def note_forced(self, topic: str, g: int, why: str) -> None:
+        """Count and log an alignment of ``topic[g]`` forced to unaligned (``why``: the bound)."""
+        self._metrics.alignments_forced += 1
         log.warning(
             "alignment switched to unaligned for this checkpoint",
             extra={"partition": f"{topic}[{g}]", "reason": why},

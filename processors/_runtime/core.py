@@ -97,9 +97,6 @@ class RunnerCore:
         self._sp_files = SavepointFiles(
             self.name, app, settings, self._out, self._control_topic, self.metrics.beat
         )
-        #: Key groups whose grouped aligners could complete but one of them was replaying
-        #: (completed once no input replays, see ``BarrierMixin._complete_deferred``).
-        self._deferred_groups: set[int] = set()
         #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
         #: its state descends from, a halt, a restore under way; and their committed state.
         self._marks = KeyGroupCheckpoints()

@@ -4,14 +4,14 @@ One thread owns the consumer, the operator chain and the producer. The parts:
 
 * this module — life cycle (start, signals, stop) and the per-record path;
 * the layers ``Runner`` is built from, sharing the epoch's state:
-  :mod:`processors._runtime.barriers` (barriers read downstream),
   :mod:`processors._runtime.rebalance` (assign, restore, revoke, lost),
   :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
   :mod:`processors._runtime.savepoints` (halts, cancels, a restore's positions),
   :mod:`processors._runtime.core` (the shared state, bounded waits);
 * the components they use, each owning its state (docs/architecture.md has the table):
-  output, txn, savepoint requests, files and seeding, the timer guard, gauges,
-  membership, query routing, bounded runs, sinks.
+  barriers (``BarrierAlignment``: barriers read downstream), output, txn, savepoint
+  requests, files and seeding, the timer guard, gauges, membership, query routing,
+  bounded runs, sinks.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so
@@ -64,7 +64,7 @@ from processors._kafka.clients import (
     restore_consumer_config,
 )
 from processors._kafka.errors import AbortEpoch, Stopping
-from processors._runtime.barriers import BarrierMixin, WatermarkUpdate
+from processors._runtime.barriers import BarrierAlignment, WatermarkUpdate
 from processors._runtime.bounded import END_OF_TIME, BoundedRun, parse_until
 from processors._runtime.core import where
 from processors._runtime.final_savepoint import FinalSavepoint, FinalSavepointFactory
@@ -73,6 +73,7 @@ from processors._runtime.membership import GroupWatch, leave_group, leave_reason
 from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
+from processors._runtime.rebalance import RebalanceMixin
 from processors._runtime.startup import prepare_topics
 from processors._runtime.timer_guard import TimerGuard, TimerRewind
 from processors._sinks.errors import SinkUnavailable
@@ -155,11 +156,28 @@ def stopped_fields(checkpoint: int) -> dict[str, Any]:
     return {"last_checkpoint": iso, "checkpoint_id": checkpoint}
 
 
-class Runner(BarrierMixin):
+class Runner(RebalanceMixin):
     """Runs an :class:`App` until stopped; one instance of the app's consumer group."""
 
     def __init__(self, app: App, settings: Settings) -> None:
         super().__init__(app, settings)
+        #: Barriers read downstream: alignment, checkpoint completion, forwarding.
+        self._barriers = BarrierAlignment(
+            name=self.name,
+            inputs=self._inputs,
+            mode=self._mode,
+            positions=self._positions,
+            marks=self._marks,
+            sp_requests=self._sp_requests,
+            sp_files=self._sp_files,
+            metrics=self.metrics,
+            time_service=app.time_service,
+            kgs=self._kgs,  # one dict for the runner's life (cleared, never replaced)
+            halted=self._halted,
+            open_epoch=self._open,
+            write_barriers=self._write_barriers,
+            halt=self._halt,
+        )
         self._handlers = app.handlers()
         self._decoders = {
             t: (codecs[0].decode, codecs[1].decode)
@@ -810,7 +828,7 @@ class Runner(BarrierMixin):
             if time.monotonic() >= self._globals.next_refresh:
                 self._globals.refresh()
         if self._positions.aligners:
-            self._tick_alignments()
+            self._barriers.tick()
             if self._open.released:
                 self._process([])
         self._poll_requests()
@@ -1000,6 +1018,7 @@ class Runner(BarrierMixin):
         nxt = self._positions.next  # one dict for the component's life
         open_epoch = self._open
         aligners = self._positions.aligners
+        barriers = self._barriers
         halted = self._halted
         released = self._open.released
         clock = time.monotonic
@@ -1071,7 +1090,7 @@ class Runner(BarrierMixin):
                     lg = lockgate_headers(headers)
                     if CONTROL_TYPE in lg:
                         if lg[CONTROL_TYPE] == "barrier":
-                            self._on_barrier(topic, part, last, lg)
+                            barriers.on_barrier(topic, part, last, lg)
                             aligner = aligners.get((topic, part))
                             if part in halted:  # a stop-with-savepoint completed here
                                 nxt[(topic, part)] = last + 1
@@ -1080,12 +1099,12 @@ class Runner(BarrierMixin):
                         continue  # control records never reach user code
                     writer = lg.get(WRITER)
                     if aligner is None and writer is not None:
-                        aligner = self._start_alignment(topic, part)
+                        aligner = barriers.start_alignment(topic, part)
                 if aligner is not None:
                     decision = aligner.on_record(last, writer, msg)
                     if decision is not Decision.PROCESS:
                         if isinstance(decision, Forced):  # this record is the last released
-                            self._note_forced(topic, part, "the held-record bound")
+                            barriers.note_forced(topic, part, "the held-record bound")
                             released.extend(decision.released)
                         continue
             else:

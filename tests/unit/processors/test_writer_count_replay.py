@@ -1,12 +1,14 @@
 """A writer-count change read again while a partition replays (issue 25, item 8).
 
-``BarrierMixin._on_barrier`` applies the key-group count a barrier announces for its
+``BarrierAlignment.on_barrier`` applies the key-group count a barrier announces for its
 upstream app (``_update_writers``: expect new writers, drop writers beyond the count)
 only when the aligner is not replaying: :meth:`Aligner.drop_writers` and
 :meth:`Aligner.expect` refuse membership changes of known writers while replaying. These
-tests drive the runtime's own ``_on_barrier`` / ``_update_writers`` with a real
-:class:`Aligner` (the rest of the runner is a stand-in recording completions and the
-records to process) and compare a first run with a run restored from its snapshot.
+tests drive the runtime's own :class:`BarrierAlignment` with a real :class:`Aligner`,
+:class:`InputPositions`, :class:`KeyGroupCheckpoints`, :class:`SavepointRequests` and
+:class:`OpenEpoch` (the runner's barrier writing records completions, a stand-in for the
+savepoint files records exports) and compare a first run with a run restored from its
+snapshot.
 
 * A change read again inside ``[low, high)`` is skipped, and that is exact: the snapshot
   is taken at ``high``, after the first run applied it, so it carries the drop
@@ -28,54 +30,96 @@ records to process) and compare a first run with a run restored from its snapsho
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-from processors._checkpoint.alignment import Aligner, Completion, Decision, Mode, Snapshot
+from processors._checkpoint.alignment import Aligner, Decision, Mode, Snapshot
 from processors._checkpoint.input_positions import InputPositions
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
 from processors._checkpoint.protocol import Barrier, lockgate_headers
 from processors._checkpoint.savepoint_requests import SavepointRequests
-from processors._runtime.barriers import BarrierMixin
+from processors._runtime.barriers import BarrierAlignment
+from processors._runtime.health import Metrics
+from processors._runtime.open_epoch import OpenEpoch
 
 UP = "up"
 
 
-class _Runtime:
-    """Just what ``_on_barrier`` reads and calls; ``_complete`` records completions."""
+class _KeyGroup:
+    """Key group 0 with nothing written in the open epoch (its savepoint overlay is empty)."""
 
-    _on_barrier = BarrierMixin._on_barrier
-    _update_writers = BarrierMixin._update_writers
-    _group = BarrierMixin._group
+    caches: dict[str, Any] = {}
 
-    def __init__(self, aligner: Aligner, origin: str | None = None) -> None:
-        self.name = "down"
-        self.app = SimpleNamespace(time_service=None)
-        self._mode = Mode.ALIGNED
-        self._inputs = ("T",)
-        self._released: list[Any] = []
-        self._open = SimpleNamespace(released=self._released)  # the same list
-        self._sp_requests = SavepointRequests()
-        self._positions = InputPositions(
-            self._inputs, Mode.ALIGNED, 60, 1000, grouped=False, cancelled=set()
-        )
-        self._positions.aligners[("T", 0)] = aligner
-        self._marks = SimpleNamespace(origin=lambda g: origin)
-        self.metrics = SimpleNamespace(observe_alignment=lambda s: None)
-        #: (checkpoint, savepoint, the alignment before the completing event)
-        self.completions: list[tuple[int, str | None, Snapshot]] = []
 
-    def _complete(
+class _SavepointFiles:
+    """Records each export's savepoint, checkpoint and the alignment of input ``T``."""
+
+    def __init__(self) -> None:
+        #: (savepoint, checkpoint, the alignment before the completing event)
+        self.exports: list[tuple[str, int, Snapshot]] = []
+
+    def export(
         self,
         g: int,
-        completion: Completion,
-        befores: dict[str, Snapshot],
-        later: tuple[Any, ...] = (),
-    ) -> None:
-        sp = completion.savepoint
-        if sp is not None and self._marks.origin(g) == sp:
-            sp = None  # restored from it: the replay completes it again without taking it
-        self.completions.append((completion.checkpoint, sp, befores["T"]))
-        self._released += [*completion.released, *later]
+        kg: Any,
+        request: dict[str, Any],
+        ckpt: int,
+        offsets: dict[str, int],
+        align: dict[str, Any],
+        overlay: dict[str, Any],
+        error: str | None = None,
+    ) -> dict[str, Any]:
+        before = Snapshot.from_json(align["T"])
+        assert offsets == {"T": before.low} and error is None
+        self.exports.append((str(request["savepoint"]), ckpt, before))
+        return {"error": None}
+
+
+class _Runtime:
+    """The real component over key group 0 of input ``T``; the runner's part is recorded.
+
+    Completions are what the component forwards downstream (the runner's barrier
+    writing); the records to process are the open epoch's ``released`` (the loop's).
+    """
+
+    def __init__(self, aligner: Aligner, origin: str | None = None) -> None:
+        sp_requests = SavepointRequests()
+        self._positions = InputPositions(
+            ("T",), Mode.ALIGNED, 60, 1000, grouped=False, cancelled=sp_requests.cancelled
+        )
+        self._positions.aligners[("T", 0)] = aligner
+        marks = KeyGroupCheckpoints()
+        marks.load(0, done=0, aligned=True, origin=origin, seeding=None, halted=None)
+        self.open = OpenEpoch()
+        self.sp_files = _SavepointFiles()
+        #: (checkpoint, the savepoint it took, if any)
+        self.completions: list[tuple[int, str | None]] = []
+        self.barriers = BarrierAlignment(
+            name="down",
+            inputs=("T",),
+            mode=Mode.ALIGNED,
+            positions=self._positions,
+            marks=marks,
+            sp_requests=sp_requests,
+            sp_files=self.sp_files,  # type: ignore[arg-type]
+            metrics=Metrics("down", "test"),
+            time_service=None,
+            kgs={0: _KeyGroup()},  # type: ignore[dict-item]
+            halted=marks.halted,
+            open_epoch=self.open,
+            write_barriers=self._write_barriers,
+            halt=self._halt,
+        )
+
+    def _write_barriers(self, g: int, ckpt: int, request: dict[str, Any] | None) -> None:
+        self.completions.append((ckpt, None if request is None else request["savepoint"]))
+
+    def _halt(self, g: int, sp_id: str) -> None:
+        raise AssertionError("no stop-with-savepoint here")
+
+    @property
+    def released(self) -> list[Any]:
+        """The records to process, in order (released by completions, or processed)."""
+        return list(self.open.released)
 
     @property
     def aligner(self) -> Aligner:
@@ -86,14 +130,14 @@ class _Runtime:
     ) -> None:
         """A barrier of ``up/<writer>`` announcing ``writers`` key groups, as the loop feeds it."""
         _, headers = Barrier(ckpt, f"{UP}/{writer}", writers, savepoint=sp).encode()
-        self._on_barrier("T", 0, offset, lockgate_headers(headers))
+        self.barriers.on_barrier("T", 0, offset, lockgate_headers(headers))
 
     def record(self, offset: int, writer: int, payload: str) -> None:
-        """A data record of ``up/<writer>``; what the loop would process goes to ``_released``."""
+        """A data record of ``up/<writer>``; what the loop would process goes to ``released``."""
         decision = self.aligner.on_record(offset, f"{UP}/{writer}", payload)
         assert not isinstance(decision, tuple)
         if decision is Decision.PROCESS:
-            self._released.append(payload)
+            self.open.released.append(payload)
 
 
 def _aligner(snapshot: Snapshot) -> Aligner:
@@ -112,7 +156,7 @@ def test_a_drop_read_again_inside_the_replayed_span_is_carried_by_the_snapshot()
     commit = first.aligner.snapshot(5)
     assert (commit.low, commit.high, commit.done) == (2, 5, 5)
     assert commit.dropped == {f"{UP}/2"} and f"{UP}/2" not in commit.last
-    processed = list(first._released)
+    processed = list(first.released)
     assert processed == ["b"]
 
     # Crash; restored from the commit, the partition is read again from offset 2.
@@ -124,7 +168,7 @@ def test_a_drop_read_again_inside_the_replayed_span_is_carried_by_the_snapshot()
     restored.barrier(6, 1, 6, 2)
     restored.record(7, 2, "late record of the dropped writer")  # no writer any more: processed
     assert [c[0] for c in restored.completions] == [6]
-    processed += restored._released
+    processed += restored.released
     assert sorted(processed) == ["a", "b", "late record of the dropped writer"]
 
 
@@ -145,8 +189,10 @@ def _first_run() -> tuple[_Runtime, Snapshot]:
     # offset 5: a transaction marker (never reaches the aligner)
     first.barrier(6, 0, 6, 2)
     assert [(c[0], c[1]) for c in first.completions] == [(5, "sp-1")]
-    assert first._released == ["c", "a", "b"]  # a and b after the cut
-    return first, first.completions[0][2]
+    assert first.released == ["c", "a", "b"]  # a and b after the cut
+    [(sp, ckpt, before)] = first.sp_files.exports  # exported with the alignment before it
+    assert (sp, ckpt) == ("sp-1", 5)
+    return first, before
 
 
 def test_a_drop_carried_by_a_savepoint_completing_barrier_applies_on_restore() -> None:
@@ -164,7 +210,7 @@ def test_a_drop_carried_by_a_savepoint_completing_barrier_applies_on_restore() -
     # Before the fix: [] (the drop was skipped as "replaying"; 5 completed only at the
     # next barrier of up, jumping to 6, with a and b held until then).
     assert [(c[0], c[1]) for c in restored.completions] == [(5, None)]
-    assert restored._released == ["a", "b"]
+    assert restored.released == ["a", "b"]
     assert restored.aligner.writers.keys() == {f"{UP}/0", f"{UP}/1"}
     restored.barrier(7, 1, 6, 2)
     assert [c[0] for c in restored.completions] == [5, 6]
