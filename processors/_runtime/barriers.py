@@ -82,7 +82,8 @@ class BarrierAlignment:
         inputs: the app's input topics, in declaration order.
         mode: the alignment mode (``LOCKGATE_ALIGNMENT``).
         positions: the owned input partitions' positions and aligners.
-        marks: per key group checkpoint facts (completed checkpoint, origin).
+        marks: per key group checkpoint facts (reads the completed checkpoint and the
+            origin, records completions).
         sp_requests: savepoint requests, cancels and what barriers announced.
         sp_files: exports a key group's state for a savepoint.
         metrics: the instance's metrics (alignment durations, forced alignments).
@@ -154,7 +155,18 @@ class BarrierAlignment:
         return aligner
 
     def on_barrier(self, topic: str, g: int, offset: int, headers: dict[str, str]) -> None:
-        """Feed a barrier record at ``offset`` of ``topic[g]`` to its aligner."""
+        """Feed a barrier record at ``offset`` of ``topic[g]`` to its aligner.
+
+        Called by the loop for a barrier of an owned key group that is not halted. It may
+        start the partition's alignment, complete checkpoints (forwarding them, taking a
+        savepoint) and queue released records and watermark updates in the open epoch's
+        ``released``; a stop-with-savepoint it completes halts ``g`` (the caller then
+        stops reading the partition).
+
+        Raises:
+            AbortEpoch: a state value of ``g`` cannot be encoded for the savepoint it
+                completes (the epoch is replayed checking every write).
+        """
         barrier = read_barrier(headers)
         if barrier is None:
             log.warning("ignoring a malformed barrier", extra={"headers": headers})
@@ -272,7 +284,14 @@ class BarrierAlignment:
         self._complete(g, completion, befores, later)
 
     def complete_deferred(self) -> None:
-        """Complete the key groups whose completion waited for an input's replay to end."""
+        """Complete the key groups whose completion waited for an input's replay to end.
+
+        A key group no longer owned, halted, or without aligners is forgotten; one whose
+        input still replays keeps waiting.
+
+        Raises:
+            AbortEpoch: as :meth:`on_barrier`.
+        """
         positions = self._positions
         for g in sorted(self._deferred_groups):
             group = [(t, a) for t in self._inputs for a in [positions.aligners.get((t, g))] if a]
@@ -423,6 +442,11 @@ class BarrierAlignment:
         """Force alignments that outlived ``LOCKGATE_ALIGNMENT_TIMEOUT_MS``.
 
         First completes the key groups whose completion waited for a replay to end.
+        Called by the loop between batches; the records released are queued in the open
+        epoch's ``released``.
+
+        Raises:
+            AbortEpoch: as :meth:`on_barrier`.
         """
         if self._deferred_groups:
             self.complete_deferred()
