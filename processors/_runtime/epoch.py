@@ -323,6 +323,7 @@ class EpochMixin(SavepointMixin):
                 self._marks.completed(g, ckpt)
         if savepoint is not None:
             self._savepoint_committed(savepoint, manifests)
+            self._sp_rules.committed(savepoint, manifests)
         self._marks.commit(list(self._kgs))
         if self._timer_guard is not None:
             self._timer_guard.committed()  # dead-lettered timers are deleted in this commit
@@ -528,7 +529,7 @@ class EpochMixin(SavepointMixin):
                     extra={"savepoint": request["savepoint"], "key_groups": seeding},
                 )
             return ckpt, None
-        if self._defers_savepoint(request):
+        if self._sp_rules.defers(request):
             # A bounded run's final savepoint: taken once the bound is reached (and
             # drained), by every owned key group in the same epoch.
             return ckpt, None
@@ -591,7 +592,7 @@ class EpochMixin(SavepointMixin):
             live_source = source and g not in self._halted
             if live_source:
                 saving = savepoint
-                if saving is not None and self._savepoint_taken(g, saving):
+                if saving is not None and self._sp_rules.taken(g, saving):
                     saving = None  # a previous owner took this savepoint already
                 elif saving is not None and self._marks.restored_since(
                     g, int(saving.get("requested_ms") or 0)
@@ -633,7 +634,7 @@ class EpochMixin(SavepointMixin):
             }
             if self._globals:
                 record["globals"] = self._globals.snapshot()
-            bounded = self._bounded_ends.get(g)
+            bounded = self._sp_rules.bounded(g)
             if bounded is not None:
                 record["bounded"] = bounded  # reached its end in a bounded run
             self._checkpoints.write_checkpoint(g, record)
