@@ -1,11 +1,12 @@
 """One running instance: ``Runner`` and the layers it is assembled from.
 
 ``runner`` (``Runner``: wiring, life cycle, the per-record loop) is built by linear
-inheritance from ``core`` (the state the layers share, bounded waits) <- ``savepoints``
-(requests, exports, halts, restores) <- ``epoch`` (the commit sequence, abort, rewind,
-settling a commit without an answer) <- ``rebalance`` (assign and restore, revoke,
-lost) <- ``barriers`` (barriers read downstream: alignment, completion, watermarks).
-The components the layers use own their state and are given what they read:
+inheritance from ``core`` (the state the layers share, bounded waits) <- ``epoch`` (the
+commit sequence, abort, rewind, settling a commit without an answer) <- ``rebalance``
+(assign and restore, revoke, lost) <- ``barriers`` (barriers read downstream:
+alignment, completion, watermarks). The components the layers use own their state and
+are given what they read: ``savepoints`` (``SavepointParticipant``: requests, halts,
+restores), ``bounded_end`` (``BoundedEnd``: a bounded run's end phase),
 ``output`` (``OutputWriter``: everything produced, the epoch's output errors), ``startup``
 (topics and access before joining), ``gauges`` (lag and watermark), ``membership``
 (``GroupWatch``: the group-probe child's checks), ``query_routing`` (``QueryRouter``:

@@ -38,7 +38,6 @@ from processors._runtime.health import Metrics
 from processors._runtime.open_epoch import OpenEpoch
 from processors._runtime.output import OutputWriter
 from processors._runtime.savepoint_files import SavepointFiles
-from processors._runtime.savepoint_seeding import SavepointSeeding
 from processors._runtime.timer_guard import TimerGuard
 from processors._sinks import Sinks
 from processors._task.failures import ReplayPoison
@@ -107,10 +106,6 @@ class RunnerCore:
         #: Registrations, barriers and checkpoint records in each epoch's transaction.
         self._checkpoints = CheckpointWriter(
             self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
-        )
-        #: Restores from a savepoint: which key groups, checked, written in chunks.
-        self._seeding = SavepointSeeding(
-            self._sp_files, self._marks, settings, self._inputs, self._commit_seed_chunk
         )
         #: The halted key groups (the component's own dict; read here, changed there).
         self._halted = self._marks.halted
@@ -277,9 +272,6 @@ class RunnerCore:
             conf["client.id"] = f"{self.name}-{self.settings.instance_id}-control"
             self._reader = Consumer(conf)
         return self._reader
-
-    def _commit_seed_chunk(self) -> None:  # pragma: no cover - defined by SavepointMixin
-        raise NotImplementedError
 
     def _check_stop(self) -> None:
         if self._stop:

@@ -7,11 +7,12 @@ One thread owns the consumer, the operator chain and the producer. The parts:
   :mod:`processors._runtime.barriers` (barriers read downstream),
   :mod:`processors._runtime.rebalance` (assign, restore, revoke, lost),
   :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
-  :mod:`processors._runtime.savepoints` (halts, cancels, a restore's positions),
   :mod:`processors._runtime.core` (the shared state, bounded waits);
 * the components they use, each owning its state (docs/architecture.md has the table):
-  output, txn, savepoint requests, files and seeding, the timer guard, gauges,
-  membership, query routing, bounded runs, sinks.
+  output, txn, savepoint requests, files and seeding, the savepoint participant
+  (``SavepointParticipant``: halts, cancels, a restore's positions), the timer guard,
+  gauges, membership, query routing, bounded runs (``BoundedEnd``: the end phase, asked
+  once per loop iteration), sinks.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so
@@ -400,7 +401,7 @@ class Runner(BarrierMixin):
             )
         if s.until is not None:
             self._plan_bounded_run(admin)
-        self._open_request_reader()
+        self._savepoints.open_request_reader()
         self._open_producer()
         self._restorer = Restorer(
             self.name,
@@ -694,7 +695,7 @@ class Runner(BarrierMixin):
             self._tick_alignments()
             if self._open.released:
                 self._process([])
-        self._poll_requests()
+        self._savepoints.poll_requests()
         self._gauges.between_commits()
         if self._queries is not None:
             self._queries.serve()
