@@ -31,13 +31,13 @@ from processors._kafka.errors import (
     Stopping,
     kafka_call,
 )
+from processors._runtime.bounded_end import EverySavepoint, SavepointRules
 from processors._runtime.checkpoint_writer import CheckpointWriter
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.open_epoch import OpenEpoch
 from processors._runtime.output import OutputWriter
 from processors._runtime.savepoint_files import SavepointFiles
-from processors._runtime.savepoint_seeding import SavepointSeeding
 from processors._runtime.timer_guard import TimerGuard
 from processors._sinks import Sinks
 from processors._task.failures import ReplayPoison
@@ -104,10 +104,6 @@ class RunnerCore:
         self._checkpoints = CheckpointWriter(
             self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
         )
-        #: Restores from a savepoint: which key groups, checked, written in chunks.
-        self._seeding = SavepointSeeding(
-            self._sp_files, self._marks, settings, self._inputs, self._commit_seed_chunk
-        )
         #: The halted key groups (the component's own dict; read here, changed there).
         self._halted = self._marks.halted
         #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
@@ -130,10 +126,10 @@ class RunnerCore:
         #: fetched record, with upstream watermark updates in their place among them).
         self._open = OpenEpoch()
         self._reader: Any = None
-        #: A bounded run's key groups that reached their end (and were drained): their
-        #: end offsets by input topic, written as ``bounded`` in their checkpoint records
-        #: (processors/_runtime/bounded_savepoint.py reads them back).
-        self._bounded_ends: dict[int, dict[str, int]] = {}
+        #: What the epoch and savepoint code ask of the run's end: whether a savepoint
+        #: request waits, whether a key group took it, a key group's ``bounded`` ends. A
+        #: bounded run replaces it with its end phase at start-up (``_runtime/bounded_end.py``).
+        self._sp_rules: SavepointRules = EverySavepoint(self._marks)
         #: Orders the records of several co-partitioned inputs (``None``: one input).
         self._interleaver: Interleaver | None = None
         self._globals: GlobalTables = GlobalTables({}, settings, self.name, self.metrics)
@@ -211,23 +207,6 @@ class RunnerCore:
             self._kgs,
         )
 
-    def _defers_savepoint(self, request: dict[str, Any]) -> bool:
-        """Whether the source key groups wait before taking ``request`` (default: never).
-
-        The runner defers a bounded run's final savepoint until every owned key group
-        reached its end and was drained.
-        """
-        return False
-
-    def _savepoint_taken(self, g: int, request: dict[str, Any]) -> bool:
-        """Whether source key group ``g`` took ``request`` already (it is skipped).
-
-        By default: its checkpoint is at or past the request's (a previous owner took
-        it). The runner decides a bounded run's final savepoint by its committed
-        manifests instead.
-        """
-        return self._marks.done(g) >= int(request["checkpoint"])
-
     # -- bounded waits --------------------------------------------------------------------
 
     @property
@@ -290,9 +269,6 @@ class RunnerCore:
             conf["client.id"] = f"{self.name}-{self.settings.instance_id}-control"
             self._reader = Consumer(conf)
         return self._reader
-
-    def _commit_seed_chunk(self) -> None:  # pragma: no cover - defined by SavepointMixin
-        raise NotImplementedError
 
     def _check_stop(self) -> None:
         if self._stop:

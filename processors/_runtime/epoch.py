@@ -30,12 +30,15 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
+from processors._config.settings import Settings
+from processors._dsl.app import App
 from processors._kafka.authz import authorization_error
 from processors._kafka.clients import producer_config
 from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
-from processors._runtime.core import SlowRecordError, where
-from processors._runtime.savepoints import SavepointMixin
+from processors._runtime.core import RunnerCore, SlowRecordError, where
+from processors._runtime.savepoint_seeding import SavepointSeeding
+from processors._runtime.savepoints import SavepointParticipant
 from processors._task.failures import stop_error
 from processors.exceptions import FatalKafkaError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
@@ -80,8 +83,39 @@ def offset_metadata(metadata: str | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-class EpochMixin(SavepointMixin):
+class EpochMixin(RunnerCore):
     """Commits and aborts epochs (see the module docs for the sequence)."""
+
+    def __init__(self, app: App, settings: Settings) -> None:
+        super().__init__(app, settings)
+        #: Restores from a savepoint: which key groups, checked, written in chunks (each
+        #: chunk commits an epoch: the participant's ``commit_seed_chunk``).
+        seeding = SavepointSeeding(
+            self._sp_files,
+            self._marks,
+            settings,
+            self._inputs,
+            lambda: self._savepoints.commit_seed_chunk(),
+        )
+        #: The runtime's side of savepoints: requests followed, halts and their lifting
+        #: by a cancel, a restore's seeding and positions.
+        self._savepoints = SavepointParticipant(
+            settings,
+            self.name,
+            self._control_topic,
+            self._inputs,
+            self._sp_requests,
+            seeding,
+            self._marks,
+            self._positions,
+            self._open,
+            self._kgs,
+            lambda: self._partitions,
+            lambda: self._consumer,
+            self._call,
+            self._end_epoch,
+            self.metrics.beat,
+        )
 
     # -- the producer ---------------------------------------------------------------------
 
@@ -322,7 +356,8 @@ class EpochMixin(SavepointMixin):
             if self._live_source(g):
                 self._marks.completed(g, ckpt)
         if savepoint is not None:
-            self._savepoint_committed(savepoint, manifests)
+            self._savepoints.committed(savepoint, manifests)
+            self._sp_rules.committed(savepoint, manifests)
         self._marks.commit(list(self._kgs))
         if self._timer_guard is not None:
             self._timer_guard.committed()  # dead-lettered timers are deleted in this commit
@@ -528,7 +563,7 @@ class EpochMixin(SavepointMixin):
                     extra={"savepoint": request["savepoint"], "key_groups": seeding},
                 )
             return ckpt, None
-        if self._defers_savepoint(request):
+        if self._sp_rules.defers(request):
             # A bounded run's final savepoint: taken once the bound is reached (and
             # drained), by every owned key group in the same epoch.
             return ckpt, None
@@ -591,7 +626,7 @@ class EpochMixin(SavepointMixin):
             live_source = source and g not in self._halted
             if live_source:
                 saving = savepoint
-                if saving is not None and self._savepoint_taken(g, saving):
+                if saving is not None and self._sp_rules.taken(g, saving):
                     saving = None  # a previous owner took this savepoint already
                 elif saving is not None and self._marks.restored_since(
                     g, int(saving.get("requested_ms") or 0)
@@ -633,7 +668,7 @@ class EpochMixin(SavepointMixin):
             }
             if self._globals:
                 record["globals"] = self._globals.snapshot()
-            bounded = self._bounded_ends.get(g)
+            bounded = self._sp_rules.bounded(g)
             if bounded is not None:
                 record["bounded"] = bounded  # reached its end in a bounded run
             self._checkpoints.write_checkpoint(g, record)

@@ -222,7 +222,7 @@ class RebalanceMixin(EpochMixin):
             FatalKafkaError: a seeding commit failed (the restart seeds them again).
         """
         try:
-            seeded = [g for g in groups if self._seed_from_savepoint(g)]
+            seeded = [g for g in groups if self._savepoints.seed(g)]
         except AbortEpoch as exc:
             raise FatalKafkaError(
                 f"restoring key groups {groups} from a savepoint: {exc} (the restart seeds "

@@ -6,12 +6,13 @@ One thread owns the consumer, the operator chain and the producer. The parts:
 * the layers ``Runner`` is built from, sharing the epoch's state:
   :mod:`processors._runtime.rebalance` (assign, restore, revoke, lost),
   :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
-  :mod:`processors._runtime.savepoints` (halts, cancels, a restore's positions),
   :mod:`processors._runtime.core` (the shared state, bounded waits);
 * the components they use, each owning its state (docs/architecture.md has the table):
   barriers (``BarrierAlignment``: barriers read downstream), output, txn, savepoint
-  requests, files and seeding, the timer guard, gauges, membership, query routing,
-  bounded runs, sinks.
+  requests, files and seeding, the savepoint participant (``SavepointParticipant``:
+  halts, cancels, a restore's positions), the timer guard, gauges, membership, query
+  routing, bounded runs (``BoundedEnd``: the end phase, asked once per loop iteration),
+  sinks.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so
@@ -65,9 +66,10 @@ from processors._kafka.clients import (
 )
 from processors._kafka.errors import AbortEpoch, Stopping
 from processors._runtime.barriers import BarrierAlignment, WatermarkUpdate
-from processors._runtime.bounded import END_OF_TIME, BoundedRun, parse_until
+from processors._runtime.bounded import END_OF_TIME
+from processors._runtime.bounded_end import BoundedEnd, plan_bounded_run
 from processors._runtime.core import where
-from processors._runtime.final_savepoint import FinalSavepoint, FinalSavepointFactory
+from processors._runtime.final_savepoint import FinalSavepointFactory
 from processors._runtime.health import HealthServer
 from processors._runtime.membership import GroupWatch, leave_group, leave_reason
 from processors._runtime.operator_plan import check_operator_layout
@@ -176,7 +178,7 @@ class Runner(RebalanceMixin):
             halted=self._halted,
             open_epoch=self._open,
             write_barriers=self._write_barriers,
-            halt=self._halt,
+            halt=self._savepoints.halt,
         )
         self._handlers = app.handlers()
         self._decoders = {
@@ -195,15 +197,12 @@ class Runner(RebalanceMixin):
             else None
         )
         self._bp_limit = max(10_000, 4 * settings.consume_batch_size)
-        #: A bounded run's end offsets (``LOCKGATE_UNTIL``), planned at start-up.
-        self._bound: BoundedRun | None = None
-        #: A bounded run's final savepoint (``LOCKGATE_UNTIL_SAVEPOINT``), once the bound
-        #: is reached; and the id of the complete savepoint the run ends with.
-        self._final_savepoint: FinalSavepoint | None = None
-        #: Builds it (``processors/cli.py`` hands the operator commands' implementation).
+        #: A bounded run's end phase (``LOCKGATE_UNTIL``): its end offsets, planned at
+        #: start-up, and its final savepoint (``LOCKGATE_UNTIL_SAVEPOINT``).
+        self._bounded: BoundedEnd | None = None
+        #: Builds the final savepoint (``processors/cli.py`` hands the operator commands'
+        #: implementation).
         self.final_savepoint_factory: FinalSavepointFactory | None = None
-        self.savepoint_result: str | None = None
-        self._exit_code = 0
         #: The group-probe child's checks: subscriptions at start, stranded partitions.
         self._group_watch = GroupWatch(self.name, app.subscribed_input, settings, self._waiting)
         #: Set when the stranded-partition heal elected this member to rejoin.
@@ -250,6 +249,11 @@ class Runner(RebalanceMixin):
             )
 
     # -- life cycle ---------------------------------------------------------------------
+
+    @property
+    def savepoint_result(self) -> str | None:
+        """The id of the complete savepoint a bounded run with ``--savepoint`` ended with."""
+        return None if self._bounded is None else self._bounded.savepoint_result
 
     def request_stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         """Ask the loop to finish the epoch and stop (signal-safe)."""
@@ -320,8 +324,8 @@ class Runner(RebalanceMixin):
                 gc.unfreeze()
             if self._http is not None:
                 self._http.stop()
-            if self._final_savepoint is not None:
-                self._final_savepoint.close()
+            if self._bounded is not None:
+                self._bounded.close()
         if self._txn is not None:
             self._hung_clients.extend(self._txn.abandoned)
         if self._hung_clients:
@@ -414,8 +418,8 @@ class Runner(RebalanceMixin):
                 },
             )
         if s.until is not None:
-            self._bound = self._plan_bounded_run(admin, s.until)
-        self._open_request_reader()
+            self._plan_bounded_run(admin)
+        self._savepoints.open_request_reader()
         self._open_producer()
         self._restorer = Restorer(
             self.name,
@@ -468,167 +472,49 @@ class Runner(RebalanceMixin):
         self._sp_requests.note_cancelled(cancelled)
         return registry
 
-    def _plan_bounded_run(self, admin: Admin, until: str) -> BoundedRun:
-        """Read the end offsets of a bounded run (processors/_runtime/bounded.py).
+    def _plan_bounded_run(self, admin: Admin) -> None:
+        """Read a bounded run's end offsets; its end phase is :class:`BoundedEnd`'s.
 
         Raises:
-            ConfigError: a malformed bound, or the app reads internal topics (their end is
-                the upstream's barriers, not an offset).
+            ConfigError: a malformed bound, or the app reads internal topics.
         """
-        bound = parse_until(until)
-        if self.settings.until_savepoint is not None and self.final_savepoint_factory is None:
-            raise ConfigError(
-                "LOCKGATE_UNTIL_SAVEPOINT: this runner was started without the final "
-                "savepoint's coordinator (use `lockgate run`, or pass final_savepoint= to "
-                "run_app)"
-            )
-        if self._positions.writers:
-            raise ConfigError(
-                f"LOCKGATE_UNTIL={until!r}: app {self.name!r} reads internal topics of other "
-                f"lockgate apps ({sorted(self._positions.writers)}); a bounded run is for apps "
-                "that read external inputs only (run the upstream bounded and this app "
-                "unbounded, or stop it with a savepoint)"
-            )
-        plan = BoundedRun.plan(bound, admin, self._inputs, self._partitions)
-        log.info(
-            "bounded run: processing up to the end offsets, then stopping",
-            extra={
-                "until": until,
-                "drain": self.settings.until_drain,
-                "ends": {f"{t}[{g}]": o for (t, g), o in sorted(plan.ends.items())},
-            },
-        )
-        return plan
-
-    def _bounded_run_done(self) -> bool:
-        """Whether every owned, not halted key group reached the bounded run's ends."""
-        bound = self._bound
-        if bound is None or not self._kgs or self._open.released:
-            return False
-        owned = [(t, g) for g in self._kgs if g not in self._halted for t in self._inputs]
-        backlog = self._interleaver.backlog() if self._interleaver is not None else {}
-        return bound.reached(owned, self._positions.next, backlog)
-
-    def _end_bounded_run(self) -> None:
-        """Drain event time (unless ``--no-drain``), commit, and stop the loop.
-
-        With a final savepoint (``LOCKGATE_UNTIL_SAVEPOINT``) the loop goes on instead:
-        the key groups are marked as having reached the bound (``bounded`` in their
-        checkpoint records from the next commit on) and the savepoint phase starts
-        (:class:`~processors._runtime.bounded_savepoint.BoundedSavepoint`). Key groups
-        assigned later come here again once they reached their ends.
-
-        Raises:
-            AbortEpoch: the final commit failed (the loop aborts, replays and comes back).
-        """
-        svc = self.app.time_service
-        if self.settings.until_drain and svc is not None:
-            self._in_each_key_group(lambda: svc.advance_to(END_OF_TIME))
-            self._open.active = True  # the final watermark is state: it commits
-        self._end_epoch()
-        log.info(
-            "bounded run complete: every owned key group reached its end offsets",
-            extra={"key_groups": sorted(self._kgs), "drained": self.settings.until_drain},
-        )
-        if self.settings.until_savepoint is None:
-            self._stop = True
-            return
-        bound = self._bound
-        assert bound is not None
-        for g in self._kgs:
-            self._bounded_ends[g] = {t: bound.ends.get((t, g), 0) for t in self._inputs}
-        self._open.active = True  # the next commit says so in the checkpoint records
-        if self._final_savepoint is None:
-            factory = self.final_savepoint_factory
-            assert factory is not None  # checked at start (_plan_bounded_run)
-            self._final_savepoint = factory(
-                self.name,
+        self._bounded = BoundedEnd(
+            plan_bounded_run(
+                admin,
                 self.settings,
+                self.name,
                 self._inputs,
                 self._partitions,
-                bound.ends,
-                self._sp_requests,
-            )
-            log.info(
-                "bounded run: waiting for every key group to reach the bound, then taking "
-                "the savepoint",
-                extra={"location": self.settings.savepoint_dir},
-            )
-        self._final_savepoint.owned = frozenset(self._kgs)
-        self._final_savepoint.start()
-
-    def _bounded_all_ended(self) -> bool:
-        """With a final savepoint: whether every owned key group was ended (drained) already."""
-        return (
-            self.settings.until_savepoint is not None
-            and bool(self._kgs)
-            and self._kgs.keys() <= self._bounded_ends.keys()
+                self._positions.writers,
+                self.final_savepoint_factory,
+            ),
+            self.settings,
+            self.name,
+            self._inputs,
+            self._partitions,
+            self._kgs,
+            self._halted,
+            self._positions.next,
+            None if self._interleaver is None else self._interleaver.backlog,
+            self._open,
+            self._marks,
+            self._sp_requests,
+            self.final_savepoint_factory,
+            None if self.app.time_service is None else self._drain_event_time,
+            self._end_epoch,
+            self._live_source,
+            self._stop_loop,
         )
+        self._sp_rules = self._bounded
 
-    def _defers_savepoint(self, request: dict[str, Any]) -> bool:
-        """A bounded run takes its final savepoint only with every owned key group ended."""
-        if not request.get("bounded") or self._bound is None:
-            return False
-        return not self._bounded_all_ended()
+    def _drain_event_time(self) -> None:
+        """Advance event time to its end in each owned key group (a bounded run's drain)."""
+        svc = self.app.time_service
+        assert svc is not None
+        self._in_each_key_group(lambda: svc.advance_to(END_OF_TIME))
 
-    def _savepoint_taken(self, g: int, request: dict[str, Any]) -> bool:
-        """A bounded run's final savepoint: taken where a committed manifest of it exists.
-
-        Not by the checkpoint: a key group taken over in the savepoint phase (its previous
-        owner died before exporting it) is drained and committed at an id past the
-        request's checkpoint (this instance's ids are), as is one of an instance restarted
-        or deferring longer than the request's margin; it still has to take it.
-        """
-        sp = self._final_savepoint
-        if not request.get("bounded") or self._bound is None or sp is None:
-            return super()._savepoint_taken(g, request)
-        known = sp.has_manifest(str(request["savepoint"]), g)
-        if known is None:  # not read yet (a restart; an earlier run's request): by checkpoint
-            return super()._savepoint_taken(g, request)
-        return known
-
-    def _savepoint_committed(
-        self, request: dict[str, Any], manifests: dict[int, dict[str, Any]]
-    ) -> None:
-        """The epoch carrying a savepoint committed: a bounded run's notes its manifests."""
-        super()._savepoint_committed(request, manifests)
-        sp = self._final_savepoint
-        if sp is not None and request.get("bounded"):
-            sp.exported(str(request["savepoint"]), manifests)
-
-    def _final_savepoint_step(self) -> None:
-        """In the savepoint phase: re-arm the request for new key groups; stop when done."""
-        sp = self._final_savepoint
-        assert sp is not None
-        for g in [g for g in self._bounded_ends if g not in self._kgs]:
-            del self._bounded_ends[g]  # revoked: a new owner says it again
-        sp.owned = frozenset(self._kgs)
-        request = sp.request
-        if (
-            request is not None
-            and sp.result is None
-            and int(request.get("expires_ms", 0)) > time.time() * 1000  # else it would spin
-            and self._bounded_all_ended()
-            and any(
-                self._live_source(g) and sp.has_manifest(str(request["savepoint"]), g) is False
-                for g in self._kgs
-            )
-            and self._sp_requests.rearm(request)
-        ):
-            self._open.commit_now = True  # key groups assigned since take it now
-        outcome = sp.result
-        if outcome is None:
-            return
-        if outcome.savepoint is None:
-            log.error("%s", outcome.error)
-            self._exit_code = 1
-        else:
-            self.savepoint_result = outcome.savepoint
-            log.info(
-                "bounded run: savepoint complete"
-                + (" (every key group is where it left them)" if outcome.reused else ""),
-                extra={"savepoint": outcome.savepoint, "location": outcome.location},
-            )
+    def _stop_loop(self) -> None:
+        """End the loop (it finishes the open epoch and stops); not a stop request."""
         self._stop = True
 
     def _waiting(self) -> None:
@@ -638,7 +524,7 @@ class Runner(RebalanceMixin):
 
     def _subscribe(self) -> None:
         conf = with_fetch_limits(consumer_config(self.settings, self.name), self._state_memory.plan)
-        if self._interleaver is not None or self._bound is not None:
+        if self._interleaver is not None or self._bounded is not None:
             # The interleaver needs "caught up"; a bounded run, the end of a partition
             # whose last records before its end are transaction markers.
             conf["enable.partition.eof"] = True
@@ -720,7 +606,7 @@ class Runner(RebalanceMixin):
         batch = self.settings.consume_batch_size
         interval = self.settings.checkpoint_interval_ms / 1000
         epoch_bytes = self._epoch_bytes_bound()
-        bound = self._bound
+        bounded = self._bounded
         metrics = self.metrics
         rewound = self._positions.rewound  # one set for the component's life
         next_epoch = time.monotonic() + interval
@@ -740,19 +626,15 @@ class Runner(RebalanceMixin):
                         self._subscribe_again()
                     if rewound and msgs:
                         msgs = self._drop_stale(msgs)
-                    if bound is not None and msgs:
-                        msgs = bound.trim(msgs)
+                    if bounded is not None and msgs:
+                        msgs = bounded.trim(msgs)
                     if self._interleaver is not None:
                         msgs = self._interleave(msgs)
                     if msgs:
                         self._process(msgs)
                     self._between_batches()
-                    if bound is not None:
-                        if self._final_savepoint is not None:
-                            self._final_savepoint_step()
-                        if self._bounded_run_done() and not self._bounded_all_ended():
-                            self._end_bounded_run()
-                            continue
+                    if bounded is not None and bounded.after_batch():
+                        continue
                 except _Rewind:
                     self._slow = None  # user code raised: that record is the cause
                     self._abort_epoch("user code raised: replaying with the record dead-lettered")
@@ -803,7 +685,7 @@ class Runner(RebalanceMixin):
             log.error("stopped after a fatal error during shutdown: %s", self._fatal)
             return 1
         log.info("stopped", extra=stopped_fields(self._open.checkpoint))
-        return self._exit_code
+        return 0 if bounded is None else bounded.exit_code
 
     def _subscribe_again(self) -> None:
         """Subscribe anew (asked for by the stranded-partition heal)."""
@@ -831,7 +713,7 @@ class Runner(RebalanceMixin):
             self._barriers.tick()
             if self._open.released:
                 self._process([])
-        self._poll_requests()
+        self._savepoints.poll_requests()
         self._gauges.between_commits()
         if self._queries is not None:
             self._queries.serve()

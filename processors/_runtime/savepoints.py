@@ -2,7 +2,8 @@
 
 * **Request** — ``lockgate savepoint trigger`` writes ``savepoint-request/<id>`` with
   a checkpoint id ``C`` ahead of every clock to partition 0 of each source app's
-  ``<app>.control``; every instance of that app reads it (:meth:`_poll_requests`).
+  ``<app>.control``; every instance of that app reads it
+  (:meth:`SavepointParticipant.poll_requests`).
 * **Source key groups** end their next epoch with id ``C`` (or their next id when
   already past it): barriers carry the savepoint id, and right before the commit each
   key group exports the committed state overlaid with the epoch's changes — the state
@@ -26,41 +27,121 @@
   manifest names its operator's id (``operator``, and ``timers`` for the owner prefix),
   and a restore gives every operator the state saved under its id
   (:func:`plan_operator_restore`), so reordered declarations keep their state.
+
+:class:`SavepointParticipant` is the runtime's side of these: it follows the requests,
+halts key groups at a stop-with-savepoint, lifts the halts of cancelled savepoints, and
+seeds key groups from a savepoint. Invariants it owns:
+
+* **a halted key group processes nothing past its cut**: its input partitions are paused
+  when it halts (a stop-with-savepoint's completion downstream, or the commit of the
+  source epoch that took it), and this component resumes them only when its savepoint
+  is cancelled (a new owner keeps them paused: processors/_runtime/rebalance.py);
+* **a lifted halt resumes by a rewind**: the cancel's :class:`AbortEpoch` is raised only
+  after the whole poll (no request or cancel read with it is lost), and every key group
+  goes back to its last commit, so records a halt left unprocessed are read again,
+  exactly once;
+* **a seeded key group's positions are the savepoint's**: its offsets and alignment move
+  to the manifest's, and the records that alignment releases are processed before the
+  next fetched record; its seeding chunks commit with the offsets where they were.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
+from processors._checkpoint.input_positions import InputPositions
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
+from processors._checkpoint.savepoint_requests import SavepointRequests
+from processors._config.settings import Settings
 from processors._kafka.clients import restore_consumer_config
 from processors._kafka.errors import AbortEpoch
 from processors._kafka.faults import crash_point
-from processors._runtime.core import RunnerCore
+from processors._runtime.open_epoch import OpenEpoch
+from processors._runtime.savepoint_seeding import SavepointSeeding
+from processors._task.keygroups import KeyGroup
+
+__all__ = ["SavepointParticipant"]
 
 log = logging.getLogger("lockgate.savepoint")
 
 
-class SavepointMixin(RunnerCore):
+class SavepointParticipant:
     """The runtime's side of savepoints: halts, cancels, and where a restore puts positions.
 
-    What savepoints need beyond the epoch's shared state is in components:
+    What savepoints need beyond this is in components:
     :class:`~processors._checkpoint.savepoint_requests.SavepointRequests` (requests,
     cancels, barrier announcements), :class:`~processors._runtime.savepoint_files.SavepointFiles`
     (exports, manifests, a restore's checks and reads) and
     :class:`~processors._runtime.savepoint_seeding.SavepointSeeding` (which key groups a
     restore seeds, in chunks).
+
+    Args:
+        settings: the request reader's client settings and the instance id.
+        name: the app's name.
+        control_topic: the app's control topic (requests are on its partition 0).
+        inputs: the input topics (key group ``g`` is partition ``g`` of each).
+        requests: the savepoint requests (polled; done once their epoch committed).
+        seeding: plans and writes a restore's seeding (its chunks commit through
+            :meth:`commit_seed_chunk`).
+        marks: the key groups' checkpoint state (halts set and lifted here, the
+            checkpoint a seeded key group restored).
+        positions: the input positions (a halted partition thawed, a seeded key group's
+            offsets and alignment).
+        open_epoch: the open epoch (``active``, ``commit_now``, ``released`` and the
+            checkpoint reached are raised here).
+        key_groups: the owned key groups (read only).
+        partitions: the key-group count (known once the topics were checked).
+        consumer: the current consumer (created after the runner; paused and resumed).
+        call: calls a blocking client API, bounded (the runner's bounded waits).
+        end_epoch: commits the open epoch (raises ``AbortEpoch`` when it failed).
+        beat: shows liveness (between seeding chunks).
     """
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        control_topic: str,
+        inputs: Sequence[str],
+        requests: SavepointRequests,
+        seeding: SavepointSeeding,
+        marks: KeyGroupCheckpoints,
+        positions: InputPositions,
+        open_epoch: OpenEpoch,
+        key_groups: Mapping[int, KeyGroup],
+        partitions: Callable[[], int],
+        consumer: Callable[[], Any],
+        call: Callable[..., Any],
+        end_epoch: Callable[[], None],
+        beat: Callable[[], None],
+    ) -> None:
+        self._settings = settings
+        self._name = name
+        self._control_topic = control_topic
+        self._inputs = inputs
+        self._sp_requests = requests
+        self._seeding = seeding
+        self._marks = marks
+        self._positions = positions
+        self._open = open_epoch
+        self._kgs = key_groups
+        self._partitions = partitions
+        self._consumer = consumer
+        self._call = call
+        self._end_epoch = end_epoch
+        self._beat = beat
 
     # -- requests -------------------------------------------------------------------------
 
-    def _open_request_reader(self) -> None:
+    def open_request_reader(self) -> None:
         """Follow partition 0 of this app's control topic for savepoint requests."""
-        conf = restore_consumer_config(self.settings, self.name)
-        conf["client.id"] = f"{self.name}-{self.settings.instance_id}-requests"
+        conf = restore_consumer_config(self._settings, self._name)
+        conf["client.id"] = f"{self._name}-{self._settings.instance_id}-requests"
         conf["isolation.level"] = "read_uncommitted"  # requests are plain records
 
         def start_offset(consumer: Consumer, tp: TopicPartition) -> int | None:
@@ -72,7 +153,7 @@ class SavepointMixin(RunnerCore):
 
         self._sp_requests.open(conf, self._control_topic, start_offset)
 
-    def _poll_requests(self) -> None:
+    def poll_requests(self) -> None:
         """Take a pending savepoint request, lift the halts of cancelled savepoints.
 
         Raises:
@@ -105,7 +186,7 @@ class SavepointMixin(RunnerCore):
             return []
         for g in lifted:
             self._positions.thaw(g)
-            self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
+            self._consumer().resume([TopicPartition(t, g) for t in self._inputs])
         self._open.active = True  # the next commit records that they are not halted
         log.warning(
             "savepoint cancelled: key groups resume",
@@ -115,12 +196,12 @@ class SavepointMixin(RunnerCore):
 
     # -- halting --------------------------------------------------------------------------
 
-    def _halt(self, g: int, sp_id: str) -> None:
+    def halt(self, g: int, sp_id: str) -> None:
         """Stop processing key group ``g`` at savepoint ``sp_id`` (stop-with-savepoint)."""
         self._marks.halt(g, sp_id)
         parts = [TopicPartition(t, g) for t in self._inputs]
         try:
-            self._consumer.pause(parts)
+            self._consumer().pause(parts)
         except Exception as exc:  # noqa: BLE001 - not assigned yet: the assign pauses it
             log.debug("pause failed: %s", exc)
         log.warning(
@@ -129,23 +210,18 @@ class SavepointMixin(RunnerCore):
             extra={"key_group": g, "savepoint": sp_id},
         )
 
-    def _savepoint_committed(
-        self, request: dict[str, Any], manifests: dict[int, dict[str, Any]]
-    ) -> None:
+    def committed(self, request: dict[str, Any], manifests: dict[int, dict[str, Any]]) -> None:
         """The source epoch carrying a savepoint committed: halt on a stop request."""
         self._sp_requests.done(request)
         if not request.get("stop"):
             return
         for g, manifest in manifests.items():
             if manifest.get("error") is None:
-                self._halt(g, str(request["savepoint"]))
+                self.halt(g, str(request["savepoint"]))
 
     # -- restore --------------------------------------------------------------------------
 
-    def _end_epoch(self) -> None:  # pragma: no cover - defined by EpochMixin
-        raise NotImplementedError
-
-    def _seed_from_savepoint(self, g: int) -> bool:
+    def seed(self, g: int) -> bool:
         """Put key group ``g``'s state, offsets and alignment at its savepoint, if it has one.
 
         The entries are written as epoch writes and committed in chunks
@@ -162,7 +238,7 @@ class SavepointMixin(RunnerCore):
                 app's stores (the message names the store), or a file is corrupt.
             AbortEpoch: a chunk's commit failed (the caller stops; a restart redoes it).
         """
-        plan = self._seeding.plan(g, self._partitions)
+        plan = self._seeding.plan(g, self._partitions())
         if plan is None:
             return False
         entries = self._seeding.write(g, self._kgs[g], plan)
@@ -184,9 +260,9 @@ class SavepointMixin(RunnerCore):
         snaps = {t: Snapshot.from_json(aligns[t]) if aligns.get(t) else None for t in offsets}
         self._open.released.extend(self._positions.seed(g, offsets, snaps))
 
-    def _commit_seed_chunk(self) -> None:
+    def commit_seed_chunk(self) -> None:
         """Commit the seeding written so far (the offsets stay where they were)."""
         self._open.active = True
         self._end_epoch()
-        self.metrics.beat()
+        self._beat()
         crash_point("mid_seed")
