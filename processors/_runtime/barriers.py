@@ -422,7 +422,7 @@ class BarrierAlignment:
             # released are read again from Kafka by a cancel's rewind or a restore.
             for t, b in befores.items():
                 self._positions.freeze((t, g), b)
-            self._savepoints.halt(g, sp_id)
+            self._halt(g, sp_id)
             return
         self._open.released.extend(released)
         for t in befores:
