@@ -22,7 +22,7 @@ from typing import Any
 from processors._checkpoint.alignment import Aligner, Completion, Mode, Snapshot
 from processors._checkpoint.protocol import read_barrier
 from processors._kafka.errors import AbortEpoch
-from processors._runtime.rebalance import RebalanceMixin
+from processors._runtime.epoch import EpochMixin
 from processors._runtime.savepoint_files import dirty_overlay
 
 log = logging.getLogger("lockgate.runtime")
@@ -40,7 +40,7 @@ class WatermarkUpdate:
         self.checkpoint = checkpoint
 
 
-class BarrierMixin(RebalanceMixin):
+class BarrierMixin(EpochMixin):
     """Feeds barriers to the aligners and acts on completed checkpoints."""
 
     def _start_alignment(self, topic: str, g: int) -> Aligner:

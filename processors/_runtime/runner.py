@@ -5,13 +5,13 @@ One thread owns the consumer, the operator chain and the producer. The parts:
 * this module — life cycle (start, signals, stop) and the per-record path;
 * the layers ``Runner`` is built from, sharing the epoch's state:
   :mod:`processors._runtime.barriers` (barriers read downstream),
-  :mod:`processors._runtime.rebalance` (assign, restore, revoke, lost),
   :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
   :mod:`processors._runtime.savepoints` (halts, cancels, a restore's positions),
   :mod:`processors._runtime.core` (the shared state, bounded waits);
 * the components they use, each owning its state (docs/architecture.md has the table):
-  output, txn, savepoint requests, files and seeding, the timer guard, gauges,
-  membership, query routing, bounded runs, sinks.
+  output, txn, savepoint requests, files and seeding, the timer guard, the key-group
+  assignment (rebalances: assign, restore, revoke, lost), gauges, membership, query
+  routing, bounded runs, sinks.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so
@@ -73,6 +73,7 @@ from processors._runtime.membership import GroupWatch, leave_group, leave_reason
 from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
+from processors._runtime.rebalance import KeyGroupAssignment
 from processors._runtime.startup import prepare_topics
 from processors._runtime.timer_guard import TimerGuard, TimerRewind
 from processors._sinks.errors import SinkUnavailable
@@ -192,6 +193,39 @@ class Runner(BarrierMixin):
         self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
+        #: The rebalance callbacks: key groups taken over (restored) and handed back.
+        self._assignment = KeyGroupAssignment(
+            self._inputs,
+            self._handles,
+            self._kgs,
+            self._positions,
+            self._marks,
+            self._open,
+            self._checkpoints,
+            self._sinks,
+            self._globals,
+            self._interleaver,
+            self._state_cleaner,
+            self._state_memory.read_cache,
+            self._poison,
+            self._sp_requests.cancelled,
+            self._control_topic,
+            self.metrics,
+            self._txn_timeout_s,
+            consumer=lambda: self._consumer,
+            control_reader=self._control_reader,
+            call=self._call,
+            should_stop=lambda: self._stop,
+            end_epoch=self._end_epoch,
+            abort_epoch=self._abort_epoch,
+            seed_from_savepoint=self._seed_from_savepoint,
+            reset_epoch_deadline=self._reset_epoch_deadline,
+            uncommitted=lambda: bool(
+                self._uncommitted or self._out.records or self._out.dead_letters
+            ),
+            callback_failed=lambda: self._callback_failed,
+            failed=self._failed_in_callback,
+        )
         self._cursor = app.cursor
         svc = app.time_service
         self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
@@ -406,7 +440,7 @@ class Runner(BarrierMixin):
                 with_fetch_limits(restore_consumer_config(s, self.name), self._state_memory.plan)
             ),
             admin.end_offsets,
-            self._restore_progress,
+            self._assignment.restore_progress,
             s.restore_batch_records,
             should_stop=lambda: self._stop,
             stall_timeout_s=self._txn_timeout_s + 30,
@@ -416,6 +450,7 @@ class Runner(BarrierMixin):
         self._restorer.snapshots = state_snapshots(
             s, self.name, self._backend, admin.start_offsets, admin.end_offsets
         )
+        self._assignment.start(admin, p, self._restorer, self._txn)
         self._group_watch.check_subscriptions(admin.principal)
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
@@ -631,12 +666,12 @@ class Runner(BarrierMixin):
                 # only after its next metadata refresh (measured: ~1.1 s at start-up).
                 self._consumer.list_topics(topic, timeout=10)
         # Only one input is subscribed: the group assigns its partitions, and key group
-        # g takes partition g of every other input with it (_rebalance).
+        # g takes partition g of every other input with it (KeyGroupAssignment).
         self._consumer.subscribe(
             [self.app.subscribed_input],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self._assignment.on_assign,
+            on_revoke=self._assignment.on_revoke,
+            on_lost=self._assignment.on_lost,
         )
 
     def _rejoin_after_fence(self, exc: _StaticMemberFenced) -> None:
@@ -655,7 +690,7 @@ class Runner(BarrierMixin):
         self._fence_rejoins.append(now)
         if self._kgs:
             groups = list(self._kgs)
-            self._release(groups)  # first: the abort's rewind must not touch them
+            self._assignment.release(groups)  # first: the abort's rewind must not touch them
             if self._uncommitted or self._out.records or self._out.dead_letters:
                 self._abort_epoch("static member fenced")
         self._rejoin_later(exc)
@@ -794,10 +829,20 @@ class Runner(BarrierMixin):
         self._resubscribe = False
         self._consumer.subscribe(
             [self.app.subscribed_input],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self._assignment.on_assign,
+            on_revoke=self._assignment.on_revoke,
+            on_lost=self._assignment.on_lost,
         )
+
+    def _failed_in_callback(self, exc: BaseException) -> None:
+        """A rebalance callback failed: the loop raises ``exc`` once ``consume()`` returns.
+
+        Until then nothing commits: a later callback of the same ``consume()`` call could
+        otherwise commit positions that the failure left behind (a settle that could not
+        read the committed offsets rewinds to the positions before the epoch).
+        """
+        self._fatal = self._fatal or exc
+        self._callback_failed = True
 
     def _between_batches(self) -> None:
         """What the loop does after each batch: side inputs, alignments, requests, timers.
@@ -856,7 +901,7 @@ class Runner(BarrierMixin):
         reason = leave_reason(self.settings)
         if reason is None:
             return
-        self._leaving = True  # the revoke it causes is the leave's
+        self._assignment.leave()  # the revoke it causes is the leave's
         leave_group(
             self._consumer,
             reason,
