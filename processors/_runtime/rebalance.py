@@ -91,8 +91,9 @@ class KeyGroupAssignment:
 
     Made when the runner is; :meth:`start` gives it what start-up makes (the admin
     client, the key-group count, the restorer, the transactional producer) before the
-    consumer subscribes. One thread (the loop's, inside ``consume()``, or ``close()``'s)
-    calls it.
+    consumer subscribes. Called by one thread at a time: the loop's (inside
+    ``consume()``, or :meth:`release` after a fence), or the consumer's ``close()`` (its
+    final revoke).
 
     Args:
         inputs: the co-partitioned input topics (the first is the subscribed one).
