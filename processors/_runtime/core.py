@@ -1,8 +1,9 @@
 """What every part of the runtime shares: the instance's state and how it produces.
 
-:class:`RunnerCore` holds the attributes the loop (``_runtime``), the epoch sequence
-(``_epoch``) and the rebalance handling (``_rebalance``) read and write. One thread
-owns all of it; the side thread of the health server only reads :class:`Metrics`.
+:class:`RunnerCore` holds the attributes the loop (``_runtime``) and the epoch sequence
+(``_epoch``) read and write; the rebalance handling (``_rebalance``) is a component
+handed what it uses of them. One thread owns all of it; the side thread of the health
+server only reads :class:`Metrics`.
 
 Where each owned input partition stands (next and committed offsets, alignment) is
 :class:`~processors._checkpoint.input_positions.InputPositions` (``self._positions``):
@@ -139,7 +140,6 @@ class RunnerCore:
         self._kgs: dict[int, KeyGroup] = {}
         self._uncommitted = 0  # records consumed since the last commit
         self._epoch_bytes = 0  # value bytes fetched in the open epoch
-        self._leaving = False  # the stop's explicit group leave is under way
         self._last_epoch_records = 0
         #: Around each timer callback (apps with timers; set up by the Runner).
         self._timer_guard: TimerGuard | None = None
@@ -178,7 +178,8 @@ class RunnerCore:
         self._restorer: Restorer | None = None
         self._admin: Admin | None = None
         self._stop_committing = False
-        #: A rebalance callback failed; nothing commits until the loop has raised it.
+        #: A rebalance callback failed; nothing commits until the loop has raised it
+        #: (set by ``Runner._failed_in_callback``, cleared when the loop raises it).
         self._callback_failed = False
         #: The epoch being committed has nothing but barriers (an idle writer's epoch).
         self._barrier_only = False

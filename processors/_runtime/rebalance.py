@@ -1,5 +1,8 @@
 """Rebalances: taking key groups over (restore) and handing them back.
 
+:class:`KeyGroupAssignment` serves the consumer's rebalance callbacks
+(``subscribe(on_assign=..., on_revoke=..., on_lost=...)``):
+
 * **Assign**: commit what is open (so the restore cannot outlive the transaction),
   read the committed offsets (``read_committed`` waits for pending transactional
   offsets, KIP-447), restore each key group from its local DB and changelog tail, then
@@ -13,33 +16,227 @@
   (``processors._task.keygroups.StateMemory``); a released key group's directory is removed
   after ``state_cleanup_delay_ms`` unless it comes back (``StateCleaner``, swept at
   each epoch end); both are made in ``core``.
+
+What the component owns: the steps of an assignment, a revoke and a loss; which key
+groups are open (it adds them to, and removes them from, the runner's key-group dict,
+which the rest of the runtime reads; the runner clears it when it closes); whether the
+stop's explicit group leave is under way (:meth:`KeyGroupAssignment.leave`).
+
+Invariants:
+
+* key group ``g`` is partition ``g`` of every input: only the first input is
+  subscribed, the others' partitions are assigned and unassigned with it here;
+* state moves only with its key group: a key group is opened (restored) before its
+  partitions are fetched, and closed, with its positions, checkpoint state, buffered
+  records and replay poison forgotten, when they are revoked or lost;
+* nothing is taken over before the open epoch committed, nothing of a lost key group
+  is committed, and after a callback failed nothing is taken over (the runner raises
+  the failure once ``consume()`` returns; until then nothing commits);
+* an exception never leaves a callback (librdkafka would swallow it): it is handed to
+  the runner's ``failed``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from confluent_kafka import TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
 from processors._checkpoint.control_topics import checkpoint_key, latest_records
-from processors._kafka.errors import AbortEpoch
+from processors._checkpoint.input_positions import InputPositions
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
+from processors._checkpoint.txn import TransactionalProducer
+from processors._kafka.clients import Admin
+from processors._kafka.errors import AbortEpoch, Stopping
 from processors._kafka.faults import crash_point
-from processors._runtime.epoch import EpochMixin, offset_metadata
+from processors._runtime.checkpoint_writer import CheckpointWriter
+from processors._runtime.epoch import offset_metadata
+from processors._runtime.health import Metrics
+from processors._runtime.open_epoch import OpenEpoch
+from processors._sinks import Sinks
 from processors._sinks.errors import SinkUnavailable
+from processors._task.failures import ReplayPoison
+from processors._task.global_tables import GlobalTables
+from processors._task.interleave import Interleaver
+from processors._task.keygroups import KeyGroup, ReadCacheBudget, Restorer, StateCleaner
 from processors.exceptions import ConfigError, FatalKafkaError
 from state.base.store import checkpoint_of
+from state.primitives import StateHandle
+
+__all__ = ["AbortEpochCall", "BoundedCall", "KeyGroupAssignment"]
 
 log = logging.getLogger("lockgate.runtime")
 
 
-class RebalanceMixin(EpochMixin):
-    """Handles the consumer's assign / revoke / lost callbacks."""
+class AbortEpochCall(Protocol):
+    """The runner's epoch abort (``EpochMixin._abort_epoch``)."""
 
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        if self._callback_failed:
+    def __call__(self, reason: str, *, sink_outage: bool = ..., back_off: bool = ...) -> None:
+        """Abort the open epoch, rewind the owned inputs, begin again."""
+
+
+class BoundedCall(Protocol):
+    """The runner's bounded blocking call (``RunnerCore._call``)."""
+
+    def __call__(self, fn: Any, *args: Any, what: str, timeout_s: float | None = None) -> Any:
+        """Call ``fn(*args)``, retried while transient, bounded by ``timeout_s``."""
+
+
+class KeyGroupAssignment:
+    """Takes key groups over and hands them back: the consumer's rebalance callbacks.
+
+    Made when the runner is; :meth:`start` gives it what start-up makes (the admin
+    client, the key-group count, the restorer, the transactional producer) before the
+    consumer subscribes. Called by one thread at a time: the loop's (inside
+    ``consume()``, or :meth:`release` after a fence), or the consumer's ``close()`` (its
+    final revoke).
+
+    Args:
+        inputs: the co-partitioned input topics (the first is the subscribed one).
+        handles: the app's state handles (every key group opens these stores).
+        kgs: the runner's open key groups by index (one dict for the runner's life:
+            this component adds and removes them, everything else reads them).
+        positions: the owned input partitions' offsets and alignment.
+        marks: per key group: checkpoint, origin, halt, seeding (and the halts, read).
+        open_epoch: the open epoch (checkpoint floor, ``active``, released records).
+        checkpoints: the checkpoint writer (what barriers announced is forgotten).
+        sinks: the sinks (an assigned key group's prepared rows are settled).
+        global_tables: the global tables (caught up to what a checkpoint record needs).
+        interleaver: the interleaver of several inputs (``None``: one input).
+        state_cleaner: removes released key groups' directories (``None``: in memory).
+        read_cache: the process's read-cache budget (given to the restorer).
+        poison: the records the replay dead-letters (a released key group's are dropped).
+        cancelled: the cancelled savepoint ids (read only: a halt at one is lifted).
+        control_topic: the app's control topic (checkpoint records).
+        metrics: the instance's metrics (assigned, restoring, restore progress, joined).
+        wait_s: the transaction timeout: bounds the committed-offsets read (and, plus
+            30 s, reads of the control topic and the global tables).
+        consumer: the runner's current consumer (replaced when it rejoins).
+        control_reader: the runner's group-less ``read_committed`` control-topic reader.
+        call: the runner's bounded blocking call (shown on /livez, given up on a stop).
+        should_stop: whether a stop was requested (a restore stops between key groups).
+        end_epoch: commits the open epoch if anything happened (raises ``AbortEpoch``).
+        abort_epoch: aborts the open epoch and rewinds the owned key groups' inputs.
+        seed_from_savepoint: seeds a just-opened key group from its savepoint, if due.
+        reset_epoch_deadline: restarts the open epoch's budget.
+        uncommitted: whether the open epoch consumed or produced anything.
+        callback_failed: whether a rebalance callback of this ``consume()`` failed.
+        failed: hands a callback's failure to the runner (raised after ``consume()``;
+            nothing commits until then).
+    """
+
+    def __init__(
+        self,
+        inputs: tuple[str, ...],
+        handles: dict[str, StateHandle],
+        kgs: dict[int, KeyGroup],
+        positions: InputPositions,
+        marks: KeyGroupCheckpoints,
+        open_epoch: OpenEpoch,
+        checkpoints: CheckpointWriter,
+        sinks: Sinks,
+        global_tables: GlobalTables,
+        interleaver: Interleaver | None,
+        state_cleaner: StateCleaner | None,
+        read_cache: ReadCacheBudget,
+        poison: ReplayPoison[tuple[str, int, int]],
+        cancelled: set[str],
+        control_topic: str,
+        metrics: Metrics,
+        wait_s: float,
+        *,
+        consumer: Callable[[], Any],
+        control_reader: Callable[[], Any],
+        call: BoundedCall,
+        should_stop: Callable[[], bool],
+        end_epoch: Callable[[], None],
+        abort_epoch: AbortEpochCall,
+        seed_from_savepoint: Callable[[int], bool],
+        reset_epoch_deadline: Callable[[], None],
+        uncommitted: Callable[[], bool],
+        callback_failed: Callable[[], bool],
+        failed: Callable[[BaseException], None],
+    ) -> None:
+        self._inputs = inputs
+        self._handles = handles
+        self._kgs = kgs
+        self._positions = positions
+        self._marks = marks
+        #: The halted key groups (the checkpoint state's own dict; read here).
+        self._halted = marks.halted
+        self._open = open_epoch
+        self._checkpoints = checkpoints
+        self._sinks = sinks
+        self._globals = global_tables
+        self._interleaver = interleaver
+        self._state_cleaner = state_cleaner
+        self._read_cache = read_cache
+        self._poison = poison
+        self._cancelled = cancelled
+        self._control_topic = control_topic
+        self._metrics = metrics
+        self._txn_timeout_s = wait_s
+        self._consumer = consumer
+        self._control_reader = control_reader
+        self._call = call
+        self._should_stop = should_stop
+        self._end_epoch = end_epoch
+        self._abort_epoch = abort_epoch
+        self._seed_from_savepoint = seed_from_savepoint
+        self._reset_epoch_deadline = reset_epoch_deadline
+        self._uncommitted = uncommitted
+        self._callback_failed = callback_failed
+        self._failed_in_callback = failed
+        #: The stop's explicit group leave is under way (:meth:`leave`).
+        self._leaving = False
+        #: Made at start-up (:meth:`start`).
+        self._admin: Admin | None = None
+        self._partitions = 0
+        self._restorer: Restorer | None = None
+        self._txn: TransactionalProducer | None = None
+
+    def start(
+        self,
+        admin: Admin,
+        partitions: int,
+        restorer: Restorer,
+        txn: TransactionalProducer | None,
+    ) -> None:
+        """Start-up made these; called before the consumer subscribes.
+
+        Args:
+            admin: the admin client (partition counts, log start and end offsets).
+            partitions: the app's key-group count (the inputs' partitions at start).
+            restorer: opens and restores key groups.
+            txn: the transactional producer (``None``: at-least-once); its clock
+                restarts after a restore.
+        """
+        self._admin = admin
+        self._partitions = partitions
+        self._restorer = restorer
+        self._txn = txn
+
+    def leave(self) -> None:
+        """The stop's explicit group leave is under way: take nothing over from now on.
+
+        A rebalance that was running when the leave's ``unsubscribe()`` came still hands
+        out partitions; :meth:`on_assign` assigns them without taking anything over.
+        """
+        self._leaving = True
+
+    def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """The consumer's ``on_assign``: take the key groups of ``partitions`` over.
+
+        A failure of the takeover goes to ``failed``, never out of the callback
+        (librdkafka would swallow it); the loop raises it once ``consume()`` returns.
+        After a failure, and during the stop's group leave, the partitions are assigned
+        and nothing is taken over.
+        """
+        if self._callback_failed():
             # An earlier callback of this consume() failed: the loop stops once it
             # returns. Restoring or seeding now could not commit anything.
             consumer.incremental_assign(self._co_partitions(partitions))
@@ -58,16 +255,6 @@ class RebalanceMixin(EpochMixin):
             self._failed_in_callback(FatalKafkaError(f"taking over {partitions}: {exc}"))
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop after consume()
             self._failed_in_callback(exc)
-
-    def _failed_in_callback(self, exc: BaseException) -> None:
-        """A rebalance callback failed: the loop raises ``exc`` once ``consume()`` returns.
-
-        Until then nothing commits: a later callback of the same ``consume()`` call could
-        otherwise commit positions that the failure left behind (a settle that could not
-        read the committed offsets rewinds to the positions before the epoch).
-        """
-        self._fatal = self._fatal or exc
-        self._callback_failed = True
 
     def _co_partitions(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The group assigns the first input: key group ``g`` is partition ``g`` of each.
@@ -92,10 +279,10 @@ class RebalanceMixin(EpochMixin):
             self._state_cleaner.claimed(assigned)
             self._state_cleaner.adopt(assigned | set(self._kgs))
         if self._restorer is not None and self._restorer.read_budget is None:
-            self._restorer.read_budget = self._state_memory.read_cache
+            self._restorer.read_budget = self._read_cache
         if not partitions:
             consumer.incremental_assign(partitions)
-            self.metrics.joined = True
+            self._metrics.joined = True
             return
         groups = sorted({tp.partition for tp in partitions})
         partitions = self._check_assignment(partitions, groups)
@@ -106,7 +293,7 @@ class RebalanceMixin(EpochMixin):
         except AbortEpoch as exc:
             self._abort_epoch(str(exc))
         committed, origins = self._read_committed(consumer, partitions)
-        self.metrics.joined = True  # joined with an assignment: /readyz says "restoring"
+        self._metrics.joined = True  # joined with an assignment: /readyz says "restoring"
         self._open_key_groups(groups)
         self._start_positions(committed)
         # sink hook: prepared rows of these key groups are settled by the epoch token their
@@ -117,9 +304,9 @@ class RebalanceMixin(EpochMixin):
         self._load_key_group_records(groups, origins)
         self._seed_assigned(groups)
         self._start_fetching(consumer, committed, groups)
-        self.metrics.assigned = len(self._kgs)
-        self.metrics.restoring = 0
-        self.metrics.joined = True
+        self._metrics.assigned = len(self._kgs)
+        self._metrics.restoring = 0
+        self._metrics.joined = True
         self._reset_epoch_deadline()  # the restore took time the next epoch must not pay
         if self._txn is not None:
             self._txn.idle()
@@ -187,18 +374,19 @@ class RebalanceMixin(EpochMixin):
 
     def _open_key_groups(self, groups: list[int]) -> None:
         """Open (and restore from local state and changelog) the key groups not open yet."""
-        self.metrics.restoring = len(groups)
+        self._metrics.restoring = len(groups)
         assert self._restorer is not None
         for g in groups:
-            self._check_stop()
+            if self._should_stop():
+                raise Stopping("stop requested")
             if g not in self._kgs:
                 started = time.monotonic()
                 kg = self._restorer.open(g, self._handles)
                 self._kgs[g] = kg
                 self._open.reached(checkpoint_of(kg.db))
-                self.metrics.observe_restore(time.monotonic() - started)
+                self._metrics.observe_restore(time.monotonic() - started)
             # Not ready until the end of the assignment (alignment records, seeding).
-            self.metrics.restoring = max(1, self.metrics.restoring - 1)
+            self._metrics.restoring = max(1, self._metrics.restoring - 1)
 
     def _start_positions(self, committed: list[TopicPartition]) -> None:
         """Track the committed offsets; nothing committed yet: the log start."""
@@ -222,7 +410,7 @@ class RebalanceMixin(EpochMixin):
             FatalKafkaError: a seeding commit failed (the restart seeds them again).
         """
         try:
-            seeded = [g for g in groups if self._savepoints.seed(g)]
+            seeded = [g for g in groups if self._seed_from_savepoint(g)]
         except AbortEpoch as exc:
             raise FatalKafkaError(
                 f"restoring key groups {groups} from a savepoint: {exc} (the restart seeds "
@@ -299,7 +487,7 @@ class RebalanceMixin(EpochMixin):
                 highs.get((topic, g), 0),
                 key,
                 timeout_s=self._txn_timeout_s + 30,
-                should_stop=lambda: self._stop,
+                should_stop=self._should_stop,
             )
             record = found.get(key)
             if not isinstance(record, dict):
@@ -308,10 +496,10 @@ class RebalanceMixin(EpochMixin):
             self._open.reached(done)
             if self._globals:
                 self._globals.catch_up(
-                    record.get("globals"), self._txn_timeout_s + 30, lambda: self._stop
+                    record.get("globals"), self._txn_timeout_s + 30, self._should_stop
                 )
             halted_at = str(record["halted"]) if record.get("halted") else None
-            if halted_at is not None and halted_at in self._sp_requests.cancelled:
+            if halted_at is not None and halted_at in self._cancelled:
                 log.info(
                     "savepoint was cancelled: key group not halted",
                     extra={"key_group": g, "savepoint": halted_at},
@@ -346,7 +534,12 @@ class RebalanceMixin(EpochMixin):
                 snaps[t] = snap
             self._open.released.extend(self._positions.load(g, snaps))
 
-    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """The consumer's ``on_revoke``: commit (or abort) the open epoch, then let go.
+
+        Never raises a failure of the epoch's end (it goes to ``failed``); the key
+        groups are released and the partitions unassigned either way.
+        """
         groups = sorted({tp.partition for tp in partitions})
         log.info("revoked", extra={"key_groups": groups})
         try:
@@ -359,28 +552,40 @@ class RebalanceMixin(EpochMixin):
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
             self._failed_in_callback(exc)
         finally:
-            self._release(groups)
+            self.release(groups)
             consumer.incremental_unassign(self._co_partitions(partitions))
         if partitions:
             crash_point("after_revoke")
 
-    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """The consumer's ``on_lost``: release the key groups, abort, never commit.
+
+        Never raises a failure of the abort (it goes to ``failed``); the partitions are
+        unassigned either way.
+        """
         groups = sorted({tp.partition for tp in partitions})
         log.warning("partitions lost: aborting the open epoch", extra={"key_groups": groups})
-        self._release(groups)  # first: the rewind below must not touch lost partitions
+        self.release(groups)  # first: the rewind below must not touch lost partitions
         try:
-            if self._uncommitted or self._out.records or self._out.dead_letters:
+            if self._uncommitted():
                 self._abort_epoch("partitions lost")
         except BaseException as exc:  # noqa: BLE001 - surfaced by the loop
             self._failed_in_callback(exc)
         finally:
             consumer.incremental_unassign(self._co_partitions(partitions))
 
-    def _release(self, groups: list[int]) -> None:
+    def release(self, groups: list[int]) -> None:
+        """Hand key groups back: close them and forget everything kept for them.
+
+        Their halted partitions are resumed (a pause would outlive a re-assignment),
+        their positions, checkpoint state, buffered records and replay poison dropped,
+        and their directories become removable after the cleanup delay. Commits and
+        aborts nothing: the caller does (a revoke first, a loss or a fence after).
+        """
         halted = [TopicPartition(t, g) for g in groups if g in self._halted for t in self._inputs]
         if halted:
             try:
-                self._consumer.resume(halted)  # a pause would outlive a re-assignment
+                self._consumer().resume(halted)  # a pause would outlive a re-assignment
             except Exception as exc:  # noqa: BLE001 - not assigned any more
                 log.debug("resume on release failed: %s", exc)
         for g in groups:
@@ -395,9 +600,10 @@ class RebalanceMixin(EpochMixin):
             self._interleaver.drop(groups)
         gone = set(groups)
         self._poison.keep({k: v for k, v in self._poison.entries.items() if k[1] not in gone})
-        self.metrics.assigned = len(self._kgs)
+        self._metrics.assigned = len(self._kgs)
 
-    def _restore_progress(self, new_records: int, remaining: int) -> None:
-        self.metrics.restore_records += new_records
-        self.metrics.restore_remaining = remaining
-        self.metrics.beat()
+    def restore_progress(self, new_records: int, remaining: int) -> None:
+        """The restorer's ``progress``: records read in a batch and records remaining."""
+        self._metrics.restore_records += new_records
+        self._metrics.restore_remaining = remaining
+        self._metrics.beat()

@@ -4,15 +4,15 @@ One thread owns the consumer, the operator chain and the producer. The parts:
 
 * this module — life cycle (start, signals, stop) and the per-record path;
 * the layers ``Runner`` is built from, sharing the epoch's state:
-  :mod:`processors._runtime.rebalance` (assign, restore, revoke, lost),
   :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
   :mod:`processors._runtime.core` (the shared state, bounded waits);
 * the components they use, each owning its state (docs/architecture.md has the table):
-  barriers (``BarrierAlignment``: barriers read downstream), output, txn, savepoint
-  requests, files and seeding, the savepoint participant (``SavepointParticipant``:
-  halts, cancels, a restore's positions), the timer guard, gauges, membership, query
-  routing, bounded runs (``BoundedEnd``: the end phase, asked once per loop iteration),
-  sinks.
+  barriers (``BarrierAlignment``: barriers read downstream), the key-group assignment
+  (``KeyGroupAssignment``: rebalances: assign, restore, revoke, lost), output, txn,
+  savepoint requests, files and seeding, the savepoint participant
+  (``SavepointParticipant``: halts, cancels, a restore's positions), the timer guard,
+  gauges, membership, query routing, bounded runs (``BoundedEnd``: the end phase, asked
+  once per loop iteration), sinks.
 
 Per record the loop checks the epoch budget (half the transaction timeout): when it
 is spent, the rest of the batch is handed back (``seek``) and the epoch commits, so
@@ -69,13 +69,14 @@ from processors._runtime.barriers import BarrierAlignment, WatermarkUpdate
 from processors._runtime.bounded import END_OF_TIME
 from processors._runtime.bounded_end import BoundedEnd, plan_bounded_run
 from processors._runtime.core import where
+from processors._runtime.epoch import EpochMixin
 from processors._runtime.final_savepoint import FinalSavepointFactory
 from processors._runtime.health import HealthServer
 from processors._runtime.membership import GroupWatch, leave_group, leave_reason
 from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
-from processors._runtime.rebalance import RebalanceMixin
+from processors._runtime.rebalance import KeyGroupAssignment
 from processors._runtime.startup import prepare_topics
 from processors._runtime.timer_guard import TimerGuard, TimerRewind
 from processors._sinks.errors import SinkUnavailable
@@ -158,7 +159,7 @@ def stopped_fields(checkpoint: int) -> dict[str, Any]:
     return {"last_checkpoint": iso, "checkpoint_id": checkpoint}
 
 
-class Runner(RebalanceMixin):
+class Runner(EpochMixin):
     """Runs an :class:`App` until stopped; one instance of the app's consumer group."""
 
     def __init__(self, app: App, settings: Settings) -> None:
@@ -209,6 +210,39 @@ class Runner(RebalanceMixin):
         self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
+        #: The rebalance callbacks: key groups taken over (restored) and handed back.
+        self._assignment = KeyGroupAssignment(
+            self._inputs,
+            self._handles,
+            self._kgs,
+            self._positions,
+            self._marks,
+            self._open,
+            self._checkpoints,
+            self._sinks,
+            self._globals,
+            self._interleaver,
+            self._state_cleaner,
+            self._state_memory.read_cache,
+            self._poison,
+            self._sp_requests.cancelled,
+            self._control_topic,
+            self.metrics,
+            self._txn_timeout_s,
+            consumer=lambda: self._consumer,
+            control_reader=self._control_reader,
+            call=self._call,
+            should_stop=lambda: self._stop,
+            end_epoch=self._end_epoch,
+            abort_epoch=self._abort_epoch,
+            seed_from_savepoint=self._savepoints.seed,
+            reset_epoch_deadline=self._reset_epoch_deadline,
+            uncommitted=lambda: bool(
+                self._uncommitted or self._out.records or self._out.dead_letters
+            ),
+            callback_failed=lambda: self._callback_failed,
+            failed=self._failed_in_callback,
+        )
         self._cursor = app.cursor
         svc = app.time_service
         self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
@@ -428,7 +462,7 @@ class Runner(RebalanceMixin):
                 with_fetch_limits(restore_consumer_config(s, self.name), self._state_memory.plan)
             ),
             admin.end_offsets,
-            self._restore_progress,
+            self._assignment.restore_progress,
             s.restore_batch_records,
             should_stop=lambda: self._stop,
             stall_timeout_s=self._txn_timeout_s + 30,
@@ -438,6 +472,7 @@ class Runner(RebalanceMixin):
         self._restorer.snapshots = state_snapshots(
             s, self.name, self._backend, admin.start_offsets, admin.end_offsets
         )
+        self._assignment.start(admin, p, self._restorer, self._txn)
         self._group_watch.check_subscriptions(admin.principal)
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
@@ -535,12 +570,12 @@ class Runner(RebalanceMixin):
                 # only after its next metadata refresh (measured: ~1.1 s at start-up).
                 self._consumer.list_topics(topic, timeout=10)
         # Only one input is subscribed: the group assigns its partitions, and key group
-        # g takes partition g of every other input with it (_rebalance).
+        # g takes partition g of every other input with it (KeyGroupAssignment).
         self._consumer.subscribe(
             [self.app.subscribed_input],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self._assignment.on_assign,
+            on_revoke=self._assignment.on_revoke,
+            on_lost=self._assignment.on_lost,
         )
 
     def _rejoin_after_fence(self, exc: _StaticMemberFenced) -> None:
@@ -559,7 +594,7 @@ class Runner(RebalanceMixin):
         self._fence_rejoins.append(now)
         if self._kgs:
             groups = list(self._kgs)
-            self._release(groups)  # first: the abort's rewind must not touch them
+            self._assignment.release(groups)  # first: the abort's rewind must not touch them
             if self._uncommitted or self._out.records or self._out.dead_letters:
                 self._abort_epoch("static member fenced")
         self._rejoin_later(exc)
@@ -694,10 +729,20 @@ class Runner(RebalanceMixin):
         self._resubscribe = False
         self._consumer.subscribe(
             [self.app.subscribed_input],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self._assignment.on_assign,
+            on_revoke=self._assignment.on_revoke,
+            on_lost=self._assignment.on_lost,
         )
+
+    def _failed_in_callback(self, exc: BaseException) -> None:
+        """A rebalance callback failed: the loop raises ``exc`` once ``consume()`` returns.
+
+        Until then nothing commits: a later callback of the same ``consume()`` call could
+        otherwise commit positions that the failure left behind (a settle that could not
+        read the committed offsets rewinds to the positions before the epoch).
+        """
+        self._fatal = self._fatal or exc
+        self._callback_failed = True
 
     def _between_batches(self) -> None:
         """What the loop does after each batch: side inputs, alignments, requests, timers.
@@ -756,7 +801,7 @@ class Runner(RebalanceMixin):
         reason = leave_reason(self.settings)
         if reason is None:
             return
-        self._leaving = True  # the revoke it causes is the leave's
+        self._assignment.leave()  # the revoke it causes is the leave's
         leave_group(
             self._consumer,
             reason,
