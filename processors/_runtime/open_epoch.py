@@ -21,7 +21,8 @@ what they mean:
 Contract: one thread (the loop's) reads and writes it. The epoch sequence
 (``_runtime/epoch.py``) clears ``commit_now`` when it ends an epoch, ``active`` and
 ``check_writes`` when the epoch commits, ``active`` and ``released`` when it rewinds.
-``checkpoint`` never goes back: parts raise it with :meth:`reached`.
+``checkpoint`` never goes back: parts raise it with :meth:`reached`; a commit sets it to
+its own id, which is always above (the next id is chosen above it).
 """
 
 from __future__ import annotations
