@@ -14,7 +14,6 @@ right after a ``seek()`` until the next fetch).
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -24,7 +23,7 @@ from processors._checkpoint.control_topics import control_topic
 from processors._checkpoint.input_positions import InputPositions
 from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
 from processors._checkpoint.savepoint_requests import SavepointRequests
-from processors._checkpoint.txn import WATCHDOG_MARGIN_S, TransactionalProducer
+from processors._checkpoint.txn import WATCHDOG_MARGIN_S
 from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
 from processors._kafka.clients import Admin, restore_consumer_config
@@ -84,7 +83,6 @@ class RunnerCore:
         self.eos = settings.guarantee is Guarantee.EXACTLY_ONCE
         self.metrics = Metrics(self.name, settings.instance_id)
         self._handles = app.stores
-        self._ttl_stores = any(h.spec.ttl_ms for h in self._handles.values())
         self._inputs = app.input_topics
         self._control_topic = control_topic(self.name)
         #: Producing into the open transaction: outputs, the runtime's own records, and
@@ -109,7 +107,6 @@ class RunnerCore:
         self._halted = self._marks.halted
         #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
         self._sp_requests = SavepointRequests()
-        self._registered = False
         self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
         #: Per owned input partition: next and committed offsets, aligners and their
         #: committed snapshots, halted partitions' frozen snapshots, savepoint alignment
@@ -138,9 +135,6 @@ class RunnerCore:
         self._stop_at: float | None = None  # when the stop was requested (monotonic)
         self._fatal: BaseException | None = None
         self._kgs: dict[int, KeyGroup] = {}
-        self._uncommitted = 0  # records consumed since the last commit
-        self._epoch_bytes = 0  # value bytes fetched in the open epoch
-        self._last_epoch_records = 0
         #: Around each timer callback (apps with timers; set up by the Runner).
         self._timer_guard: TimerGuard | None = None
         #: Records to dead-letter instead of processing on the replay: coords -> cause.
@@ -173,29 +167,12 @@ class RunnerCore:
             self._state_cleaner = StateCleaner(
                 self.name, self._backend, settings.state_cleanup_delay_ms / 1000
             )
-        self._producer: Any = None
         self._consumer: Any = None
         self._restorer: Restorer | None = None
         self._admin: Admin | None = None
-        self._stop_committing = False
         #: A rebalance callback failed; nothing commits until the loop has raised it
         #: (set by ``Runner._failed_in_callback``, cleared when the loop raises it).
         self._callback_failed = False
-        #: The epoch being committed has nothing but barriers (an idle writer's epoch).
-        self._barrier_only = False
-        self._consecutive_aborts = 0
-        #: Epochs aborted in a row because a sink could not take them (backed off).
-        self._sink_outage_aborts = 0
-        #: Processing stops at this time within an epoch (half the transaction timeout).
-        self._budget_s = settings.transaction_timeout_ms / 2000
-        self._epoch_deadline = time.monotonic() + self._budget_s
-        #: The record of the open epoch that alone took longer than the budget, if any.
-        self._slow: tuple[Any, float] | None = None
-        #: The transactional producer (exactly-once only; ``_producer`` is its current one).
-        self._txn: TransactionalProducer | None = None
-        #: Names the open epoch's offset commit (in the offsets' metadata).
-        self._epoch_token = ""
-        self._timed_out = False  # the coordinator aborted the open transaction
         self._finishing = False  # the final commit after a stop request
         #: Producers abandoned inside a hung call (kept referenced, never used again).
         self._hung_clients: list[Any] = []
@@ -230,10 +207,6 @@ class RunnerCore:
                 should_stop=lambda: self._stop and not self._finishing,
                 on_wait=self.metrics.beat,
             )
-
-    def _reset_epoch_deadline(self) -> None:
-        self._epoch_deadline = time.monotonic() + self._budget_s
-        self._slow = None
 
     def _state_write_error(self, caches: Any, key: bytes | None) -> BaseException | None:
         """Encode the current key's dirty values in ``caches``; return the codec's error."""

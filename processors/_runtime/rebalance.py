@@ -73,7 +73,7 @@ log = logging.getLogger("lockgate.runtime")
 
 
 class AbortEpochCall(Protocol):
-    """The runner's epoch abort (``EpochMixin._abort_epoch``)."""
+    """The epoch abort (``EpochCommitter.abort_epoch``)."""
 
     def __call__(self, reason: str, *, sink_outage: bool = ..., back_off: bool = ...) -> None:
         """Abort the open epoch, rewind the owned inputs, begin again."""

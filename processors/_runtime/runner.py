@@ -68,8 +68,8 @@ from processors._kafka.errors import AbortEpoch, Stopping
 from processors._runtime.barriers import BarrierAlignment, WatermarkUpdate
 from processors._runtime.bounded import END_OF_TIME
 from processors._runtime.bounded_end import BoundedEnd, plan_bounded_run
-from processors._runtime.core import where
-from processors._runtime.epoch import EpochMixin
+from processors._runtime.core import RunnerCore, where
+from processors._runtime.epoch import EpochCommitter
 from processors._runtime.final_savepoint import FinalSavepointFactory
 from processors._runtime.health import HealthServer
 from processors._runtime.membership import GroupWatch, leave_group, leave_reason
@@ -77,6 +77,8 @@ from processors._runtime.operator_plan import check_operator_layout
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
 from processors._runtime.rebalance import KeyGroupAssignment
+from processors._runtime.savepoint_seeding import SavepointSeeding
+from processors._runtime.savepoints import SavepointParticipant
 from processors._runtime.startup import prepare_topics
 from processors._runtime.timer_guard import TimerGuard, TimerRewind
 from processors._sinks.errors import SinkUnavailable
@@ -159,28 +161,11 @@ def stopped_fields(checkpoint: int) -> dict[str, Any]:
     return {"last_checkpoint": iso, "checkpoint_id": checkpoint}
 
 
-class Runner(EpochMixin):
+class Runner(RunnerCore):
     """Runs an :class:`App` until stopped; one instance of the app's consumer group."""
 
     def __init__(self, app: App, settings: Settings) -> None:
         super().__init__(app, settings)
-        #: Barriers read downstream: alignment, checkpoint completion, forwarding.
-        self._barriers = BarrierAlignment(
-            name=self.name,
-            inputs=self._inputs,
-            mode=self._mode,
-            positions=self._positions,
-            marks=self._marks,
-            sp_requests=self._sp_requests,
-            sp_files=self._sp_files,
-            metrics=self.metrics,
-            time_service=app.time_service,
-            kgs=self._kgs,  # one dict for the runner's life (cleared, never replaced)
-            halted=self._halted,
-            open_epoch=self._open,
-            write_barriers=self._write_barriers,
-            halt=self._savepoints.halt,
-        )
         self._handlers = app.handlers()
         self._decoders = {
             t: (codecs[0].decode, codecs[1].decode)
@@ -210,6 +195,102 @@ class Runner(EpochMixin):
         self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
+        self._cursor = app.cursor
+        svc = app.time_service
+        self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
+        self._tick_time = svc is not None and svc.needs_tick
+        if svc is not None:
+            svc.emit = self._out.emit
+            self._timer_guard = TimerGuard(
+                self._out,
+                settings.on_error,
+                checking_writes=lambda: self._open.check_writes,
+                key_state_error=self._key_state_error,
+                commit_soon=self._commit_soon,
+            )
+            svc.hooks = self._timer_guard
+            svc.decode_key = app.key_codec.decode
+            svc.reads_barriers = True
+        #: Restores from a savepoint: which key groups, checked, written in chunks (each
+        #: chunk commits an epoch: the participant's ``commit_seed_chunk``).
+        seeding = SavepointSeeding(
+            self._sp_files,
+            self._marks,
+            settings,
+            self._inputs,
+            lambda: self._savepoints.commit_seed_chunk(),
+        )
+        #: The runtime's side of savepoints: requests followed, halts and their lifting
+        #: by a cancel, a restore's seeding and positions.
+        self._savepoints = SavepointParticipant(
+            settings,
+            self.name,
+            self._control_topic,
+            self._inputs,
+            self._sp_requests,
+            seeding,
+            self._marks,
+            self._positions,
+            self._open,
+            self._kgs,
+            lambda: self._partitions,
+            lambda: self._consumer,
+            self._call,
+            lambda: self._epochs.end_epoch(),
+            self.metrics.beat,
+        )
+        #: The epoch sequence: commit, abort, rewind; the producer.
+        self._epochs = EpochCommitter(
+            settings,
+            self.name,
+            self.eos,
+            self.metrics,
+            self._inputs,
+            self._handles,
+            self._kgs,
+            self._halted,
+            self._positions,
+            self._marks,
+            self._open,
+            self._out,
+            self._sinks,
+            self._checkpoints,
+            self._sp_files,
+            self._sp_requests,
+            self._savepoints,
+            self._gauges,
+            self._globals,
+            self._interleaver,
+            self._state_cleaner,
+            self._poison,
+            self._timer_guard,
+            call=self._call,
+            seek=self._seek,
+            consumer=lambda: self._consumer,
+            admin=lambda: self._admin,
+            restorer=lambda: self._restorer,
+            sp_rules=lambda: self._sp_rules,
+            stop_requested=lambda: self._stop,
+            finishing=lambda: self._finishing,
+            callback_failed=lambda: self._callback_failed,
+        )
+        #: Barriers read downstream: alignment, checkpoint completion, forwarding.
+        self._barriers = BarrierAlignment(
+            name=self.name,
+            inputs=self._inputs,
+            mode=self._mode,
+            positions=self._positions,
+            marks=self._marks,
+            sp_requests=self._sp_requests,
+            sp_files=self._sp_files,
+            metrics=self.metrics,
+            time_service=app.time_service,
+            kgs=self._kgs,  # one dict for the runner's life (cleared, never replaced)
+            halted=self._halted,
+            open_epoch=self._open,
+            write_barriers=self._epochs.write_barriers,
+            halt=self._savepoints.halt,
+        )
         #: The rebalance callbacks: key groups taken over (restored) and handed back.
         self._assignment = KeyGroupAssignment(
             self._inputs,
@@ -233,32 +314,16 @@ class Runner(EpochMixin):
             control_reader=self._control_reader,
             call=self._call,
             should_stop=lambda: self._stop,
-            end_epoch=self._end_epoch,
-            abort_epoch=self._abort_epoch,
+            end_epoch=self._epochs.end_epoch,
+            abort_epoch=self._epochs.abort_epoch,
             seed_from_savepoint=self._savepoints.seed,
-            reset_epoch_deadline=self._reset_epoch_deadline,
+            reset_epoch_deadline=self._epochs.reset_deadline,
             uncommitted=lambda: bool(
-                self._uncommitted or self._out.records or self._out.dead_letters
+                self._open.uncommitted or self._out.records or self._out.dead_letters
             ),
             callback_failed=lambda: self._callback_failed,
             failed=self._failed_in_callback,
         )
-        self._cursor = app.cursor
-        svc = app.time_service
-        self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
-        self._tick_time = svc is not None and svc.needs_tick
-        if svc is not None:
-            svc.emit = self._out.emit
-            self._timer_guard = TimerGuard(
-                self._out,
-                settings.on_error,
-                checking_writes=lambda: self._open.check_writes,
-                key_state_error=self._key_state_error,
-                commit_soon=self._commit_soon,
-            )
-            svc.hooks = self._timer_guard
-            svc.decode_key = app.key_codec.decode
-            svc.reads_barriers = True
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
         #: Queryable state (LOCKGATE_QUERY_ENABLED): the HTTP thread's hand-off and the
@@ -293,10 +358,11 @@ class Runner(EpochMixin):
         """Ask the loop to finish the epoch and stop (signal-safe)."""
         if not self._stop:
             self._stop_at = time.monotonic()  # the stop budget runs from here
-            if self._txn is not None:
+            txn = self._epochs.txn
+            if txn is not None:
                 # The batch in progress, a commit running now and the final one end by
                 # this deadline (processors/_checkpoint/txn.py: stop_budget_s).
-                self._txn.stop_within_budget(self._stop_at)
+                txn.stop_within_budget(self._stop_at)
         self._stop = True
 
     def run(self) -> int:
@@ -360,8 +426,9 @@ class Runner(EpochMixin):
                 self._http.stop()
             if self._bounded is not None:
                 self._bounded.close()
-        if self._txn is not None:
-            self._hung_clients.extend(self._txn.abandoned)
+        txn = self._epochs.txn
+        if txn is not None:
+            self._hung_clients.extend(txn.abandoned)
         if self._hung_clients:
             # A producer abandoned inside a hung librdkafka call cannot be destroyed (its
             # destructor would wait for that call): leave without running destructors.
@@ -454,7 +521,7 @@ class Runner(EpochMixin):
         if s.until is not None:
             self._plan_bounded_run(admin)
         self._savepoints.open_request_reader()
-        self._open_producer()
+        self._epochs.open_producer()
         self._restorer = Restorer(
             self.name,
             self._backend,
@@ -472,7 +539,7 @@ class Runner(EpochMixin):
         self._restorer.snapshots = state_snapshots(
             s, self.name, self._backend, admin.start_offsets, admin.end_offsets
         )
-        self._assignment.start(admin, p, self._restorer, self._txn)
+        self._assignment.start(admin, p, self._restorer, self._epochs.txn)
         self._group_watch.check_subscriptions(admin.principal)
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
@@ -536,8 +603,8 @@ class Runner(EpochMixin):
             self._sp_requests,
             self.final_savepoint_factory,
             None if self.app.time_service is None else self._drain_event_time,
-            self._end_epoch,
-            self._live_source,
+            self._epochs.end_epoch,
+            self._epochs.live_source,
             self._stop_loop,
         )
         self._sp_rules = self._bounded
@@ -595,8 +662,8 @@ class Runner(EpochMixin):
         if self._kgs:
             groups = list(self._kgs)
             self._assignment.release(groups)  # first: the abort's rewind must not touch them
-            if self._uncommitted or self._out.records or self._out.dead_letters:
-                self._abort_epoch("static member fenced")
+            if self._open.uncommitted or self._out.records or self._out.dead_letters:
+                self._epochs.abort_epoch("static member fenced")
         self._rejoin_later(exc)
 
     def _rejoin_later(self, exc: FatalKafkaError) -> None:
@@ -644,6 +711,8 @@ class Runner(EpochMixin):
         bounded = self._bounded
         metrics = self.metrics
         rewound = self._positions.rewound  # one set for the component's life
+        open_epoch = self._open
+        epochs = self._epochs
         next_epoch = time.monotonic() + interval
         try:
             while not self._stop:
@@ -651,7 +720,7 @@ class Runner(EpochMixin):
                     rewound.clear()
                     msgs = self._consumer.consume(batch, 0.1)
                     if msgs and epoch_bytes is not None:
-                        self._epoch_bytes += sum(map(len, msgs))  # C speed: value sizes
+                        open_epoch.fetched_bytes += sum(map(len, msgs))  # C speed: value sizes
                     if self._fatal is not None:
                         fatal, self._fatal = self._fatal, None
                         # Handled below: an abort rewinds first, anything else stops.
@@ -671,16 +740,16 @@ class Runner(EpochMixin):
                     if bounded is not None and bounded.after_batch():
                         continue
                 except _Rewind:
-                    self._slow = None  # user code raised: that record is the cause
-                    self._abort_epoch("user code raised: replaying with the record dead-lettered")
+                    open_epoch.slow = None  # user code raised: that record is the cause
+                    epochs.abort_epoch("user code raised: replaying with the record dead-lettered")
                 except TimerRewind:
-                    self._slow = None
-                    self._abort_epoch(
+                    open_epoch.slow = None
+                    epochs.abort_epoch(
                         "user code (a timer) wrote state that cannot be encoded: replaying "
                         "with the timer dead-lettered"
                     )
                 except AbortEpoch as exc:
-                    self._abort_epoch(str(exc))
+                    epochs.abort_epoch(str(exc))
                 except _StaticMemberFenced as exc:
                     self._rejoin_after_fence(exc)
                     continue
@@ -693,13 +762,13 @@ class Runner(EpochMixin):
                 metrics.heartbeat = now
                 if (
                     now >= next_epoch
-                    or self._open.commit_now
-                    or (epoch_bytes is not None and self._epoch_bytes >= epoch_bytes)
+                    or open_epoch.commit_now
+                    or (epoch_bytes is not None and open_epoch.fetched_bytes >= epoch_bytes)
                 ):
                     try:
-                        self._end_epoch()
+                        epochs.end_epoch()
                     except AbortEpoch as exc:
-                        self._abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
+                        epochs.abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
                     next_epoch = time.monotonic() + interval
             self._finish()
         except Stopping as exc:
@@ -778,15 +847,16 @@ class Runner(EpochMixin):
         """After a stop request: commit the open epoch, leave the group if going for good."""
         log.info("stopping: finishing the open epoch")
         self._finishing = True  # the last commit may retry up to its bound
-        if self._txn is not None and self._txn.stop_by is None:  # stopped in-process
-            self._txn.stop_within_budget(time.monotonic())
+        txn = self._epochs.txn
+        if txn is not None and txn.stop_by is None:  # stopped in-process
+            txn.stop_within_budget(time.monotonic())
         try:
-            self._end_epoch()
+            self._epochs.end_epoch()
         except AbortEpoch as exc:  # the stop ends any back-off at once
-            self._abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
+            self._epochs.abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
         # sink hook: commits still pending are done within the stop budget (else left
         # prepared, for the next owner), then the sinks close.
-        self._sinks.close(None if self._txn is None else self._txn.stop_by)
+        self._sinks.close(None if txn is None else txn.stop_by)
         self._leave_group_maybe()
 
     def _leave_group_maybe(self) -> None:
@@ -845,8 +915,8 @@ class Runner(EpochMixin):
         if not graceful:
             # Never commit on the way out after a failure, and end the transaction before
             # the consumer leaves the group, so a new owner does not wait for it.
-            self._stop_committing = True
-            txn = self._txn
+            self._epochs.never_commit_again()
+            txn = self._epochs.txn
             if txn is not None and txn.is_open and txn.pending is None:
                 try:
                     txn.producer.abort_transaction(5)
@@ -867,13 +937,15 @@ class Runner(EpochMixin):
         self._kgs.clear()
         if self._restorer is not None and self._restorer.snapshots is not None:
             self._restorer.snapshots.close()  # snapshot hook: the upload in flight ends
+        producer = self._epochs.producer
+        txn = self._epochs.txn
         if (
-            self._producer is not None
-            and self._producer not in self._hung_clients
-            and (self._txn is None or self._txn.pending is None)
+            producer is not None
+            and producer not in self._hung_clients
+            and (txn is None or txn.pending is None)
         ):
             try:
-                self._producer.flush(PRODUCER_FLUSH_S)
+                producer.flush(PRODUCER_FLUSH_S)
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
                 log.warning("producer flush on close failed: %s", exc)
         self._globals.close()
@@ -959,8 +1031,8 @@ class Runner(EpochMixin):
         last = -1  # offset of the last fetched record handled in ``current``
         count = 0
         out_before = out.records
-        deadline = self._epoch_deadline
-        budget = self._budget_s
+        deadline = open_epoch.deadline
+        budget = self._epochs.budget_s
         started = clock()
         prev: Any = None  # the previous record, to time it
         index = 0
@@ -1104,11 +1176,11 @@ class Runner(EpochMixin):
             self._note_slow(prev, now - started)
         if current >= 0:
             nxt[(topic, current)] = last + 1
-        self._uncommitted += count
+        open_epoch.uncommitted += count
         m = self.metrics
         m.records_in_attempts += count
         m.records_out_attempts += out.records - out_before
-        self._producer.poll(0)
+        self._epochs.producer.poll(0)
 
     def _interleave(self, msgs: list[Any]) -> list[Any]:
         """Buffer fetched records; return what the interleaver releases, in order.
@@ -1199,9 +1271,13 @@ class Runner(EpochMixin):
     def _note_slow(self, msg: Any, seconds: float) -> None:
         log.warning(
             "a single record took longer than the epoch budget",
-            extra={"record": where(msg), "seconds": round(seconds, 3), "budget": self._budget_s},
+            extra={
+                "record": where(msg),
+                "seconds": round(seconds, 3),
+                "budget": self._epochs.budget_s,
+            },
         )
-        self._slow = (msg, seconds)
+        self._open.slow = (msg, seconds)
         self._open.commit_now = True
 
     def _put_back(self, msgs: list[Any]) -> None:
