@@ -68,7 +68,6 @@ from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
 from processors._runtime.bounded_end import SavepointRules
 from processors._runtime.checkpoint_writer import CheckpointWriter
-from processors._runtime.core import SlowRecordError, where
 from processors._runtime.gauges import ProgressGauges
 from processors._runtime.health import Metrics
 from processors._runtime.open_epoch import OpenEpoch
@@ -86,9 +85,26 @@ from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATE
 from state.cache import changelog_topic
 from state.primitives import DEFAULT_SWEEP_BUDGET, StateHandle, sweep_key_group
 
-__all__ = ["SINK_OUTAGE_BACKOFF_S", "EpochCommitter", "offset_metadata", "sink_outage_wait_s"]
+__all__ = [
+    "SINK_OUTAGE_BACKOFF_S",
+    "EpochCommitter",
+    "SlowRecordError",
+    "offset_metadata",
+    "sink_outage_wait_s",
+    "where",
+]
 
 log = logging.getLogger("lockgate.runtime")
+
+
+class SlowRecordError(Exception):
+    """One record kept user code busy longer than the transaction can stay open."""
+
+
+def where(msg: Any) -> str:
+    """Return ``topic[partition]@offset`` of a record."""
+    return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+
 
 _MAX_CONSECUTIVE_ABORTS = 10
 #: Back-off after an epoch a sink could not take (an outage of its database or store):

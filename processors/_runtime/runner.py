@@ -2,11 +2,11 @@
 
 One thread owns the consumer, the operator chain and the producer. The parts:
 
-* this module — life cycle (start, signals, stop) and the per-record path;
-* the layers ``Runner`` is built from, sharing the epoch's state:
-  :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
-  :mod:`processors._runtime.core` (the shared state, bounded waits);
-* the components they use, each owning its state (docs/architecture.md has the table):
+* this module — ``Runner``: the instance's wiring and shared state (one class, no
+  base class), bounded waits (``_call``), life cycle (start, signals, stop) and the
+  per-record path;
+* the components it owns, each owning its state (docs/architecture.md has the table):
+  the epoch sequence (``EpochCommitter``: commits, aborts, rewinds, the producer),
   barriers (``BarrierAlignment``: barriers read downstream), the key-group assignment
   (``KeyGroupAssignment``: rebalances: assign, restore, revoke, lost), output, txn,
   savepoint requests, files and seeding, the savepoint participant
@@ -24,6 +24,18 @@ dead-lettered on the replay (or the app stops naming it, with
 A record that makes user code raise aborts the epoch; the replay sends that record to
 the dead-letter topic instead of calling user code again, so its partial effects never
 commit.
+
+Who writes what the loop and the epoch sequence share: the open epoch's records
+consumed, bytes fetched, deadline and slow record live in the ``OpenEpoch`` (the loop
+adds to them once per batch; the epoch sequence resets them); the runner keeps the
+consumer (replaced on a rejoin), the admin client and restorer (made at start-up), the
+stop flags and a callback's failure, and hands them to the components as getters.
+
+Where each owned input partition stands (next and committed offsets, alignment) is
+:class:`~processors._checkpoint.input_positions.InputPositions` (``self._positions``):
+offsets are tracked there, never read back from the consumer (``position()`` is INVALID
+right after a ``seek()`` until the next fetch). One thread owns all of it; the side
+thread of the health server only reads :class:`Metrics`.
 """
 
 from __future__ import annotations
@@ -40,21 +52,25 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from processors._checkpoint.alignment import Aligner, Decision, Forced
+from processors._checkpoint.alignment import Aligner, Decision, Forced, Mode
 from processors._checkpoint.control_topics import (
+    control_topic,
     read_registry_and_cancels,
     writers_of,
 )
+from processors._checkpoint.input_positions import InputPositions
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
 from processors._checkpoint.protocol import (
     CONTROL_TYPE,
     WRITER,
     lockgate_headers,
     writer_header,
 )
-from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
-from processors._config.settings import Settings
+from processors._checkpoint.savepoint_requests import SavepointRequests
+from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S, WATCHDOG_MARGIN_S
+from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
 from processors._kafka.authz import authorization_error, is_authorization_failure
@@ -64,31 +80,53 @@ from processors._kafka.clients import (
     consumer_config,
     restore_consumer_config,
 )
-from processors._kafka.errors import AbortEpoch, Stopping
+from processors._kafka.errors import AbortEpoch, Stopping, kafka_call
 from processors._runtime.barriers import BarrierAlignment, WatermarkUpdate
 from processors._runtime.bounded import END_OF_TIME
-from processors._runtime.bounded_end import BoundedEnd, plan_bounded_run
-from processors._runtime.core import RunnerCore, where
-from processors._runtime.epoch import EpochCommitter
+from processors._runtime.bounded_end import (
+    BoundedEnd,
+    EverySavepoint,
+    SavepointRules,
+    plan_bounded_run,
+)
+from processors._runtime.checkpoint_writer import CheckpointWriter
+from processors._runtime.epoch import EpochCommitter, where
 from processors._runtime.final_savepoint import FinalSavepointFactory
-from processors._runtime.health import HealthServer
+from processors._runtime.gauges import ProgressGauges
+from processors._runtime.health import HealthServer, Metrics
 from processors._runtime.membership import GroupWatch, leave_group, leave_reason
+from processors._runtime.open_epoch import OpenEpoch
 from processors._runtime.operator_plan import check_operator_layout
+from processors._runtime.output import OutputWriter
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
 from processors._runtime.rebalance import KeyGroupAssignment
+from processors._runtime.savepoint_files import SavepointFiles
 from processors._runtime.savepoint_seeding import SavepointSeeding
 from processors._runtime.savepoints import SavepointParticipant
 from processors._runtime.startup import prepare_topics
 from processors._runtime.timer_guard import TimerGuard, TimerRewind
+from processors._sinks import Sinks
 from processors._sinks.errors import SinkUnavailable
-from processors._task.failures import stop_error
+from processors._task.failures import ReplayPoison, stop_error
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
-from processors._task.keygroups import Restorer, with_fetch_limits
+from processors._task.keygroups import (
+    KeyGroup,
+    MemoryPlan,
+    Restorer,
+    StateCleaner,
+    StateMemory,
+    cgroup_memory_limit,
+    with_fetch_limits,
+)
 from processors._task.snapshots import state_snapshots
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
+from state.base.store import StateBackend
+from state.cache import DELETED, MISSING
 from state.codecs import CodecUnavailable
+from state.memory.store import MemoryBackend
+from state.rocksdb.store import RocksDBBackend
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -122,6 +160,10 @@ def defer_stop_signals() -> None:
 
 #: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
 _INPUT_CHECK_S = 30.0
+
+
+class StateEncodeError(Exception):
+    """User code stored a value its store's codec cannot encode (e.g. a set under JSON)."""
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -161,11 +203,115 @@ def stopped_fields(checkpoint: int) -> dict[str, Any]:
     return {"last_checkpoint": iso, "checkpoint_id": checkpoint}
 
 
-class Runner(RunnerCore):
+class Runner:
     """Runs an :class:`App` until stopped; one instance of the app's consumer group."""
 
     def __init__(self, app: App, settings: Settings) -> None:
-        super().__init__(app, settings)
+        self.app = app
+        self.settings = settings
+        self.name = settings.app_name or app.name
+        app.run_as(self.name)  # per-app topics (late topics) named before outputs are read
+        self.eos = settings.guarantee is Guarantee.EXACTLY_ONCE
+        self.metrics = Metrics(self.name, settings.instance_id)
+        self._handles = app.stores
+        self._inputs = app.input_topics
+        self._control_topic = control_topic(self.name)
+        #: Producing into the open transaction: outputs, the runtime's own records, and
+        #: the epoch's tallies and errors of both.
+        #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
+        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000, self.eos)
+        self._out = OutputWriter(
+            self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
+        )
+        #: The savepoint files: the location, exports, and a restore's checks and reads.
+        self._sp_files = SavepointFiles(
+            self.name, app, settings, self._out, self._control_topic, self.metrics.beat
+        )
+        #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
+        #: its state descends from, a halt, a restore under way; and their committed state.
+        self._marks = KeyGroupCheckpoints()
+        #: Registrations, barriers and checkpoint records in each epoch's transaction.
+        self._checkpoints = CheckpointWriter(
+            self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
+        )
+        #: The halted key groups (the component's own dict; read here, changed there).
+        self._halted = self._marks.halted
+        #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
+        self._sp_requests = SavepointRequests()
+        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
+        #: Per owned input partition: next and committed offsets, aligners and their
+        #: committed snapshots, halted partitions' frozen snapshots, savepoint alignment
+        #: of unaligned partitions, rewound and backpressured partitions.
+        self._positions = InputPositions(
+            self._inputs,
+            self._mode,
+            settings.alignment_timeout_ms / 1000,
+            settings.alignment_max_held,
+            grouped=len(self._inputs) > 1,  # several inputs go through the interleaver
+            cancelled=self._sp_requests.cancelled,
+        )
+        #: The open epoch's flags (commit it, commit now, check writes), the highest
+        #: checkpoint id, and the records alignments released (processed before the next
+        #: fetched record, with upstream watermark updates in their place among them).
+        self._open = OpenEpoch()
+        self._reader: Any = None
+        #: What the epoch and savepoint code ask of the run's end: whether a savepoint
+        #: request waits, whether a key group took it, a key group's ``bounded`` ends. A
+        #: bounded run replaces it with its end phase at start-up (``_runtime/bounded_end.py``).
+        self._sp_rules: SavepointRules = EverySavepoint(self._marks)
+        self._stop = False
+        self._stop_at: float | None = None  # when the stop was requested (monotonic)
+        self._fatal: BaseException | None = None
+        self._kgs: dict[int, KeyGroup] = {}
+        #: Around each timer callback (apps with timers; set up by the Runner).
+        self._timer_guard: TimerGuard | None = None
+        #: Records to dead-letter instead of processing on the replay: coords -> cause.
+        self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
+        self._partitions = 0
+        self._changelog_retention_ms: int | None = None
+        self._backend: StateBackend = (
+            MemoryBackend()
+            if settings.state_backend is StateBackendKind.MEMORY
+            else RocksDBBackend(settings.state_dir)
+        )
+        plan = MemoryPlan.of(settings, cgroup_memory_limit())
+        #: One block cache, write-buffer manager and read-cache budget for every key group.
+        self._state_memory = StateMemory(plan)
+        log.info(
+            "state memory",
+            extra={
+                "memory_limit_bytes": plan.limit_bytes,
+                "limit_from": plan.limit_source,
+                "rocksdb_bytes": plan.rocksdb_bytes,
+                "read_cache_bytes": plan.read_cache_bytes,
+                "consumer_bytes": plan.consumer_bytes,
+            },
+        )
+        #: Removes released key groups' directories when due (swept at each epoch end).
+        self._state_cleaner: StateCleaner | None = None
+        if isinstance(self._backend, RocksDBBackend):
+            # Before any database is opened: all of them share the cache and manager.
+            self._backend.memory = self._state_memory.rocksdb
+            self._state_cleaner = StateCleaner(
+                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
+            )
+        self._consumer: Any = None
+        self._restorer: Restorer | None = None
+        self._admin: Admin | None = None
+        #: A rebalance callback failed; nothing commits until the loop has raised it
+        #: (set by ``Runner._failed_in_callback``, cleared when the loop raises it).
+        self._callback_failed = False
+        self._finishing = False  # the final commit after a stop request
+        #: Producers abandoned inside a hung call (kept referenced, never used again).
+        self._hung_clients: list[Any] = []
+        self._gauges = ProgressGauges(
+            self.metrics,
+            app.time_service,
+            lambda: self._consumer,
+            self._positions.committed,
+            self._halted,
+            self._kgs,
+        )
         self._handlers = app.handlers()
         self._decoders = {
             t: (codecs[0].decode, codecs[1].decode)
@@ -174,10 +320,10 @@ class Runner(RunnerCore):
         }
         #: Several co-partitioned inputs: their records go through the interleaver, which
         #: breaks timestamp ties tables first (a table version at the time of a stream
-        #: record is seen by it), then in declaration order.
+        #: record is seen by it), then in declaration order (``None``: one input).
         tables = [t for t in self._inputs if t in app.tables]
         order = (*tables, *(t for t in self._inputs if t not in app.tables))
-        self._interleaver = (
+        self._interleaver: Interleaver | None = (
             Interleaver(order, settings.max_idle_ms / 1000, settings.max_fetch_wait_ms / 1000)
             if len(self._inputs) > 1
             else None
@@ -346,6 +492,69 @@ class Runner(RunnerCore):
                 self._kgs,
                 lambda: self._partitions,
             )
+
+    # -- bounded waits --------------------------------------------------------------------
+
+    @property
+    def _txn_timeout_s(self) -> float:
+        return self.settings.transaction_timeout_ms / 1000
+
+    def _call(self, fn: Any, *args: Any, what: str, timeout_s: float | None = None) -> Any:
+        """Call a blocking client API, bounded by ``timeout_s`` (default: the txn timeout).
+
+        Shows the wait on /livez (bounded calls are not a stall until their deadline) and
+        gives up with :class:`Stopping` when a stop is requested during retries.
+        """
+        timeout = self._txn_timeout_s if timeout_s is None else timeout_s
+        with self.metrics.blocked(what, timeout + WATCHDOG_MARGIN_S + 5):
+            return kafka_call(
+                fn,
+                *args,
+                what=what,
+                timeout_s=timeout,
+                should_stop=lambda: self._stop and not self._finishing,
+                on_wait=self.metrics.beat,
+            )
+
+    def _state_write_error(self, caches: Any, key: bytes | None) -> BaseException | None:
+        """Encode the current key's dirty values in ``caches``; return the codec's error."""
+        if key is None:
+            return None
+        for cache in caches.values():
+            if key in cache.dirty:
+                value = cache.peek(key)
+                if value is DELETED or value is MISSING:
+                    continue
+                try:
+                    cache.codec.encode(value)
+                except Exception as exc:  # noqa: BLE001 - the store's codec may raise anything
+                    return StateEncodeError(
+                        f"state store {cache.name!r} cannot encode the value written for this "
+                        f"record ({type(exc).__name__}: {exc})"
+                    )
+        return None
+
+    def _seek(self, topic: str, partition: int, offset: int) -> None:
+        """Make ``offset`` the next record fetched from an owned input partition."""
+        tp = TopicPartition(topic, partition, offset)
+        try:
+            self._consumer.seek(tp)
+        except KafkaException:
+            # Not fetching yet: re-assigning at the offset has the same effect.
+            self._consumer.incremental_unassign([TopicPartition(topic, partition)])
+            self._consumer.incremental_assign([tp])
+
+    def _control_reader(self) -> Any:
+        """A group-less ``read_committed`` consumer for control-topic reads."""
+        if self._reader is None:
+            conf = restore_consumer_config(self.settings, self.name)
+            conf["client.id"] = f"{self.name}-{self.settings.instance_id}-control"
+            self._reader = Consumer(conf)
+        return self._reader
+
+    def _check_stop(self) -> None:
+        if self._stop:
+            raise Stopping("stop requested")
 
     # -- life cycle ---------------------------------------------------------------------
 
