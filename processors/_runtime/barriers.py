@@ -63,7 +63,10 @@ log = logging.getLogger("lockgate.runtime")
 
 
 class WatermarkUpdate:
-    """Apply upstream writers' pending barrier watermarks to key group ``g`` (in ``_released``)."""
+    """Apply upstream writers' pending barrier watermarks to key group ``g``.
+
+    Queued in ``OpenEpoch.released``, after the records the completion released.
+    """
 
     __slots__ = ("checkpoint", "g", "topic")
 

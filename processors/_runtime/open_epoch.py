@@ -27,7 +27,8 @@ Contract: one thread (the loop's) reads and writes it. The epoch sequence
 (``_runtime/epoch.py``, :class:`~processors._runtime.epoch.EpochCommitter`) clears
 ``commit_now`` when it ends an epoch, ``active`` and ``check_writes`` when the epoch
 commits, ``active`` and ``released`` when it rewinds. ``checkpoint`` never goes back:
-parts raise it with :meth:`reached`.
+parts raise it with :meth:`reached`; a commit sets it to its own id, which is always
+above (the next id is chosen above it).
 
 Written by both the per-record loop and the epoch sequence, hence here: ``uncommitted``
 and ``fetched_bytes`` (the loop adds once per batch, the epoch sequence zeroes them at a

@@ -1330,7 +1330,7 @@ class Runner:
                     # alignment counts it as not processed, so a cancel's rewind or a
                     # restore reads it again from Kafka.
                     continue
-                self._open.active = True
+                open_epoch.active = True
                 if bound != part:
                     kgs[part].bind()
                     bound = part
@@ -1345,7 +1345,7 @@ class Runner:
                 entry = poison.get((msg.topic(), part, msg.offset()))
                 if entry is not None:
                     out.dead_letter(msg, entry[0], entry[1])
-                    self._open.commit_now = True  # keep the replay span short
+                    open_epoch.commit_now = True  # keep the replay span short
                     continue
             try:
                 key = None if raw_key is None else kdec(raw_key)

@@ -178,6 +178,8 @@ def test_the_open_epoch_commits_before_a_takeover_and_aborts_when_it_cannot() ->
     h.assignment.on_assign(h.consumer, _tps(0))
     assert h.events[:3] == ["forget", "end epoch, open: []", "abort, open: []"]
     assert h.aborts == [("fenced epoch", {"sink_outage": False, "back_off": True})]
+    [failure] = h.failures  # the stand-in's stop, not an assertion the callback swallowed
+    assert isinstance(failure, FatalKafkaError) and "stop here" in str(failure)
 
 
 def test_revoke_ends_the_epoch_then_releases_every_input() -> None:
