@@ -37,8 +37,9 @@ Invariants:
   (:meth:`EpochCommitter._settle_unknown_commit`);
 * an abort leaves every owned key group as the last commit made it (caches dropped,
   inputs, alignment, checkpoints and halts rewound) and begins the next transaction;
-  more than ten aborts in a row without a commit stop the instance (sink outages are
-  waited out instead);
+  more than ten aborts in a row without a commit stop the instance (a replay loop), but
+  not those after user code raised (each dead-letters its record) nor a barrier-only
+  epoch's, and sink outages are waited out instead;
 * no commit moves past a callback's failure or a stop after a failure
   (``callback_failed``, :meth:`EpochCommitter.never_commit_again`).
 
@@ -310,7 +311,15 @@ class EpochCommitter:
     # -- the producer ---------------------------------------------------------------------
 
     def open_producer(self) -> None:
-        """Create the producer; under exactly-once, fence older incarnations and begin."""
+        """Create the producer; under exactly-once, fence older incarnations and begin.
+
+        Called once, at start-up (before the consumer subscribes).
+
+        Raises:
+            AuthorizationError: the principal may not use the transactional id.
+            FatalKafkaError: the transactional producer could not start.
+            Stopping: a stop was requested while it initialised.
+        """
         s = self._settings
         tid = f"{self._name}-{s.instance_id}" if self._eos else None
         pconf = producer_config(s, self._name, tid)
