@@ -893,12 +893,19 @@ def _bounds(profiles: dict[str, Any]) -> str:
 
     def largest(*fns: str) -> float:
         # The name a function shows up under depends on the class that defines it (the
-        # runtime's mixins) and on the version (ctx.emit is the runtime's emit itself).
+        # runtime's mixins, then components) and on the version (ctx.emit is the runtime's
+        # emit itself).
         return max(total(fn) for fn in fns)
 
     state_pct = total("ValueState.value") + total("ValueState.update")
     emit_pct = largest("Context.emit", "RunnerCore._emit", "OutputWriter.emit")
-    end_pct = largest("Runner._end_epoch", "RebalanceMixin._end_epoch", "EpochMixin._end_epoch")
+    end_pct = largest(
+        "Runner._end_epoch",
+        "RebalanceMixin._end_epoch",
+        "EpochMixin._end_epoch",
+        "EpochCommitter.end_epoch",
+    )
+    changelogs_pct = largest("EpochMixin._produce_changelogs", "EpochCommitter._produce_changelogs")
     parts = [
         f"Per-record path (`Runner._process`, inclusive) {total('Runner._process'):.0f}% of "
         f"the samples: the handler {total('_sum '):.0f}%, of which `ctx.emit` (encode + "
@@ -907,7 +914,7 @@ def _bounds(profiles: dict[str, Any]) -> str:
         f"Epoch commit (`_end_epoch`, inclusive) {end_pct:.0f}%: "
         f"encoding every dirty key (`StoreCache.drain` {own('StoreCache.drain'):.0f}%), "
         "producing it to the changelog (`_produce_changelogs`, inclusive "
-        f"{total('EpochMixin._produce_changelogs'):.0f}%), the RocksDB write batch "
+        f"{changelogs_pct:.0f}%), the RocksDB write batch "
         f"(`RocksDBKeyGroupStore.apply` {own('RocksDBKeyGroupStore.apply'):.0f}%) and the "
         "transaction calls. With 100k keys and tens of thousands of records per epoch, most "
         "records touch a key not yet dirty in that epoch, so the changelog adds close to one "

@@ -1,16 +1,18 @@
-"""One running instance: ``Runner`` and the layers it is assembled from.
+"""One running instance: ``Runner`` and the components it owns.
 
-``runner`` (``Runner``: wiring, life cycle, the per-record loop) is built by
-inheritance from ``core`` (the state the layers share, bounded waits) <- ``epoch`` (the
-commit sequence, abort, rewind, settling a commit without an answer). The components
-the layers use own their state and are given what they read:
+``runner`` (``Runner``: wiring, the little state its parts share, bounded waits, life
+cycle, the per-record loop) has no base class. The components it owns keep their own
+state and are given what they read:
 
+* ``epoch`` (``EpochCommitter``: the commit sequence, abort, rewind, settling a commit
+  without an answer; the producer);
 * ``rebalance`` (``KeyGroupAssignment``: assign and restore, revoke, lost);
 * ``barriers`` (``BarrierAlignment``: barriers read downstream: alignment, completion,
   watermarks);
 * ``savepoints`` (``SavepointParticipant``: requests, halts, restores);
 * ``bounded_end`` (``BoundedEnd``: a bounded run's end phase);
-* ``open_epoch`` (``OpenEpoch``: the open epoch's flags and released records);
+* ``open_epoch`` (``OpenEpoch``: the open epoch's flags and released records, what the
+  loop and the epoch sequence both write: records consumed, the deadline);
 * ``output`` (``OutputWriter``: everything produced, the epoch's output errors);
 * ``startup`` (topics and access before joining), ``gauges`` (lag and watermark),
   ``membership`` (``GroupWatch``: the group-probe child's checks), ``query_routing``

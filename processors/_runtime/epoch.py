@@ -16,6 +16,34 @@ the open epoch ends with the commit sequence:
 Nothing reaches the local databases before step 3 succeeded, so an abort is "drop the
 caches and seek back to the committed offsets". Every blocking call is bounded by the
 transaction timeout; transient errors past it abort the epoch.
+
+:class:`EpochCommitter` (the runner's ``self._epochs``) is that sequence. It owns the
+producer (``TransactionalProducer`` under exactly-once; replaced when it cannot go on)
+and what only the sequence writes: whether the app registered, the open epoch's token,
+whether it carries only barriers, whether the coordinator aborted it on its timeout, the
+aborts in a row (a replay loop stops the instance; a sink outage backs off), and whether
+no more epoch may commit. What the per-record loop writes too lives in the
+:class:`~processors._runtime.open_epoch.OpenEpoch` (records consumed, bytes fetched, the
+deadline, the slow record). Values the runner replaces during the run (the consumer on a
+rejoin, the admin client and restorer made at start-up, a bounded run's savepoint rules)
+are read through getters, never kept.
+
+Invariants:
+
+* nothing reaches RocksDB before its epoch committed (:meth:`EpochCommitter._apply_locally`
+  runs only after the commit, or after an unknown commit settled as committed);
+* a commit without an answer is never taken as aborted: it is settled from the group's
+  stable committed offsets, which carry each epoch's token
+  (:meth:`EpochCommitter._settle_unknown_commit`);
+* an abort leaves every owned key group as the last commit made it (caches dropped,
+  inputs, alignment, checkpoints and halts rewound) and begins the next transaction;
+  more than ten aborts in a row without a commit stop the instance (a replay loop), but
+  not those after user code raised (each dead-letters its record) nor a barrier-only
+  epoch's, and sink outages are waited out instead;
+* no commit moves past a callback's failure or a stop after a failure
+  (``callback_failed``, :meth:`EpochCommitter.never_commit_again`).
+
+One thread at a time calls it: the loop's, or the consumer close's final revoke.
 """
 
 from __future__ import annotations
@@ -23,29 +51,61 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from processors._checkpoint.alignment import Snapshot
+from processors._checkpoint.input_positions import InputPositions
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
+from processors._checkpoint.savepoint_requests import SavepointRequests
 from processors._checkpoint.txn import CommitOutcomeUnknown, TransactionalProducer
 from processors._config.settings import Settings
-from processors._dsl.app import App
 from processors._kafka.authz import authorization_error
-from processors._kafka.clients import producer_config
+from processors._kafka.clients import Admin, producer_config
 from processors._kafka.errors import AbortEpoch, CallHung, cause_code
 from processors._kafka.faults import crash_point
-from processors._runtime.core import RunnerCore, SlowRecordError, where
-from processors._runtime.savepoint_seeding import SavepointSeeding
+from processors._runtime.bounded_end import SavepointRules
+from processors._runtime.checkpoint_writer import CheckpointWriter
+from processors._runtime.gauges import ProgressGauges
+from processors._runtime.health import Metrics
+from processors._runtime.open_epoch import OpenEpoch
+from processors._runtime.output import OutputWriter
+from processors._runtime.savepoint_files import SavepointFiles
 from processors._runtime.savepoints import SavepointParticipant
-from processors._task.failures import stop_error
+from processors._runtime.timer_guard import TimerGuard
+from processors._sinks import Sinks
+from processors._task.failures import ReplayPoison, stop_error
+from processors._task.global_tables import GlobalTables
+from processors._task.interleave import Interleaver
+from processors._task.keygroups import KeyGroup, Restorer, StateCleaner
 from processors.exceptions import FatalKafkaError
 from state.base.store import META_CHANGELOG_PREFIX, META_CHECKPOINT, META_UPDATED_MS
 from state.cache import changelog_topic
-from state.primitives import DEFAULT_SWEEP_BUDGET, sweep_key_group
+from state.primitives import DEFAULT_SWEEP_BUDGET, StateHandle, sweep_key_group
+
+__all__ = [
+    "SINK_OUTAGE_BACKOFF_S",
+    "EpochCommitter",
+    "SlowRecordError",
+    "offset_metadata",
+    "sink_outage_wait_s",
+    "where",
+]
 
 log = logging.getLogger("lockgate.runtime")
+
+
+class SlowRecordError(Exception):
+    """One record kept user code busy longer than the transaction can stay open."""
+
+
+def where(msg: Any) -> str:
+    """Return ``topic[partition]@offset`` of a record."""
+    return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+
 
 _MAX_CONSECUTIVE_ABORTS = 10
 #: Back-off after an epoch a sink could not take (an outage of its database or store):
@@ -71,7 +131,7 @@ def offset_metadata(metadata: str | None) -> dict[str, Any]:
     """The object an epoch writes as its committed offsets' metadata.
 
     ``{"ckpt": <checkpoint>, "origin": <savepoint origin>, "txn": <epoch token>}``
-    (:meth:`EpochMixin._commit_positions`); ``{}`` when there is none or it is not
+    (:meth:`EpochCommitter._commit_positions`); ``{}`` when there is none or it is not
     ours (offsets of older versions, or reset by hand).
     """
     if not metadata:
@@ -83,60 +143,199 @@ def offset_metadata(metadata: str | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-class EpochMixin(RunnerCore):
+class EpochCommitter:
     """Commits and aborts epochs (see the module docs for the sequence)."""
 
-    def __init__(self, app: App, settings: Settings) -> None:
-        super().__init__(app, settings)
-        #: Restores from a savepoint: which key groups, checked, written in chunks (each
-        #: chunk commits an epoch: the participant's ``commit_seed_chunk``).
-        seeding = SavepointSeeding(
-            self._sp_files,
-            self._marks,
-            settings,
-            self._inputs,
-            lambda: self._savepoints.commit_seed_chunk(),
-        )
-        #: The runtime's side of savepoints: requests followed, halts and their lifting
-        #: by a cancel, a restore's seeding and positions.
-        self._savepoints = SavepointParticipant(
-            settings,
-            self.name,
-            self._control_topic,
-            self._inputs,
-            self._sp_requests,
-            seeding,
-            self._marks,
-            self._positions,
-            self._open,
-            self._kgs,
-            lambda: self._partitions,
-            lambda: self._consumer,
-            self._call,
-            self._end_epoch,
-            self.metrics.beat,
-        )
+    """Commits and aborts epochs: the epoch sequence (see the module docstring).
+
+    Made when the runner is; :meth:`open_producer` makes the producer at start-up.
+    Called by one thread at a time: the loop's, or the consumer's ``close()`` (its final
+    revoke, through the assignment's callbacks).
+
+    Args:
+        settings: the instance's settings (interval, timeouts, failure policy, cache).
+        name: the name the app runs under (transactional id, changelog topics).
+        eos: exactly-once (a transactional producer) or at-least-once.
+        metrics: the instance's metrics (commits, aborts, records, blocked calls).
+        inputs: the co-partitioned input topics.
+        handles: the app's state handles (swept for expired TTL entries).
+        kgs: the owned key groups (read only; one dict for the runner's life).
+        halted: the halted key groups (read only; ``KeyGroupCheckpoints.halted``).
+        positions: the owned input partitions' offsets and alignment (committed, rewound).
+        marks: per key group: checkpoint, origin, halt, seeding (committed, rewound).
+        open_epoch: the open epoch (flags, checkpoint id, released records, what was
+            consumed and fetched, the deadline and the slow record).
+        out: the output writer (the current producer, the epoch's tallies and errors).
+        sinks: the sinks (the ``# sink hook`` calls).
+        checkpoints: the checkpoint writer (registration, barriers, checkpoint records).
+        sp_files: the savepoint files (a source key group's export).
+        sp_requests: the savepoint requests (the one in progress).
+        savepoints: the savepoint participant (told when an epoch with a savepoint
+            committed).
+        gauges: the progress gauges (at a commit, at an idle epoch).
+        global_tables: the global tables (their snapshot goes into checkpoint records).
+        interleaver: the interleaver of several inputs (``None``: one input).
+        state_cleaner: removes released key groups' directories (``None``: in memory).
+        poison: the records the replay dead-letters (a slow record is added, committed
+            ones dropped).
+        timer_guard: the timer guard (``None``: no timers), told of each commit.
+        call: the runner's bounded blocking call (shown on /livez, given up on a stop).
+        seek: makes an offset the next record fetched from an owned input partition.
+        consumer: the runner's current consumer (replaced when it rejoins).
+        admin: the admin client (``None`` before start-up made it).
+        restorer: the restorer (``None`` before start-up made it; its state snapshots).
+        sp_rules: what the run's end asks of savepoints (``EverySavepoint``, replaced by
+            a bounded run's ``BoundedEnd`` at start-up).
+        stop_requested: whether a stop was requested (no barrier-only epochs, no wait).
+        finishing: whether the final commit after a stop request runs.
+        callback_failed: whether a rebalance callback failed (nothing commits until the
+            loop raised it).
+
+    Owns (written only here): the producer and the transactional producer (``txn``,
+    ``producer``: replaced on a timeout, a hung call or an unknown commit, so read them
+    each time), whether the app registered, the open epoch's token, whether it is
+    barrier-only, whether the coordinator aborted it on its timeout, the aborts in a row
+    (replays and sink outages), the records of the last committed epoch, and whether no
+    more commit may be made (set when a committed epoch's changelog offsets cannot be
+    read while stopping, or by the runner's close after a failure:
+    :meth:`never_commit_again`).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        eos: bool,
+        metrics: Metrics,
+        inputs: tuple[str, ...],
+        handles: dict[str, StateHandle],
+        kgs: dict[int, KeyGroup],
+        halted: Mapping[int, str],
+        positions: InputPositions,
+        marks: KeyGroupCheckpoints,
+        open_epoch: OpenEpoch,
+        out: OutputWriter,
+        sinks: Sinks,
+        checkpoints: CheckpointWriter,
+        sp_files: SavepointFiles,
+        sp_requests: SavepointRequests,
+        savepoints: SavepointParticipant,
+        gauges: ProgressGauges,
+        global_tables: GlobalTables,
+        interleaver: Interleaver | None,
+        state_cleaner: StateCleaner | None,
+        poison: ReplayPoison[tuple[str, int, int]],
+        timer_guard: TimerGuard | None,
+        *,
+        call: Callable[..., Any],
+        seek: Callable[[str, int, int], None],
+        consumer: Callable[[], Any],
+        admin: Callable[[], Admin | None],
+        restorer: Callable[[], Restorer | None],
+        sp_rules: Callable[[], SavepointRules],
+        stop_requested: Callable[[], bool],
+        finishing: Callable[[], bool],
+        callback_failed: Callable[[], bool],
+    ) -> None:
+        self._settings = settings
+        self._name = name
+        self._eos = eos
+        self._metrics = metrics
+        self._inputs = inputs
+        self._handles = handles
+        self._ttl_stores = any(h.spec.ttl_ms for h in handles.values())
+        self._kgs = kgs
+        self._halted = halted
+        self._positions = positions
+        self._marks = marks
+        self._open = open_epoch
+        self._out = out
+        self._sinks = sinks
+        self._checkpoints = checkpoints
+        self._sp_files = sp_files
+        self._sp_requests = sp_requests
+        self._savepoints = savepoints
+        self._gauges = gauges
+        self._globals = global_tables
+        self._interleaver = interleaver
+        self._state_cleaner = state_cleaner
+        self._poison = poison
+        self._timer_guard = timer_guard
+        self._call = call
+        self._seek = seek
+        self._consumer = consumer
+        self._admin = admin
+        self._restorer = restorer
+        self._sp_rules = sp_rules
+        self._stop_requested = stop_requested
+        self._finishing = finishing
+        self._callback_failed = callback_failed
+        self._txn_timeout_s = settings.transaction_timeout_ms / 1000
+        #: Processing stops at this time within an epoch (half the transaction timeout).
+        self.budget_s = settings.transaction_timeout_ms / 2000
+        self._open.deadline = time.monotonic() + self.budget_s
+        self._producer: Any = None
+        #: The transactional producer (exactly-once only; ``_producer`` is its current one).
+        self._txn: TransactionalProducer | None = None
+        self._registered = False
+        #: The epoch being committed has nothing but barriers (an idle writer's epoch).
+        self._barrier_only = False
+        self._consecutive_aborts = 0
+        #: Epochs aborted in a row because a sink could not take them (backed off).
+        self._sink_outage_aborts = 0
+        #: Names the open epoch's offset commit (in the offsets' metadata).
+        self._epoch_token = ""
+        self._timed_out = False  # the coordinator aborted the open transaction
+        self._stop_committing = False
+        self._last_epoch_records = 0
+
+    @property
+    def txn(self) -> TransactionalProducer | None:
+        """The transactional producer (``None``: at-least-once, or before start-up)."""
+        return self._txn
+
+    @property
+    def producer(self) -> Any:
+        """The current producer (replaced with the transactional one's; read each time)."""
+        return self._producer
+
+    def never_commit_again(self) -> None:
+        """No later epoch commits (closing after a failure: nothing begins either)."""
+        self._stop_committing = True
+
+    def reset_deadline(self) -> None:
+        """Restart the open epoch's budget (and forget its slow record)."""
+        self._open.deadline = time.monotonic() + self.budget_s
+        self._open.slow = None
 
     # -- the producer ---------------------------------------------------------------------
 
-    def _open_producer(self) -> None:
-        """Create the producer; under exactly-once, fence older incarnations and begin."""
-        s = self.settings
-        tid = f"{self.name}-{s.instance_id}" if self.eos else None
-        pconf = producer_config(s, self.name, tid)
+    def open_producer(self) -> None:
+        """Create the producer; under exactly-once, fence older incarnations and begin.
+
+        Called once, at start-up (before the consumer subscribes).
+
+        Raises:
+            AuthorizationError: the principal may not use the transactional id.
+            FatalKafkaError: the transactional producer could not start.
+            Stopping: a stop was requested while it initialised.
+        """
+        s = self._settings
+        tid = f"{self._name}-{s.instance_id}" if self._eos else None
+        pconf = producer_config(s, self._name, tid)
         # Python callbacks for failures only (a callback per record costs ~10%).
         pconf["delivery.report.only.error"] = True
         pconf["on_delivery"] = self._out.on_delivery
-        if not self.eos:
+        if not self._eos:
             self._producer = Producer(pconf)
             self._out.use(self._producer)
             return
         self._txn = TransactionalProducer(
             pconf,
             timeout_s=self._txn_timeout_s,
-            should_stop=lambda: self._stop and not self._finishing,
-            beat=self.metrics.beat,
-            blocked=self.metrics.blocked,
+            should_stop=lambda: self._stop_requested() and not self._finishing(),
+            beat=self._metrics.beat,
+            blocked=self._metrics.blocked,
         )
         # Fences an older incarnation with the same id and ends its open transaction;
         # resumed until it completes (SIGTERM ends the wait: Stopping).
@@ -182,7 +381,7 @@ class EpochMixin(RunnerCore):
     def _owned_partitions(self) -> list[tuple[str, int]]:
         return [(t, g) for g in self._kgs for t in self._inputs]
 
-    def _end_epoch(self) -> None:
+    def end_epoch(self) -> None:
         """Commit the open epoch if anything happened since the last one; sweep state.
 
         Then released key groups' directories that are due are removed.
@@ -262,7 +461,7 @@ class EpochMixin(RunnerCore):
         Raises:
             CodecUnavailable: an emit of this epoch failed for want of a service.
         """
-        if self._stop_committing or self._callback_failed:
+        if self._stop_committing or self._callback_failed():
             return False
         if self._out.codec_error is not None:
             # An emit failed for want of a service (user code swallowed it): this epoch
@@ -275,7 +474,7 @@ class EpochMixin(RunnerCore):
             for kg in self._kgs.values():
                 sweep_key_group(kg.caches, self._handles, now_ms, DEFAULT_SWEEP_BUDGET)
         if (
-            self._uncommitted == 0
+            self._open.uncommitted == 0
             and not self._open.active
             and self._out.records == 0
             and self._out.dead_letters == 0
@@ -285,12 +484,12 @@ class EpochMixin(RunnerCore):
             if self._writes_barriers():
                 self._barrier_only = True
                 return True
-            self._reset_epoch_deadline()  # nothing open: the next epoch starts now
-            self.metrics.last_checkpoint_time = time.time()  # everything processed committed
+            self.reset_deadline()  # nothing open: the next epoch starts now
+            self._metrics.last_checkpoint_time = time.time()  # everything processed committed
             self._gauges.watermark()
             if self._txn is not None:
                 self._txn.idle()
-            self._epoch_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
+            self._open.fetched_bytes = 0  # fetched but never processed (stale, revoked, EOF texts)
             self._sinks.tidy(list(self._kgs))  # sink hook: pending commits and settles
             return False
         self._barrier_only = False
@@ -306,9 +505,9 @@ class EpochMixin(RunnerCore):
         savepoint. Not once a stop was requested (the stop budget is for real work).
         """
         return (
-            not self._stop
+            not self._stop_requested()
             and bool(self._out.internal_outputs)
-            and any(self._live_source(g) for g in self._kgs)
+            and any(self.live_source(g) for g in self._kgs)
         )
 
     def _settle_or_abort(self, offsets: list[TopicPartition], exc: CommitOutcomeUnknown) -> None:
@@ -353,11 +552,11 @@ class EpochMixin(RunnerCore):
         self._open.active = False
         self._barrier_only = False
         for g in self._kgs:
-            if self._live_source(g):
+            if self.live_source(g):
                 self._marks.completed(g, ckpt)
         if savepoint is not None:
             self._savepoints.committed(savepoint, manifests)
-            self._sp_rules.committed(savepoint, manifests)
+            self._sp_rules().committed(savepoint, manifests)
         self._marks.commit(list(self._kgs))
         if self._timer_guard is not None:
             self._timer_guard.committed()  # dead-lettered timers are deleted in this commit
@@ -367,17 +566,17 @@ class EpochMixin(RunnerCore):
                 {k: v for k, v in self._poison.entries.items() if k[2] >= committed.get(k[:2], 0)}
             )
         self._open.checkpoint = ckpt
-        self._last_epoch_records = self._uncommitted
-        m = self.metrics
-        m.records_in += self._uncommitted
+        self._last_epoch_records = self._open.uncommitted
+        m = self._metrics
+        m.records_in += self._open.uncommitted
         m.records_out += self._out.records
         m.dlq_records += self._out.dead_letters
-        self._uncommitted = 0
+        self._open.uncommitted = 0
         self._out.epoch_done()
-        self._epoch_bytes = 0
-        if self.eos:
+        self._open.fetched_bytes = 0
+        if self._eos:
             self._begin()
-        self._reset_epoch_deadline()
+        self.reset_deadline()
 
     def _observe_commit(self, ckpt: int, took: float) -> None:
         """Metrics and the debug log of a committed epoch."""
@@ -386,7 +585,7 @@ class EpochMixin(RunnerCore):
                 "epoch committed",
                 extra={"checkpoint": ckpt, "records": self._last_epoch_records, "seconds": took},
             )
-        m = self.metrics
+        m = self._metrics
         m.epochs_committed += 1
         m.last_checkpoint_id = ckpt
         m.last_checkpoint_time = time.time()
@@ -421,7 +620,7 @@ class EpochMixin(RunnerCore):
                 if not changes:
                     continue
                 per_store[name] = changes
-                topic = changelog_topic(self.name, name)
+                topic = changelog_topic(self._name, name)
                 produce = self._producer.produce
                 for key, value in changes.items():
                     try:  # the common case without a Python frame per key
@@ -446,13 +645,13 @@ class EpochMixin(RunnerCore):
         producer = self._producer
         if self._txn is not None:
             crash_point("before_send_offsets")
-            self._txn.send_offsets(offsets, self._consumer.consumer_group_metadata())
+            self._txn.send_offsets(offsets, self._consumer().consumer_group_metadata())
             crash_point("before_commit")
             if exported:
                 crash_point("after_export")
-            self._txn.commit(final=self._finishing)
+            self._txn.commit(final=self._finishing())
             return
-        with self.metrics.blocked("flush", self._txn_timeout_s):
+        with self._metrics.blocked("flush", self._txn_timeout_s):
             remaining = producer.flush(self._txn_timeout_s)
         # At-least-once: any failed delivery (transient ones too) means the offsets must
         # not be committed past it.
@@ -468,7 +667,7 @@ class EpochMixin(RunnerCore):
             crash_point("after_export")
         if offsets:
             try:
-                self._call(self._consumer.commit, None, offsets, False, what="commit offsets")
+                self._call(self._consumer().commit, None, offsets, False, what="commit offsets")
             except FatalKafkaError as exc:
                 if cause_code(exc) not in _STALE_MEMBER:
                     raise
@@ -482,16 +681,17 @@ class EpochMixin(RunnerCore):
         """Write a committed epoch's changes to the local databases."""
         # Success reports are off, so the next changelog offsets come from the broker: only
         # the owner of key group g writes changelog partition g, and all of it is acked.
-        assert self._admin is not None
+        admin = self._admin()
+        assert admin is not None
         touched = [
-            TopicPartition(changelog_topic(self.name, name), g)
+            TopicPartition(changelog_topic(self._name, name), g)
             for g, per_store in writes.items()
             for name in per_store
         ]
         stop_by = self._txn.stop_by if self._txn is not None else None
         within = 60.0 if stop_by is None else max(1.0, stop_by - time.monotonic())
         try:
-            changelog_next = self._admin.end_offsets(touched, within_s=within)
+            changelog_next = admin.end_offsets(touched, within_s=within)
         except FatalKafkaError:
             if stop_by is None:
                 raise
@@ -514,16 +714,17 @@ class EpochMixin(RunnerCore):
         for g, per_store in writes.items():
             meta_entries = {META_CHECKPOINT: ckpt_bytes, META_UPDATED_MS: now_bytes}
             for name in per_store:
-                nxt = changelog_next.get((changelog_topic(self.name, name), g))
+                nxt = changelog_next.get((changelog_topic(self._name, name), g))
                 if nxt is not None:
                     meta_entries[META_CHANGELOG_PREFIX + name.encode()] = str(nxt).encode()
             self._kgs[g].db.apply(per_store, meta_entries)
         # snapshot hook (processors/_task/snapshots.py): the databases hold this commit now
-        if self._restorer is not None and self._restorer.snapshots is not None:
-            self._restorer.snapshots.after_commit(self._kgs, writes)
+        restorer = self._restorer()
+        if restorer is not None and restorer.snapshots is not None:
+            restorer.snapshots.after_commit(self._kgs, writes)
         for kg in self._kgs.values():  # read-only key groups grow their caches too
             for cache in kg.caches.values():
-                cache.trim(self.settings.state_cache_entries)
+                cache.trim(self._settings.state_cache_entries)
 
     def _is_downstream(self, g: int) -> bool:
         """Whether key group ``g`` reads upstream lockgate writers.
@@ -532,7 +733,7 @@ class EpochMixin(RunnerCore):
         """
         return self._positions.is_downstream(g)
 
-    def _live_source(self, g: int) -> bool:
+    def live_source(self, g: int) -> bool:
         """Whether key group ``g`` is a source that is not halted (it ends epochs itself)."""
         return g not in self._halted and not self._is_downstream(g)
 
@@ -546,11 +747,11 @@ class EpochMixin(RunnerCore):
         epoch at its next id instead (the savepoint's barriers then carry that id: a
         downstream completes on barriers >= the savepoint's, see ``_alignment``).
         """
-        interval = self.settings.checkpoint_interval_ms
+        interval = self._settings.checkpoint_interval_ms
         now_ms = int(time.time() * 1000)
         ckpt = max(self._open.checkpoint + 1, now_ms // interval * interval)
         request = self._sp_requests.current_unexpired(now_ms)
-        if request is None or not any(self._live_source(g) for g in self._kgs):
+        if request is None or not any(self.live_source(g) for g in self._kgs):
             return ckpt, None
         seeding = [g for g in self._kgs if self._marks.seeding(g)]
         if seeding:
@@ -563,7 +764,7 @@ class EpochMixin(RunnerCore):
                     extra={"savepoint": request["savepoint"], "key_groups": seeding},
                 )
             return ckpt, None
-        if self._sp_rules.defers(request):
+        if self._sp_rules().defers(request):
             # A bounded run's final savepoint: taken once the bound is reached (and
             # drained), by every owned key group in the same epoch.
             return ckpt, None
@@ -600,7 +801,7 @@ class EpochMixin(RunnerCore):
             offsets.append(TopicPartition(t, g, offset, metadata=meta.decode()))
         return offsets, snaps
 
-    def _write_barriers(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> None:
+    def write_barriers(self, g: int, ckpt: int, savepoint: dict[str, Any] | None) -> None:
         """Produce barrier ``ckpt`` of key group ``g`` to each internal output partition."""
         self._checkpoints.write_barriers(g, self._kgs[g], ckpt, savepoint)
 
@@ -626,7 +827,7 @@ class EpochMixin(RunnerCore):
             live_source = source and g not in self._halted
             if live_source:
                 saving = savepoint
-                if saving is not None and self._sp_rules.taken(g, saving):
+                if saving is not None and self._sp_rules().taken(g, saving):
                     saving = None  # a previous owner took this savepoint already
                 elif saving is not None and self._marks.restored_since(
                     g, int(saving.get("requested_ms") or 0)
@@ -648,7 +849,7 @@ class EpochMixin(RunnerCore):
                     )
                     if manifests[g]["error"] is not None:
                         saving = None  # downstream takes it (and stops) only where we did
-                self._write_barriers(g, ckpt, saving)
+                self.write_barriers(g, ckpt, saving)
             elif not source and g not in self._halted:
                 self._checkpoints.reannounce(g, self._kgs[g], self._marks.done(g))
             align = {t: snap.to_json() for (t, kg), snap in snaps.items() if kg == g}
@@ -668,7 +869,7 @@ class EpochMixin(RunnerCore):
             }
             if self._globals:
                 record["globals"] = self._globals.snapshot()
-            bounded = self._sp_rules.bounded(g)
+            bounded = self._sp_rules().bounded(g)
             if bounded is not None:
                 record["bounded"] = bounded  # reached its end in a bounded run
             self._checkpoints.write_checkpoint(g, record)
@@ -712,7 +913,7 @@ class EpochMixin(RunnerCore):
             "the commit got no answer in time: learning its outcome from the broker",
             extra={"error": why},
         )
-        self.metrics.commits_unknown += 1
+        self._metrics.commits_unknown += 1
         self._replace_producer(f"the commit's outcome is unknown ({why})")
         if not offsets:
             raise FatalKafkaError(
@@ -726,7 +927,7 @@ class EpochMixin(RunnerCore):
             wait_s = max(1.0, min(wait_s, stop_by - time.monotonic()))
         try:
             committed = self._call(
-                self._consumer.committed,
+                self._consumer().committed,
                 query,
                 wait_s,
                 what="committed offsets",
@@ -758,7 +959,7 @@ class EpochMixin(RunnerCore):
                 "processed again)",
                 extra={"partitions": len(ours)},
             )
-            self.metrics.commits_rolled_forward += 1
+            self._metrics.commits_rolled_forward += 1
             return True
         log.warning("the commit without an answer did not commit: the epoch is replayed")
         return False
@@ -772,16 +973,16 @@ class EpochMixin(RunnerCore):
         Raises:
             UserCodeError: ``LOCKGATE_ON_ERROR=fail`` (the app stops naming the record).
         """
-        assert self._slow is not None
-        msg, seconds = self._slow
-        self._slow = None
+        assert self._open.slow is not None
+        msg, seconds = self._open.slow
+        self._open.slow = None
         text = (
             f"record {where(msg)} kept user code busy for {seconds:.1f}s, more than the "
-            f"epoch budget of {self._budget_s:.1f}s (half of "
-            f"LOCKGATE_TRANSACTION_TIMEOUT_MS={self.settings.transaction_timeout_ms})"
+            f"epoch budget of {self.budget_s:.1f}s (half of "
+            f"LOCKGATE_TRANSACTION_TIMEOUT_MS={self._settings.transaction_timeout_ms})"
         )
         slow = SlowRecordError(f"{text}; raise the timeout or make the handler faster")
-        stop = stop_error(self.settings.on_error, f"record {where(msg)}", slow, "process")
+        stop = stop_error(self._settings.on_error, f"record {where(msg)}", slow, "process")
         if stop is not None:
             raise stop
         log.error("%s: dead-lettering it on the replay", text)
@@ -791,9 +992,7 @@ class EpochMixin(RunnerCore):
 
     # -- abort ----------------------------------------------------------------------------
 
-    def _abort_epoch(
-        self, reason: str, *, sink_outage: bool = False, back_off: bool = True
-    ) -> None:
+    def abort_epoch(self, reason: str, *, sink_outage: bool = False, back_off: bool = True) -> None:
         """Abort the open epoch: drop uncommitted state, rewind inputs, begin again.
 
         Args:
@@ -835,7 +1034,7 @@ class EpochMixin(RunnerCore):
                 self._out.delivery_error = None  # reports of the old producer's aborted records
                 self._timed_out = self._timed_out or timed_out_fence
         timed_out, self._timed_out = self._timed_out, False
-        if timed_out and self._slow is not None:
+        if timed_out and self._open.slow is not None:
             self._poison_slow_record()
         # A permanent delivery failure would fail the replay the same way: stop now.
         self._out.raise_if_undeliverable()  # transient ones: the replay produces them again
@@ -843,15 +1042,15 @@ class EpochMixin(RunnerCore):
             kg.discard()
         self._sinks.abort()  # sink hook: drop the epoch's rows, roll back what was prepared
         self._rewind(list(self._kgs))
-        self._uncommitted = 0
+        self._open.uncommitted = 0
         self._out.epoch_done()
-        self._epoch_bytes = 0
-        self.metrics.epochs_aborted += 1
+        self._open.fetched_bytes = 0
+        self._metrics.epochs_aborted += 1
         if sink_outage and back_off:  # before the next transaction begins: its time runs
             self._wait_out_sink_outage(reason)
-        if self.eos and not self._stop_committing:  # closing after a failure: nothing begins
+        if self._eos and not self._stop_committing:  # closing after a failure: nothing begins
             self._begin()
-        self._reset_epoch_deadline()
+        self.reset_deadline()
 
     def _wait_out_sink_outage(self, reason: str) -> None:
         """Wait before replaying an epoch a sink could not take (see :meth:`_abort_epoch`).
@@ -865,8 +1064,8 @@ class EpochMixin(RunnerCore):
             extra={"wait_s": wait_s, "aborts_in_a_row": self._sink_outage_aborts, "reason": reason},
         )
         until = time.monotonic() + wait_s
-        while not self._stop and time.monotonic() < until:
-            self.metrics.beat()
+        while not self._stop_requested() and time.monotonic() < until:
+            self._metrics.beat()
             time.sleep(min(0.2, max(0.0, until - time.monotonic())))
 
     def _rewind(self, groups: list[int]) -> None:
@@ -880,7 +1079,7 @@ class EpochMixin(RunnerCore):
         for g in groups:
             rewound = self._marks.rewind(g)
             if rewound.halt_undone:
-                self._consumer.resume([TopicPartition(t, g) for t in self._inputs])
+                self._consumer().resume([TopicPartition(t, g) for t in self._inputs])
             # Each aligner from its committed snapshot, next offsets to the committed ones.
             back = self._positions.rewind(g, keep_frozen=rewound.committed_halt is not None)
             self._open.released.extend(back.released)

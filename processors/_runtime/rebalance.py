@@ -15,7 +15,7 @@
   RocksDB block cache and write-buffer manager and one read-cache budget
   (``processors._task.keygroups.StateMemory``); a released key group's directory is removed
   after ``state_cleanup_delay_ms`` unless it comes back (``StateCleaner``, swept at
-  each epoch end); both are made in ``core``.
+  each epoch end); both are made by the runner.
 
 What the component owns: the steps of an assignment, a revoke and a loss; which key
 groups are open (it adds them to, and removes them from, the runner's key-group dict,
@@ -73,14 +73,14 @@ log = logging.getLogger("lockgate.runtime")
 
 
 class AbortEpochCall(Protocol):
-    """The runner's epoch abort (``EpochMixin._abort_epoch``)."""
+    """The epoch abort (``EpochCommitter.abort_epoch``)."""
 
     def __call__(self, reason: str, *, sink_outage: bool = ..., back_off: bool = ...) -> None:
         """Abort the open epoch, rewind the owned inputs, begin again."""
 
 
 class BoundedCall(Protocol):
-    """The runner's bounded blocking call (``RunnerCore._call``)."""
+    """The runner's bounded blocking call (``Runner._call``)."""
 
     def __call__(self, fn: Any, *args: Any, what: str, timeout_s: float | None = None) -> Any:
         """Call ``fn(*args)``, retried while transient, bounded by ``timeout_s``."""

@@ -2,11 +2,11 @@
 
 One thread owns the consumer, the operator chain and the producer. The parts:
 
-* this module — life cycle (start, signals, stop) and the per-record path;
-* the layers ``Runner`` is built from, sharing the epoch's state:
-  :mod:`processors._runtime.epoch` (the commit sequence, aborts and rewinds),
-  :mod:`processors._runtime.core` (the shared state, bounded waits);
-* the components they use, each owning its state (docs/architecture.md has the table):
+* this module — ``Runner``: the instance's wiring and shared state (one class, no
+  base class), bounded waits (``_call``), life cycle (start, signals, stop) and the
+  per-record path;
+* the components it owns, each owning its state (docs/architecture.md has the table):
+  the epoch sequence (``EpochCommitter``: commits, aborts, rewinds, the producer),
   barriers (``BarrierAlignment``: barriers read downstream), the key-group assignment
   (``KeyGroupAssignment``: rebalances: assign, restore, revoke, lost), output, txn,
   savepoint requests, files and seeding, the savepoint participant
@@ -24,6 +24,18 @@ dead-lettered on the replay (or the app stops naming it, with
 A record that makes user code raise aborts the epoch; the replay sends that record to
 the dead-letter topic instead of calling user code again, so its partial effects never
 commit.
+
+Who writes what the loop and the epoch sequence share: the open epoch's records
+consumed, bytes fetched, deadline and slow record live in the ``OpenEpoch`` (the loop
+adds to them once per batch; the epoch sequence resets them); the runner keeps the
+consumer (replaced on a rejoin), the admin client and restorer (made at start-up), the
+stop flags and a callback's failure, and hands them to the components as getters.
+
+Where each owned input partition stands (next and committed offsets, alignment) is
+:class:`~processors._checkpoint.input_positions.InputPositions` (``self._positions``):
+offsets are tracked there, never read back from the consumer (``position()`` is INVALID
+right after a ``seek()`` until the next fetch). One thread owns all of it; the side
+thread of the health server only reads :class:`Metrics`.
 """
 
 from __future__ import annotations
@@ -40,21 +52,25 @@ from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from processors._checkpoint.alignment import Aligner, Decision, Forced
+from processors._checkpoint.alignment import Aligner, Decision, Forced, Mode
 from processors._checkpoint.control_topics import (
+    control_topic,
     read_registry_and_cancels,
     writers_of,
 )
+from processors._checkpoint.input_positions import InputPositions
+from processors._checkpoint.keygroup_state import KeyGroupCheckpoints
 from processors._checkpoint.protocol import (
     CONTROL_TYPE,
     WRITER,
     lockgate_headers,
     writer_header,
 )
-from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S
-from processors._config.settings import Settings
+from processors._checkpoint.savepoint_requests import SavepointRequests
+from processors._checkpoint.txn import CONSUMER_CLOSE_S, PRODUCER_FLUSH_S, WATCHDOG_MARGIN_S
+from processors._config.settings import Alignment, Guarantee, Settings, StateBackendKind
 from processors._dsl.app import App
 from processors._dsl.context import direct_context
 from processors._kafka.authz import authorization_error, is_authorization_failure
@@ -64,29 +80,53 @@ from processors._kafka.clients import (
     consumer_config,
     restore_consumer_config,
 )
-from processors._kafka.errors import AbortEpoch, Stopping
+from processors._kafka.errors import AbortEpoch, Stopping, kafka_call
 from processors._runtime.barriers import BarrierAlignment, WatermarkUpdate
 from processors._runtime.bounded import END_OF_TIME
-from processors._runtime.bounded_end import BoundedEnd, plan_bounded_run
-from processors._runtime.core import where
-from processors._runtime.epoch import EpochMixin
+from processors._runtime.bounded_end import (
+    BoundedEnd,
+    EverySavepoint,
+    SavepointRules,
+    plan_bounded_run,
+)
+from processors._runtime.checkpoint_writer import CheckpointWriter
+from processors._runtime.epoch import EpochCommitter, where
 from processors._runtime.final_savepoint import FinalSavepointFactory
-from processors._runtime.health import HealthServer
+from processors._runtime.gauges import ProgressGauges
+from processors._runtime.health import HealthServer, Metrics
 from processors._runtime.membership import GroupWatch, leave_group, leave_reason
+from processors._runtime.open_epoch import OpenEpoch
 from processors._runtime.operator_plan import check_operator_layout
+from processors._runtime.output import OutputWriter
 from processors._runtime.query import QueryService
 from processors._runtime.query_routing import QueryRouter
 from processors._runtime.rebalance import KeyGroupAssignment
+from processors._runtime.savepoint_files import SavepointFiles
+from processors._runtime.savepoint_seeding import SavepointSeeding
+from processors._runtime.savepoints import SavepointParticipant
 from processors._runtime.startup import prepare_topics
 from processors._runtime.timer_guard import TimerGuard, TimerRewind
+from processors._sinks import Sinks
 from processors._sinks.errors import SinkUnavailable
-from processors._task.failures import stop_error
+from processors._task.failures import ReplayPoison, stop_error
 from processors._task.global_tables import GlobalTables
 from processors._task.interleave import Interleaver
-from processors._task.keygroups import Restorer, with_fetch_limits
+from processors._task.keygroups import (
+    KeyGroup,
+    MemoryPlan,
+    Restorer,
+    StateCleaner,
+    StateMemory,
+    cgroup_memory_limit,
+    with_fetch_limits,
+)
 from processors._task.snapshots import state_snapshots
 from processors.exceptions import ConfigError, FatalKafkaError, UserCodeError
+from state.base.store import StateBackend
+from state.cache import DELETED, MISSING
 from state.codecs import CodecUnavailable
+from state.memory.store import MemoryBackend
+from state.rocksdb.store import RocksDBBackend
 
 log = logging.getLogger("lockgate.runtime")
 
@@ -120,6 +160,10 @@ def defer_stop_signals() -> None:
 
 #: How often a multi-input app checks that its inputs are still co-partitioned (seconds).
 _INPUT_CHECK_S = 30.0
+
+
+class StateEncodeError(Exception):
+    """User code stored a value its store's codec cannot encode (e.g. a set under JSON)."""
 
 
 class _InstanceIdInUse(FatalKafkaError):
@@ -159,27 +203,114 @@ def stopped_fields(checkpoint: int) -> dict[str, Any]:
     return {"last_checkpoint": iso, "checkpoint_id": checkpoint}
 
 
-class Runner(EpochMixin):
+class Runner:
     """Runs an :class:`App` until stopped; one instance of the app's consumer group."""
 
     def __init__(self, app: App, settings: Settings) -> None:
-        super().__init__(app, settings)
-        #: Barriers read downstream: alignment, checkpoint completion, forwarding.
-        self._barriers = BarrierAlignment(
-            name=self.name,
-            inputs=self._inputs,
-            mode=self._mode,
-            positions=self._positions,
-            marks=self._marks,
-            sp_requests=self._sp_requests,
-            sp_files=self._sp_files,
-            metrics=self.metrics,
-            time_service=app.time_service,
-            kgs=self._kgs,  # one dict for the runner's life (cleared, never replaced)
-            halted=self._halted,
-            open_epoch=self._open,
-            write_barriers=self._write_barriers,
-            halt=self._savepoints.halt,
+        self.app = app
+        self.settings = settings
+        self.name = settings.app_name or app.name
+        app.run_as(self.name)  # per-app topics (late topics) named before outputs are read
+        self.eos = settings.guarantee is Guarantee.EXACTLY_ONCE
+        self.metrics = Metrics(self.name, settings.instance_id)
+        self._handles = app.stores
+        self._inputs = app.input_topics
+        self._control_topic = control_topic(self.name)
+        #: Producing into the open transaction: outputs, the runtime's own records, and
+        #: the epoch's tallies and errors of both.
+        #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
+        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000, self.eos)
+        self._out = OutputWriter(
+            self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
+        )
+        #: The savepoint files: the location, exports, and a restore's checks and reads.
+        self._sp_files = SavepointFiles(
+            self.name, app, settings, self._out, self._control_topic, self.metrics.beat
+        )
+        #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
+        #: its state descends from, a halt, a restore under way; and their committed state.
+        self._marks = KeyGroupCheckpoints()
+        #: Registrations, barriers and checkpoint records in each epoch's transaction.
+        self._checkpoints = CheckpointWriter(
+            self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
+        )
+        #: The halted key groups (the component's own dict; read here, changed there).
+        self._halted = self._marks.halted
+        #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
+        self._sp_requests = SavepointRequests()
+        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
+        #: Per owned input partition: next and committed offsets, aligners and their
+        #: committed snapshots, halted partitions' frozen snapshots, savepoint alignment
+        #: of unaligned partitions, rewound and backpressured partitions.
+        self._positions = InputPositions(
+            self._inputs,
+            self._mode,
+            settings.alignment_timeout_ms / 1000,
+            settings.alignment_max_held,
+            grouped=len(self._inputs) > 1,  # several inputs go through the interleaver
+            cancelled=self._sp_requests.cancelled,
+        )
+        #: The open epoch's flags (commit it, commit now, check writes), the highest
+        #: checkpoint id, and the records alignments released (processed before the next
+        #: fetched record, with upstream watermark updates in their place among them).
+        self._open = OpenEpoch()
+        self._reader: Any = None
+        #: What the epoch and savepoint code ask of the run's end: whether a savepoint
+        #: request waits, whether a key group took it, a key group's ``bounded`` ends. A
+        #: bounded run replaces it with its end phase at start-up (``_runtime/bounded_end.py``).
+        self._sp_rules: SavepointRules = EverySavepoint(self._marks)
+        self._stop = False
+        self._stop_at: float | None = None  # when the stop was requested (monotonic)
+        self._fatal: BaseException | None = None
+        self._kgs: dict[int, KeyGroup] = {}
+        #: Around each timer callback (apps with timers; set up by the Runner).
+        self._timer_guard: TimerGuard | None = None
+        #: Records to dead-letter instead of processing on the replay: coords -> cause.
+        self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
+        self._partitions = 0
+        self._changelog_retention_ms: int | None = None
+        self._backend: StateBackend = (
+            MemoryBackend()
+            if settings.state_backend is StateBackendKind.MEMORY
+            else RocksDBBackend(settings.state_dir)
+        )
+        plan = MemoryPlan.of(settings, cgroup_memory_limit())
+        #: One block cache, write-buffer manager and read-cache budget for every key group.
+        self._state_memory = StateMemory(plan)
+        log.info(
+            "state memory",
+            extra={
+                "memory_limit_bytes": plan.limit_bytes,
+                "limit_from": plan.limit_source,
+                "rocksdb_bytes": plan.rocksdb_bytes,
+                "read_cache_bytes": plan.read_cache_bytes,
+                "consumer_bytes": plan.consumer_bytes,
+            },
+        )
+        #: Removes released key groups' directories when due (swept at each epoch end).
+        self._state_cleaner: StateCleaner | None = None
+        if isinstance(self._backend, RocksDBBackend):
+            # Before any database is opened: all of them share the cache and manager.
+            self._backend.memory = self._state_memory.rocksdb
+            self._state_cleaner = StateCleaner(
+                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
+            )
+        self._consumer: Any = None
+        self._restorer: Restorer | None = None
+        self._admin: Admin | None = None
+        #: A rebalance callback failed; nothing commits until the loop has raised it
+        #: (set by ``Runner._failed_in_callback``, cleared when the loop raises it).
+        self._callback_failed = False
+        self._finishing = False  # the final commit after a stop request
+        #: Producers abandoned inside a hung call (kept referenced, never used again).
+        self._hung_clients: list[Any] = []
+        self._gauges = ProgressGauges(
+            self.metrics,
+            app.time_service,
+            lambda: self._consumer,
+            self._positions.committed,
+            self._halted,
+            self._kgs,
         )
         self._handlers = app.handlers()
         self._decoders = {
@@ -189,10 +320,10 @@ class Runner(EpochMixin):
         }
         #: Several co-partitioned inputs: their records go through the interleaver, which
         #: breaks timestamp ties tables first (a table version at the time of a stream
-        #: record is seen by it), then in declaration order.
+        #: record is seen by it), then in declaration order (``None``: one input).
         tables = [t for t in self._inputs if t in app.tables]
         order = (*tables, *(t for t in self._inputs if t not in app.tables))
-        self._interleaver = (
+        self._interleaver: Interleaver | None = (
             Interleaver(order, settings.max_idle_ms / 1000, settings.max_fetch_wait_ms / 1000)
             if len(self._inputs) > 1
             else None
@@ -210,6 +341,102 @@ class Runner(EpochMixin):
         self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
+        self._cursor = app.cursor
+        svc = app.time_service
+        self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
+        self._tick_time = svc is not None and svc.needs_tick
+        if svc is not None:
+            svc.emit = self._out.emit
+            self._timer_guard = TimerGuard(
+                self._out,
+                settings.on_error,
+                checking_writes=lambda: self._open.check_writes,
+                key_state_error=self._key_state_error,
+                commit_soon=self._commit_soon,
+            )
+            svc.hooks = self._timer_guard
+            svc.decode_key = app.key_codec.decode
+            svc.reads_barriers = True
+        #: Restores from a savepoint: which key groups, checked, written in chunks (each
+        #: chunk commits an epoch: the participant's ``commit_seed_chunk``).
+        seeding = SavepointSeeding(
+            self._sp_files,
+            self._marks,
+            settings,
+            self._inputs,
+            lambda: self._savepoints.commit_seed_chunk(),
+        )
+        #: The runtime's side of savepoints: requests followed, halts and their lifting
+        #: by a cancel, a restore's seeding and positions.
+        self._savepoints = SavepointParticipant(
+            settings,
+            self.name,
+            self._control_topic,
+            self._inputs,
+            self._sp_requests,
+            seeding,
+            self._marks,
+            self._positions,
+            self._open,
+            self._kgs,
+            lambda: self._partitions,
+            lambda: self._consumer,
+            self._call,
+            lambda: self._epochs.end_epoch(),
+            self.metrics.beat,
+        )
+        #: The epoch sequence: commit, abort, rewind; the producer.
+        self._epochs = EpochCommitter(
+            settings,
+            self.name,
+            self.eos,
+            self.metrics,
+            self._inputs,
+            self._handles,
+            self._kgs,
+            self._halted,
+            self._positions,
+            self._marks,
+            self._open,
+            self._out,
+            self._sinks,
+            self._checkpoints,
+            self._sp_files,
+            self._sp_requests,
+            self._savepoints,
+            self._gauges,
+            self._globals,
+            self._interleaver,
+            self._state_cleaner,
+            self._poison,
+            self._timer_guard,
+            call=self._call,
+            seek=self._seek,
+            consumer=lambda: self._consumer,
+            admin=lambda: self._admin,
+            restorer=lambda: self._restorer,
+            sp_rules=lambda: self._sp_rules,
+            stop_requested=lambda: self._stop,
+            finishing=lambda: self._finishing,
+            callback_failed=lambda: self._callback_failed,
+        )
+        #: Barriers read downstream: alignment, checkpoint completion, forwarding.
+        self._barriers = BarrierAlignment(
+            name=self.name,
+            inputs=self._inputs,
+            mode=self._mode,
+            positions=self._positions,
+            marks=self._marks,
+            sp_requests=self._sp_requests,
+            sp_files=self._sp_files,
+            metrics=self.metrics,
+            time_service=app.time_service,
+            kgs=self._kgs,  # one dict for the runner's life (cleared, never replaced)
+            halted=self._halted,
+            open_epoch=self._open,
+            write_barriers=self._epochs.write_barriers,
+            halt=self._savepoints.halt,
+        )
         #: The rebalance callbacks: key groups taken over (restored) and handed back.
         self._assignment = KeyGroupAssignment(
             self._inputs,
@@ -233,32 +460,16 @@ class Runner(EpochMixin):
             control_reader=self._control_reader,
             call=self._call,
             should_stop=lambda: self._stop,
-            end_epoch=self._end_epoch,
-            abort_epoch=self._abort_epoch,
+            end_epoch=self._epochs.end_epoch,
+            abort_epoch=self._epochs.abort_epoch,
             seed_from_savepoint=self._savepoints.seed,
-            reset_epoch_deadline=self._reset_epoch_deadline,
+            reset_epoch_deadline=self._epochs.reset_deadline,
             uncommitted=lambda: bool(
-                self._uncommitted or self._out.records or self._out.dead_letters
+                self._open.uncommitted or self._out.records or self._out.dead_letters
             ),
             callback_failed=lambda: self._callback_failed,
             failed=self._failed_in_callback,
         )
-        self._cursor = app.cursor
-        svc = app.time_service
-        self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
-        self._tick_time = svc is not None and svc.needs_tick
-        if svc is not None:
-            svc.emit = self._out.emit
-            self._timer_guard = TimerGuard(
-                self._out,
-                settings.on_error,
-                checking_writes=lambda: self._open.check_writes,
-                key_state_error=self._key_state_error,
-                commit_soon=self._commit_soon,
-            )
-            svc.hooks = self._timer_guard
-            svc.decode_key = app.key_codec.decode
-            svc.reads_barriers = True
         self._http: HealthServer | None = None
         self._fence_rejoins: list[float] = []
         #: Queryable state (LOCKGATE_QUERY_ENABLED): the HTTP thread's hand-off and the
@@ -282,6 +493,69 @@ class Runner(EpochMixin):
                 lambda: self._partitions,
             )
 
+    # -- bounded waits --------------------------------------------------------------------
+
+    @property
+    def _txn_timeout_s(self) -> float:
+        return self.settings.transaction_timeout_ms / 1000
+
+    def _call(self, fn: Any, *args: Any, what: str, timeout_s: float | None = None) -> Any:
+        """Call a blocking client API, bounded by ``timeout_s`` (default: the txn timeout).
+
+        Shows the wait on /livez (bounded calls are not a stall until their deadline) and
+        gives up with :class:`Stopping` when a stop is requested during retries.
+        """
+        timeout = self._txn_timeout_s if timeout_s is None else timeout_s
+        with self.metrics.blocked(what, timeout + WATCHDOG_MARGIN_S + 5):
+            return kafka_call(
+                fn,
+                *args,
+                what=what,
+                timeout_s=timeout,
+                should_stop=lambda: self._stop and not self._finishing,
+                on_wait=self.metrics.beat,
+            )
+
+    def _state_write_error(self, caches: Any, key: bytes | None) -> BaseException | None:
+        """Encode the current key's dirty values in ``caches``; return the codec's error."""
+        if key is None:
+            return None
+        for cache in caches.values():
+            if key in cache.dirty:
+                value = cache.peek(key)
+                if value is DELETED or value is MISSING:
+                    continue
+                try:
+                    cache.codec.encode(value)
+                except Exception as exc:  # noqa: BLE001 - the store's codec may raise anything
+                    return StateEncodeError(
+                        f"state store {cache.name!r} cannot encode the value written for this "
+                        f"record ({type(exc).__name__}: {exc})"
+                    )
+        return None
+
+    def _seek(self, topic: str, partition: int, offset: int) -> None:
+        """Make ``offset`` the next record fetched from an owned input partition."""
+        tp = TopicPartition(topic, partition, offset)
+        try:
+            self._consumer.seek(tp)
+        except KafkaException:
+            # Not fetching yet: re-assigning at the offset has the same effect.
+            self._consumer.incremental_unassign([TopicPartition(topic, partition)])
+            self._consumer.incremental_assign([tp])
+
+    def _control_reader(self) -> Any:
+        """A group-less ``read_committed`` consumer for control-topic reads."""
+        if self._reader is None:
+            conf = restore_consumer_config(self.settings, self.name)
+            conf["client.id"] = f"{self.name}-{self.settings.instance_id}-control"
+            self._reader = Consumer(conf)
+        return self._reader
+
+    def _check_stop(self) -> None:
+        if self._stop:
+            raise Stopping("stop requested")
+
     # -- life cycle ---------------------------------------------------------------------
 
     @property
@@ -293,10 +567,11 @@ class Runner(EpochMixin):
         """Ask the loop to finish the epoch and stop (signal-safe)."""
         if not self._stop:
             self._stop_at = time.monotonic()  # the stop budget runs from here
-            if self._txn is not None:
+            txn = self._epochs.txn
+            if txn is not None:
                 # The batch in progress, a commit running now and the final one end by
                 # this deadline (processors/_checkpoint/txn.py: stop_budget_s).
-                self._txn.stop_within_budget(self._stop_at)
+                txn.stop_within_budget(self._stop_at)
         self._stop = True
 
     def run(self) -> int:
@@ -360,8 +635,9 @@ class Runner(EpochMixin):
                 self._http.stop()
             if self._bounded is not None:
                 self._bounded.close()
-        if self._txn is not None:
-            self._hung_clients.extend(self._txn.abandoned)
+        txn = self._epochs.txn
+        if txn is not None:
+            self._hung_clients.extend(txn.abandoned)
         if self._hung_clients:
             # A producer abandoned inside a hung librdkafka call cannot be destroyed (its
             # destructor would wait for that call): leave without running destructors.
@@ -454,7 +730,7 @@ class Runner(EpochMixin):
         if s.until is not None:
             self._plan_bounded_run(admin)
         self._savepoints.open_request_reader()
-        self._open_producer()
+        self._epochs.open_producer()
         self._restorer = Restorer(
             self.name,
             self._backend,
@@ -472,7 +748,7 @@ class Runner(EpochMixin):
         self._restorer.snapshots = state_snapshots(
             s, self.name, self._backend, admin.start_offsets, admin.end_offsets
         )
-        self._assignment.start(admin, p, self._restorer, self._txn)
+        self._assignment.start(admin, p, self._restorer, self._epochs.txn)
         self._group_watch.check_subscriptions(admin.principal)
         self._globals.load(admin, self._txn_timeout_s + 30, lambda: self._stop)
         self._subscribe()
@@ -536,8 +812,8 @@ class Runner(EpochMixin):
             self._sp_requests,
             self.final_savepoint_factory,
             None if self.app.time_service is None else self._drain_event_time,
-            self._end_epoch,
-            self._live_source,
+            self._epochs.end_epoch,
+            self._epochs.live_source,
             self._stop_loop,
         )
         self._sp_rules = self._bounded
@@ -595,8 +871,8 @@ class Runner(EpochMixin):
         if self._kgs:
             groups = list(self._kgs)
             self._assignment.release(groups)  # first: the abort's rewind must not touch them
-            if self._uncommitted or self._out.records or self._out.dead_letters:
-                self._abort_epoch("static member fenced")
+            if self._open.uncommitted or self._out.records or self._out.dead_letters:
+                self._epochs.abort_epoch("static member fenced")
         self._rejoin_later(exc)
 
     def _rejoin_later(self, exc: FatalKafkaError) -> None:
@@ -644,6 +920,8 @@ class Runner(EpochMixin):
         bounded = self._bounded
         metrics = self.metrics
         rewound = self._positions.rewound  # one set for the component's life
+        open_epoch = self._open
+        epochs = self._epochs
         next_epoch = time.monotonic() + interval
         try:
             while not self._stop:
@@ -651,7 +929,7 @@ class Runner(EpochMixin):
                     rewound.clear()
                     msgs = self._consumer.consume(batch, 0.1)
                     if msgs and epoch_bytes is not None:
-                        self._epoch_bytes += sum(map(len, msgs))  # C speed: value sizes
+                        open_epoch.fetched_bytes += sum(map(len, msgs))  # C speed: value sizes
                     if self._fatal is not None:
                         fatal, self._fatal = self._fatal, None
                         # Handled below: an abort rewinds first, anything else stops.
@@ -671,16 +949,16 @@ class Runner(EpochMixin):
                     if bounded is not None and bounded.after_batch():
                         continue
                 except _Rewind:
-                    self._slow = None  # user code raised: that record is the cause
-                    self._abort_epoch("user code raised: replaying with the record dead-lettered")
+                    open_epoch.slow = None  # user code raised: that record is the cause
+                    epochs.abort_epoch("user code raised: replaying with the record dead-lettered")
                 except TimerRewind:
-                    self._slow = None
-                    self._abort_epoch(
+                    open_epoch.slow = None
+                    epochs.abort_epoch(
                         "user code (a timer) wrote state that cannot be encoded: replaying "
                         "with the timer dead-lettered"
                     )
                 except AbortEpoch as exc:
-                    self._abort_epoch(str(exc))
+                    epochs.abort_epoch(str(exc))
                 except _StaticMemberFenced as exc:
                     self._rejoin_after_fence(exc)
                     continue
@@ -693,13 +971,13 @@ class Runner(EpochMixin):
                 metrics.heartbeat = now
                 if (
                     now >= next_epoch
-                    or self._open.commit_now
-                    or (epoch_bytes is not None and self._epoch_bytes >= epoch_bytes)
+                    or open_epoch.commit_now
+                    or (epoch_bytes is not None and open_epoch.fetched_bytes >= epoch_bytes)
                 ):
                     try:
-                        self._end_epoch()
+                        epochs.end_epoch()
                     except AbortEpoch as exc:
-                        self._abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
+                        epochs.abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
                     next_epoch = time.monotonic() + interval
             self._finish()
         except Stopping as exc:
@@ -778,15 +1056,16 @@ class Runner(EpochMixin):
         """After a stop request: commit the open epoch, leave the group if going for good."""
         log.info("stopping: finishing the open epoch")
         self._finishing = True  # the last commit may retry up to its bound
-        if self._txn is not None and self._txn.stop_by is None:  # stopped in-process
-            self._txn.stop_within_budget(time.monotonic())
+        txn = self._epochs.txn
+        if txn is not None and txn.stop_by is None:  # stopped in-process
+            txn.stop_within_budget(time.monotonic())
         try:
-            self._end_epoch()
+            self._epochs.end_epoch()
         except AbortEpoch as exc:  # the stop ends any back-off at once
-            self._abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
+            self._epochs.abort_epoch(str(exc), sink_outage=isinstance(exc, SinkUnavailable))
         # sink hook: commits still pending are done within the stop budget (else left
         # prepared, for the next owner), then the sinks close.
-        self._sinks.close(None if self._txn is None else self._txn.stop_by)
+        self._sinks.close(None if txn is None else txn.stop_by)
         self._leave_group_maybe()
 
     def _leave_group_maybe(self) -> None:
@@ -845,8 +1124,8 @@ class Runner(EpochMixin):
         if not graceful:
             # Never commit on the way out after a failure, and end the transaction before
             # the consumer leaves the group, so a new owner does not wait for it.
-            self._stop_committing = True
-            txn = self._txn
+            self._epochs.never_commit_again()
+            txn = self._epochs.txn
             if txn is not None and txn.is_open and txn.pending is None:
                 try:
                     txn.producer.abort_transaction(5)
@@ -867,13 +1146,15 @@ class Runner(EpochMixin):
         self._kgs.clear()
         if self._restorer is not None and self._restorer.snapshots is not None:
             self._restorer.snapshots.close()  # snapshot hook: the upload in flight ends
+        producer = self._epochs.producer
+        txn = self._epochs.txn
         if (
-            self._producer is not None
-            and self._producer not in self._hung_clients
-            and (self._txn is None or self._txn.pending is None)
+            producer is not None
+            and producer not in self._hung_clients
+            and (txn is None or txn.pending is None)
         ):
             try:
-                self._producer.flush(PRODUCER_FLUSH_S)
+                producer.flush(PRODUCER_FLUSH_S)
             except Exception as exc:  # noqa: BLE001 - a fatal producer cannot flush
                 log.warning("producer flush on close failed: %s", exc)
         self._globals.close()
@@ -959,8 +1240,8 @@ class Runner(EpochMixin):
         last = -1  # offset of the last fetched record handled in ``current``
         count = 0
         out_before = out.records
-        deadline = self._epoch_deadline
-        budget = self._budget_s
+        deadline = open_epoch.deadline
+        budget = self._epochs.budget_s
         started = clock()
         prev: Any = None  # the previous record, to time it
         index = 0
@@ -1104,11 +1385,11 @@ class Runner(EpochMixin):
             self._note_slow(prev, now - started)
         if current >= 0:
             nxt[(topic, current)] = last + 1
-        self._uncommitted += count
+        open_epoch.uncommitted += count
         m = self.metrics
         m.records_in_attempts += count
         m.records_out_attempts += out.records - out_before
-        self._producer.poll(0)
+        self._epochs.producer.poll(0)
 
     def _interleave(self, msgs: list[Any]) -> list[Any]:
         """Buffer fetched records; return what the interleaver releases, in order.
@@ -1199,9 +1480,13 @@ class Runner(EpochMixin):
     def _note_slow(self, msg: Any, seconds: float) -> None:
         log.warning(
             "a single record took longer than the epoch budget",
-            extra={"record": where(msg), "seconds": round(seconds, 3), "budget": self._budget_s},
+            extra={
+                "record": where(msg),
+                "seconds": round(seconds, 3),
+                "budget": self._epochs.budget_s,
+            },
         )
-        self._slow = (msg, seconds)
+        self._open.slow = (msg, seconds)
         self._open.commit_now = True
 
     def _put_back(self, msgs: list[Any]) -> None:

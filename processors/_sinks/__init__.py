@@ -10,7 +10,7 @@ The runtime calls :class:`Sinks` at six marked places (``# sink hook``):
   sink's name;
 - ``_commit_epoch`` (``_runtime/epoch.py``): :meth:`Sinks.prepare` before the Kafka commit
   (raises :class:`SinkUnavailable`, an ``AbortEpoch``), :meth:`Sinks.commit` after it;
-- ``_abort_epoch`` (``_runtime/epoch.py``): :meth:`Sinks.abort`;
+- ``EpochCommitter.abort_epoch`` (``_runtime/epoch.py``): :meth:`Sinks.abort`;
 - ``_assign`` (``_runtime/rebalance.py``): :meth:`Sinks.settle`, with each assigned key
   group's committed epoch token (from the committed offsets' metadata);
 - the idle branch of ``_epoch_to_commit``: :meth:`Sinks.tidy` (finishes settled work);

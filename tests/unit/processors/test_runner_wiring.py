@@ -33,15 +33,27 @@ def test_components_share_the_runners_objects(runner: Runner) -> None:
     assert barriers._positions is r._positions and assignment._positions is r._positions
     assert assignment._globals is r._globals and assignment._interleaver is r._interleaver
     assert assignment._cancelled is r._sp_requests.cancelled
+    epochs = r._epochs
+    assert epochs._kgs is r._kgs and epochs._halted is r._halted
+    assert epochs._open is r._open and epochs._positions is r._positions
+    assert epochs._marks is r._marks and epochs._out is r._out and epochs._sinks is r._sinks
+    assert epochs._savepoints is r._savepoints and epochs._poison is r._poison
+    assert epochs._globals is r._globals and epochs._interleaver is r._interleaver
+    assert epochs._timer_guard is r._timer_guard
 
 
 def test_callbacks_reach_the_methods_that_own_them(runner: Runner) -> None:
     r = runner
     assert r._barriers._halt == r._savepoints.halt
-    assert r._barriers._write_barriers == r._write_barriers
+    assert r._barriers._write_barriers == r._epochs.write_barriers
     assert r._assignment._seed_from_savepoint == r._savepoints.seed
-    assert r._assignment._end_epoch == r._end_epoch
-    assert r._assignment._abort_epoch == r._abort_epoch
+    assert r._assignment._end_epoch == r._epochs.end_epoch
+    assert r._assignment._abort_epoch == r._epochs.abort_epoch
+    assert r._assignment._reset_epoch_deadline == r._epochs.reset_deadline
+    ended: list[bool] = []
+    r._epochs.end_epoch = lambda: ended.append(True)  # type: ignore[method-assign]
+    r._savepoints._end_epoch()  # the participant ends the runner's epoch sequence
+    assert ended == [True]
 
 
 def test_live_values_are_read_through_getters(runner: Runner) -> None:
@@ -50,9 +62,18 @@ def test_live_values_are_read_through_getters(runner: Runner) -> None:
     r._consumer = consumer  # a rejoin replaces the consumer
     assert r._assignment._consumer() is consumer
     assert r._savepoints._consumer() is consumer
+    assert r._epochs._consumer() is consumer
+    rules = object()
+    r._sp_rules = rules  # type: ignore[assignment]  # a bounded run's end phase
+    assert r._epochs._sp_rules() is rules
+    assert not r._epochs._finishing()
+    r._finishing = True
+    assert r._epochs._finishing()
     r._stop = True
     assert r._assignment._should_stop()
+    assert r._epochs._stop_requested()
     failure = RuntimeError("in a rebalance callback")
     r._assignment._failed_in_callback(failure)
     assert r._assignment._callback_failed()
+    assert r._epochs._callback_failed()
     assert r._callback_failed and r._fatal is failure
