@@ -216,49 +216,7 @@ class Runner:
         self._handles = app.stores
         self._inputs = app.input_topics
         self._control_topic = control_topic(self.name)
-        #: Producing into the open transaction: outputs, the runtime's own records, and
-        #: the epoch's tallies and errors of both.
-        #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
-        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000, self.eos)
-        self._out = OutputWriter(
-            self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
-        )
-        #: The savepoint files: the location, exports, and a restore's checks and reads.
-        self._sp_files = SavepointFiles(
-            self.name, app, settings, self._out, self._control_topic, self.metrics.beat
-        )
-        #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
-        #: its state descends from, a halt, a restore under way; and their committed state.
-        self._marks = KeyGroupCheckpoints()
-        #: Registrations, barriers and checkpoint records in each epoch's transaction.
-        self._checkpoints = CheckpointWriter(
-            self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
-        )
-        #: The halted key groups (the component's own dict; read here, changed there).
-        self._halted = self._marks.halted
-        #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
-        self._sp_requests = SavepointRequests()
-        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
-        #: Per owned input partition: next and committed offsets, aligners and their
-        #: committed snapshots, halted partitions' frozen snapshots, savepoint alignment
-        #: of unaligned partitions, rewound and backpressured partitions.
-        self._positions = InputPositions(
-            self._inputs,
-            self._mode,
-            settings.alignment_timeout_ms / 1000,
-            settings.alignment_max_held,
-            grouped=len(self._inputs) > 1,  # several inputs go through the interleaver
-            cancelled=self._sp_requests.cancelled,
-        )
-        #: The open epoch's flags (commit it, commit now, check writes), the highest
-        #: checkpoint id, and the records alignments released (processed before the next
-        #: fetched record, with upstream watermark updates in their place among them).
-        self._open = OpenEpoch()
-        self._reader: Any = None
-        #: What the epoch and savepoint code ask of the run's end: whether a savepoint
-        #: request waits, whether a key group took it, a key group's ``bounded`` ends. A
-        #: bounded run replaces it with its end phase at start-up (``_runtime/bounded_end.py``).
-        self._sp_rules: SavepointRules = EverySavepoint(self._marks)
+        self._init_checkpoint_parts(app, settings)
         self._stop = False
         self._stop_at: float | None = None  # when the stop was requested (monotonic)
         self._fatal: BaseException | None = None
@@ -269,32 +227,7 @@ class Runner:
         self._poison: ReplayPoison[tuple[str, int, int]] = ReplayPoison()
         self._partitions = 0
         self._changelog_retention_ms: int | None = None
-        self._backend: StateBackend = (
-            MemoryBackend()
-            if settings.state_backend is StateBackendKind.MEMORY
-            else RocksDBBackend(settings.state_dir)
-        )
-        plan = MemoryPlan.of(settings, cgroup_memory_limit())
-        #: One block cache, write-buffer manager and read-cache budget for every key group.
-        self._state_memory = StateMemory(plan)
-        log.info(
-            "state memory",
-            extra={
-                "memory_limit_bytes": plan.limit_bytes,
-                "limit_from": plan.limit_source,
-                "rocksdb_bytes": plan.rocksdb_bytes,
-                "read_cache_bytes": plan.read_cache_bytes,
-                "consumer_bytes": plan.consumer_bytes,
-            },
-        )
-        #: Removes released key groups' directories when due (swept at each epoch end).
-        self._state_cleaner: StateCleaner | None = None
-        if isinstance(self._backend, RocksDBBackend):
-            # Before any database is opened: all of them share the cache and manager.
-            self._backend.memory = self._state_memory.rocksdb
-            self._state_cleaner = StateCleaner(
-                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
-            )
+        self._init_state_store(settings)
         self._consumer: Any = None
         self._restorer: Restorer | None = None
         self._admin: Admin | None = None
@@ -341,6 +274,115 @@ class Runner:
         self._resubscribe = False
         self._next_input_check = 0.0
         self._globals = GlobalTables(app.global_tables, settings, self.name, self.metrics)
+        self._init_time(app, settings)
+        self._init_epoch_components(app, settings)
+        self._http: HealthServer | None = None
+        self._fence_rejoins: list[float] = []
+        #: Queryable state: the HTTP thread's hand-off and the loop's answers.
+        self._queries = self._query_router(app, settings)
+
+    def _query_router(self, app: App, settings: Settings) -> QueryRouter | None:
+        """Queryable state (``LOCKGATE_QUERY_ENABLED``), else ``None``.
+
+        The HTTP thread's hand-off and the loop's answers (local key groups, or the owner
+        from the group's description).
+        """
+        if not settings.query_enabled:
+            return None
+        key_codec = app.key_codec
+        token = settings.query_token
+        service = QueryService(
+            lambda text: key_codec.encode(text),
+            None if token is None else token.get_secret_value(),
+            settings.query_timeout_ms / 1000,
+        )
+        return QueryRouter(
+            service,
+            self.name,
+            app.subscribed_input,
+            settings,
+            self._handles,
+            self._kgs,
+            lambda: self._partitions,
+        )
+
+    def _init_checkpoint_parts(self, app: App, settings: Settings) -> None:
+        """The parts every epoch writes through: outputs, sinks, checkpoints, positions."""
+        #: Producing into the open transaction: outputs, the runtime's own records, and
+        #: the epoch's tallies and errors of both.
+        #: Exactly-once outputs outside Kafka (processors/_sinks): called at the "sink hook"s.
+        self._sinks = Sinks(self.name, app.sinks, settings.transaction_timeout_ms / 1000, self.eos)
+        self._out = OutputWriter(
+            self.name, app.outputs, settings.transaction_timeout_ms / 1000, self._sinks
+        )
+        #: The savepoint files: the location, exports, and a restore's checks and reads.
+        self._sp_files = SavepointFiles(
+            self.name, app, settings, self._out, self._control_topic, self.metrics.beat
+        )
+        #: Per key group: last completed checkpoint, whether it was aligned, the savepoint
+        #: its state descends from, a halt, a restore under way; and their committed state.
+        self._marks = KeyGroupCheckpoints()
+        #: Registrations, barriers and checkpoint records in each epoch's transaction.
+        self._checkpoints = CheckpointWriter(
+            self.name, app, settings.instance_id, self._out, self._sp_files, self._control_topic
+        )
+        #: The halted key groups (the component's own dict; read here, changed there).
+        self._halted = self._marks.halted
+        #: Savepoint requests (one in progress at a time), cancels, barrier announcements.
+        self._sp_requests = SavepointRequests()
+        self._mode = Mode.UNALIGNED if settings.alignment is Alignment.NONE else Mode.ALIGNED
+        #: Per owned input partition: next and committed offsets, aligners and their
+        #: committed snapshots, halted partitions' frozen snapshots, savepoint alignment
+        #: of unaligned partitions, rewound and backpressured partitions.
+        self._positions = InputPositions(
+            self._inputs,
+            self._mode,
+            settings.alignment_timeout_ms / 1000,
+            settings.alignment_max_held,
+            grouped=len(self._inputs) > 1,  # several inputs go through the interleaver
+            cancelled=self._sp_requests.cancelled,
+        )
+        #: The open epoch's flags (commit it, commit now, check writes), the highest
+        #: checkpoint id, and the records alignments released (processed before the next
+        #: fetched record, with upstream watermark updates in their place among them).
+        self._open = OpenEpoch()
+        self._reader: Any = None
+        #: What the epoch and savepoint code ask of the run's end: whether a savepoint
+        #: request waits, whether a key group took it, a key group's ``bounded`` ends. A
+        #: bounded run replaces it with its end phase at start-up (``_runtime/bounded_end.py``).
+        self._sp_rules: SavepointRules = EverySavepoint(self._marks)
+
+    def _init_state_store(self, settings: Settings) -> None:
+        """The state backend and its memory plan (one cache for every key group)."""
+        self._backend: StateBackend = (
+            MemoryBackend()
+            if settings.state_backend is StateBackendKind.MEMORY
+            else RocksDBBackend(settings.state_dir)
+        )
+        plan = MemoryPlan.of(settings, cgroup_memory_limit())
+        #: One block cache, write-buffer manager and read-cache budget for every key group.
+        self._state_memory = StateMemory(plan)
+        log.info(
+            "state memory",
+            extra={
+                "memory_limit_bytes": plan.limit_bytes,
+                "limit_from": plan.limit_source,
+                "rocksdb_bytes": plan.rocksdb_bytes,
+                "read_cache_bytes": plan.read_cache_bytes,
+                "consumer_bytes": plan.consumer_bytes,
+            },
+        )
+        #: Removes released key groups' directories when due (swept at each epoch end).
+        self._state_cleaner: StateCleaner | None = None
+        if isinstance(self._backend, RocksDBBackend):
+            # Before any database is opened: all of them share the cache and manager.
+            self._backend.memory = self._state_memory.rocksdb
+            self._state_cleaner = StateCleaner(
+                self.name, self._backend, settings.state_cleanup_delay_ms / 1000
+            )
+
+    def _init_time(self, app: App, settings: Settings) -> None:
+        """The operator context, and the timer guard around timers (apps with event time)."""
         self._cursor = app.cursor
         svc = app.time_service
         self._ctx = direct_context(self._out.emit, None if svc is None else svc.timers)
@@ -357,6 +399,14 @@ class Runner:
             svc.hooks = self._timer_guard
             svc.decode_key = app.key_codec.decode
             svc.reads_barriers = True
+
+    def _init_epoch_components(self, app: App, settings: Settings) -> None:
+        """The components the loop hands work to, wired to each other by callbacks.
+
+        Order matters: the savepoint participant before the epoch sequence (which it ends
+        through a late-bound lambda), the epoch sequence before barriers and rebalances
+        (:meth:`_init_downstream_components`: their callbacks are its methods).
+        """
         #: Restores from a savepoint: which key groups, checked, written in chunks (each
         #: chunk commits an epoch: the participant's ``commit_seed_chunk``).
         seeding = SavepointSeeding(
@@ -420,6 +470,10 @@ class Runner:
             finishing=lambda: self._finishing,
             callback_failed=lambda: self._callback_failed,
         )
+        self._init_downstream_components(app)
+
+    def _init_downstream_components(self, app: App) -> None:
+        """Barriers and rebalances: their callbacks are the epoch sequence's methods."""
         #: Barriers read downstream: alignment, checkpoint completion, forwarding.
         self._barriers = BarrierAlignment(
             name=self.name,
@@ -470,28 +524,6 @@ class Runner:
             callback_failed=lambda: self._callback_failed,
             failed=self._failed_in_callback,
         )
-        self._http: HealthServer | None = None
-        self._fence_rejoins: list[float] = []
-        #: Queryable state (LOCKGATE_QUERY_ENABLED): the HTTP thread's hand-off and the
-        #: loop's answers (local key groups, or the owner from the group's description).
-        self._queries: QueryRouter | None = None
-        if settings.query_enabled:
-            key_codec = app.key_codec
-            token = settings.query_token
-            service = QueryService(
-                lambda text: key_codec.encode(text),
-                None if token is None else token.get_secret_value(),
-                settings.query_timeout_ms / 1000,
-            )
-            self._queries = QueryRouter(
-                service,
-                self.name,
-                app.subscribed_input,
-                settings,
-                self._handles,
-                self._kgs,
-                lambda: self._partitions,
-            )
 
     # -- bounded waits --------------------------------------------------------------------
 
