@@ -13,8 +13,8 @@ does) under timing wrappers, samples every 0.25 s and prints one JSON line:
   slept;
 - from the wrappers (``benchmarks/out/probe/probe-TAG.json``): ``consume()`` calls, their
   batch sizes (a power-of-two histogram), seconds in ``consume()`` (and in the empty
-  ones), in ``_process`` and in ``_end_epoch``, and librdkafka's statistics every second
-  (fetch requests, fetch queue length and bytes per partition);
+  ones), in ``Runner._process`` and in ``EpochCommitter.end_epoch``, and librdkafka's
+  statistics every second (fetch requests, fetch queue length and bytes per partition);
 - ``--conf JSON`` merges librdkafka properties into the input consumer's configuration
   (e.g. ``'{"fetch.queue.backoff.ms": 1000}'``; with ``"debug": "fetch"`` librdkafka logs
   to the app's log, where "not fetchable: queued.max.messages.kbytes exceeded" shows);
@@ -53,6 +53,7 @@ def launch(app_spec: str) -> None:
     from confluent_kafka import Consumer
 
     import processors._runtime.runner as runner
+    from processors._runtime.epoch import EpochCommitter
     from processors.cli import main
 
     t0 = time.monotonic()
@@ -122,8 +123,8 @@ def launch(app_spec: str) -> None:
             st["hist"][bucket] = st["hist"].get(bucket, 0) + 1
             return msgs
 
-    def timed(name: str, key: str) -> None:
-        inner = getattr(runner.Runner, name)
+    def timed(cls: type, name: str, key: str) -> None:
+        inner = getattr(cls, name)
 
         def wrapper(self: Any, *args: Any) -> Any:
             t = time.monotonic()
@@ -134,11 +135,11 @@ def launch(app_spec: str) -> None:
                 if key == "end_epoch_s":
                     st["end_epoch_calls"] += 1
 
-        setattr(runner.Runner, name, wrapper)
+        setattr(cls, name, wrapper)  # before the runner is built: its wiring binds this
 
     setattr(runner, "Consumer", TimedConsumer)  # noqa: B010 - the runner's own name
-    timed("_process", "process_s")
-    timed("_end_epoch", "end_epoch_s")
+    timed(runner.Runner, "_process", "process_s")
+    timed(EpochCommitter, "end_epoch", "end_epoch_s")
 
     def dump() -> None:
         st["wall_s"] = time.monotonic() - t0
@@ -178,8 +179,8 @@ def spy_shares(raw: Path) -> dict[str, float]:
             step = "_process"
         elif "consume (" in stack:
             step = "consume()"
-        elif "_end_epoch" in stack:
-            step = "_end_epoch"
+        elif "end_epoch (" in stack:
+            step = "end_epoch"
         else:
             step = "other"
         shares[step] += int(count)

@@ -5,8 +5,8 @@ outcome is unknown, the stop budget), ``alignment`` (the alignment state machine
 pure), ``keygroup_state`` (each key group's checkpoint facts and their committed copy),
 ``protocol`` (every ``lockgate-*`` header), ``control_topics`` (the control and registry
 topics: names, keys, readers).
-The epoch commit is still a layer of the runtime's ``Runner`` (``processors/_runtime``);
-savepoints, barriers read downstream and rebalances are its components
-(``SavepointParticipant``, ``BarrierAlignment``, ``KeyGroupAssignment``).
+The runtime's ``Runner`` (``processors/_runtime``) uses them through its components: the
+epoch sequence (``EpochCommitter``), savepoints (``SavepointParticipant``), barriers read
+downstream (``BarrierAlignment``) and rebalances (``KeyGroupAssignment``).
 docs/architecture.md says which invariant each owns.
 """

@@ -144,8 +144,6 @@ def offset_metadata(metadata: str | None) -> dict[str, Any]:
 
 
 class EpochCommitter:
-    """Commits and aborts epochs (see the module docs for the sequence)."""
-
     """Commits and aborts epochs: the epoch sequence (see the module docstring).
 
     Made when the runner is; :meth:`open_producer` makes the producer at start-up.
@@ -1053,7 +1051,7 @@ class EpochCommitter:
         self.reset_deadline()
 
     def _wait_out_sink_outage(self, reason: str) -> None:
-        """Wait before replaying an epoch a sink could not take (see :meth:`_abort_epoch`).
+        """Wait before replaying an epoch a sink could not take (see :meth:`abort_epoch`).
 
         Waits in short slices: a stop request ends the wait at once, and the loop's
         heartbeat stays fresh (a sink outage is not a stalled loop for /livez).

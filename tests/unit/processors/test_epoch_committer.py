@@ -137,6 +137,9 @@ def test_nothing_commits_after_a_callback_failed_or_never_commit_again() -> None
     assert fakes.cleaner.calls == ["sweep"]  # released directories are still swept
     flags["failed"] = False
     committer.never_commit_again()
+    committed: list[bool] = []
+    committer._commit_epoch = lambda: committed.append(True)  # type: ignore[method-assign]
     committer.end_epoch()
+    assert committed == []  # closing after a failure: the open epoch is never committed
     assert open_epoch.uncommitted == 3
     assert committer.txn is None and committer.producer is None  # at-least-once, unopened

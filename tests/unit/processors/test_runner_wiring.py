@@ -77,3 +77,26 @@ def test_live_values_are_read_through_getters(runner: Runner) -> None:
     assert r._assignment._callback_failed()
     assert r._epochs._callback_failed()
     assert r._callback_failed and r._fatal is failure
+
+
+def test_the_timer_guard_and_the_interleaver_reach_the_epoch_sequence(tmp_path: Path) -> None:
+    """Built before the epoch sequence, or its commits never clear dead-lettered timers."""
+    from examples.enrich_orders import app as joined
+    from examples.window_count import app as windowed
+
+    with_timers = Runner(windowed, Settings(state_dir=tmp_path / "w", app_name="wiring-w"))
+    guard = with_timers._timer_guard
+    assert guard is not None and with_timers._epochs._timer_guard is guard
+    two_inputs = Runner(joined, Settings(state_dir=tmp_path / "j", app_name="wiring-j"))
+    interleaver = two_inputs._interleaver
+    assert interleaver is not None
+    assert two_inputs._epochs._interleaver is interleaver
+    assert two_inputs._assignment._interleaver is interleaver
+
+
+def test_clients_made_at_start_are_read_through_getters(runner: Runner) -> None:
+    admin, restorer = object(), object()
+    runner._admin = admin  # type: ignore[assignment]  # made in _setup, after the wiring
+    runner._restorer = restorer  # type: ignore[assignment]
+    assert runner._epochs._admin() is admin
+    assert runner._epochs._restorer() is restorer
