@@ -4,23 +4,42 @@ Each component has tests of its own, with stand-ins for what it is given; this t
 builds a real :class:`Runner` (no broker is needed until ``run``) and checks the wiring
 between them: a callback re-pointed at the wrong method, or a component given a copy
 of a dict the runner later changes, passes every component test and fails here.
+
+Each runner gets its own copy of an example app (the module loaded again under another
+name): building a ``Runner`` changes its app (``App.run_as`` names the per-app late
+topics, the time service gets the runner's hooks), and the example modules' apps are
+shared with every other test of the process.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 from processors._config.settings import Settings
+from processors._dsl.app import App
 from processors._runtime.runner import Runner
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _own_copy(example: str) -> App:
+    """A fresh ``app`` of ``examples/<example>.py``, not the one other tests import."""
+    spec = importlib.util.spec_from_file_location(f"wiring_{example}", EXAMPLES / f"{example}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    app = module.app
+    assert isinstance(app, App)
+    return app
 
 
 @pytest.fixture
 def runner(tmp_path: Path) -> Runner:
-    from examples.running_sum import app
-
-    return Runner(app, Settings(state_dir=tmp_path, app_name="wiring-test"))
+    app = _own_copy("running_sum")
+    return Runner(app, Settings(state_dir=tmp_path, app_name=app.name))
 
 
 def test_components_share_the_runners_objects(runner: Runner) -> None:
@@ -81,13 +100,11 @@ def test_live_values_are_read_through_getters(runner: Runner) -> None:
 
 def test_the_timer_guard_and_the_interleaver_reach_the_epoch_sequence(tmp_path: Path) -> None:
     """Built before the epoch sequence, or its commits never clear dead-lettered timers."""
-    from examples.enrich_orders import app as joined
-    from examples.window_count import app as windowed
-
-    with_timers = Runner(windowed, Settings(state_dir=tmp_path / "w", app_name="wiring-w"))
+    joined, windowed = _own_copy("enrich_orders"), _own_copy("window_count")
+    with_timers = Runner(windowed, Settings(state_dir=tmp_path / "w", app_name=windowed.name))
     guard = with_timers._timer_guard
     assert guard is not None and with_timers._epochs._timer_guard is guard
-    two_inputs = Runner(joined, Settings(state_dir=tmp_path / "j", app_name="wiring-j"))
+    two_inputs = Runner(joined, Settings(state_dir=tmp_path / "j", app_name=joined.name))
     interleaver = two_inputs._interleaver
     assert interleaver is not None
     assert two_inputs._epochs._interleaver is interleaver
