@@ -124,6 +124,13 @@ class AuctionCount:
         """``[auction, count]``."""
         return acc
 
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        """Two slices of one auction's bids: the counts add (so the sliding window keeps
+        one accumulator per 2 s slice, as Flink's hop windows share slices)."""
+        a[0] = b[0] if b[1] else a[0]
+        a[1] += b[1]
+        return a
+
 
 class MaxCount:
     """The auctions with the highest count of one window: ``[max, [auction, ...]]``."""
