@@ -47,6 +47,19 @@ class Admin:
         return out
 
 
+def group_formed(admin: Admin, group: str, members: int) -> bool:
+    """Whether consumer group ``group`` is stable with ``members`` members, each holding
+    partitions (a failed or slow answer counts as not formed)."""
+    try:
+        fut = admin.admin.describe_consumer_groups([group], request_timeout=2)[group]
+        desc = fut.result(3)
+    except Exception:  # noqa: BLE001 - ask again at the next sample
+        return False
+    if str(desc.state).rsplit(".", 1)[-1].upper() != "STABLE" or len(desc.members) != members:
+        return False
+    return all(m.assignment is not None and m.assignment.topic_partitions for m in desc.members)
+
+
 class GroupOffsets:
     """Reads a consumer group's committed offsets without joining the group (over one
     input topic, or over several with as many partitions each)."""

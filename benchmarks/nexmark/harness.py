@@ -21,7 +21,9 @@ ranges); ``--quick`` is 100,000 events, q0 q1 q2 q7, one run each:
 4. figures per run, from samples every 0.25 s: the input's committed offsets (consumer
    group), the output's last stable offsets, the CPU of the process tree. The run's span
    starts at the first sample with committed input (so start-up and the first checkpoint
-   are outside it) and ends when the output reached its final committed size. Rate = the
+   are outside it; with ``--parallelism`` above 1, lockgate's span starts once its
+   consumer group has formed: every instance a member holding partitions) and ends when
+   the output reached its final committed size. Rate = the
    input events consumed in that span / its seconds; CPU s per million events over the
    same span; peak RSS = the tree's summed VmHWM at the end; broker CPU over the span minus
    its idle rate;
@@ -51,7 +53,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from benchmarks import broker, flink, venvs
 from benchmarks import proc as procs
-from benchmarks.admin import Admin, GroupOffsets
+from benchmarks.admin import Admin, GroupOffsets, group_formed
 from benchmarks.config import Config
 from benchmarks.machine import machine, uptime
 from benchmarks.nexmark.generator import GenConfig, produce
@@ -459,6 +461,11 @@ class Harness:
         samples: list[tuple[float, int, int, float, float]] = []
         status = "ok"
         stable_since: float | None = None
+        # --parallelism N, lockgate: the instance that joins first takes every partition
+        # and hands half on when the others join (a rebalance, then a restore from the
+        # changelog); the span starts once the group has formed, like Flink's, whose
+        # sources are assigned before they read (start-up is outside every span)
+        formed_at: float | None = None if system == "lockgate" and s.parallelism > 1 else started
         last_out = -1
         rss = 0.0
         deadline = time.monotonic() + s.run_timeout
@@ -470,6 +477,8 @@ class Harness:
                 except Exception:  # noqa: BLE001 - a slow answer: keep the last one
                     out = max(last_out, 0)
                 committed = groups.committed()
+                if formed_at is None and group_formed(self.admin, self._group(run), s.parallelism):
+                    formed_at = t
                 cpu = sum(p.cpu() for p in run.procs)
                 bcpu = procs.cpu_seconds(self.broker_pid) if self.broker_pid else 0.0
                 samples.append((t, committed, out, cpu, bcpu))
@@ -545,7 +554,11 @@ class Harness:
             "load_after": float(Path("/proc/loadavg").read_text().split()[0]),
             "wall_s": round(time.time() - started, 1),
         }
-        res.update(self._figures(samples, started))
+        res.update(self._figures(samples, started, formed_at))
+        if formed_at is None:
+            say(f"  !! {tag}: the group never formed with {s.parallelism} members: whole run")
+        elif formed_at != started:
+            res["group_formed_s"] = round(formed_at - started, 1)
         t_read = time.monotonic()
         rows = read_rows(self.bootstrap, output, query)
         res["readback_s"] = round(time.monotonic() - t_read, 1)
@@ -564,10 +577,16 @@ class Harness:
         return GroupOffsets(self.bootstrap, group, mine, self.s.partitions) if mine else None
 
     def _figures(
-        self, samples: list[tuple[float, int, int, float, float]], started: float
+        self,
+        samples: list[tuple[float, int, int, float, float]],
+        started: float,
+        formed_at: float | None = None,
     ) -> dict[str, Any]:
-        """Rate, CPU and broker CPU over the span (see the module docstring)."""
-        first = next((x for x in samples if x[1] > 0), None)
+        """Rate, CPU and broker CPU over the span (see the module docstring); the span
+        starts no earlier than ``formed_at`` (the consumer group formed), when given."""
+        if formed_at is None:
+            formed_at = started
+        first = next((x for x in samples if x[1] > 0 and x[0] >= formed_at), None)
         final_out = samples[-1][2] if samples else 0
         end = next((x for x in samples if x[2] >= final_out), None) if final_out else None
         if first is None or end is None or end[0] <= first[0]:
