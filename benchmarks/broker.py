@@ -12,10 +12,11 @@ from benchmarks.progress import say
 BROKER_SH = ROOT / "docker" / "kafka" / "broker.sh"
 
 
-def _env(port: int) -> dict[str, str]:
+def _env(port: int, group_join_delay_ms: int = 0) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
+            "LOCKGATE_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": str(group_join_delay_ms),
             "LOCKGATE_KAFKA_PORT": str(port),
             "LOCKGATE_KAFKA_CONTROLLER_PORT": str(port + 1),
             "LOCKGATE_KAFKA_DATA_DIR": str(CACHE / f"kafka-{port}"),
@@ -26,12 +27,17 @@ def _env(port: int) -> dict[str, str]:
     return env
 
 
-def up(port: int) -> str:
-    """Start a fresh broker on ``port`` (wipes its data dir); return the bootstrap address."""
+def up(port: int, group_join_delay_ms: int = 0) -> str:
+    """Start a fresh broker on ``port`` (wipes its data dir); return the bootstrap address.
+
+    ``group_join_delay_ms``: the broker's ``group.initial.rebalance.delay.ms`` (how long
+    a new group waits for more members before its first assignment; Kafka's default is
+    3000, the test broker's 0).
+    """
     say(f"starting a fresh Kafka broker on 127.0.0.1:{port} (controller {port + 1})")
     out = subprocess.run(
         [str(BROKER_SH), "up", "--fresh"],
-        env=_env(port),
+        env=_env(port, group_join_delay_ms),
         check=True,
         stdout=subprocess.PIPE,
         text=True,

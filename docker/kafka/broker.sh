@@ -79,6 +79,8 @@ Environment:
   LOCKGATE_KAFKA_HEAP             JVM heap flags (default "-Xms256m -Xmx512m")
   LOCKGATE_KAFKA_JAVA_OPTS        extra JVM flags (default none)
   LOCKGATE_KAFKA_FRESH=1          like 'up --fresh'
+  LOCKGATE_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS
+                                  group.initial.rebalance.delay.ms (default 0)
   LOCKGATE_KAFKA_READY_TIMEOUT    seconds 'up' waits for readiness (default 90)
   LOCKGATE_KAFKA_STOP_TIMEOUT     seconds 'down' waits before SIGKILL (default 20)
   LOCKGATE_KAFKA_PYTHON           python with confluent_kafka for the readiness

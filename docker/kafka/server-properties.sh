@@ -86,8 +86,10 @@ share.coordinator.state.topic.num.partitions=1
 # tests of slow user code see the coordinator's abort at a predictable time.
 transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 
-# Groups: no join delay, and allow the short session timeouts tests use.
-group.initial.rebalance.delay.ms=0
+# Groups: no join delay (LOCKGATE_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS, e.g. Kafka's own
+# 3000 for a benchmark whose instances must join one group before reading), and allow the
+# short session timeouts tests use.
+group.initial.rebalance.delay.ms=${LOCKGATE_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS:-0}
 group.min.session.timeout.ms=1000
 group.consumer.min.session.timeout.ms=3000
 group.consumer.min.heartbeat.interval.ms=1000
