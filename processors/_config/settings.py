@@ -149,6 +149,9 @@ NON_SETTINGS_ENV: dict[str, str] = {
     "LOCKGATE_KAFKA_HEAP": "docker/kafka/broker.sh and benchmarks/broker.py",
     "LOCKGATE_KAFKA_JAVA_OPTS": "docker/kafka/broker.sh",
     "LOCKGATE_KAFKA_FRESH": "docker/kafka/broker.sh",
+    "LOCKGATE_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": (
+        "docker/kafka/broker.sh and benchmarks/broker.py (the broker's join delay)"
+    ),
     "LOCKGATE_KAFKA_READY_TIMEOUT": "docker/kafka/broker.sh",
     "LOCKGATE_KAFKA_STOP_TIMEOUT": "docker/kafka/broker.sh",
     "LOCKGATE_KAFKA_PROXY_PORT": "docker/kafka/broker.sh (listener advertised at a TCP proxy)",
