@@ -127,7 +127,8 @@ class AuctionCount:
     def merge(self, a: list[int], b: list[int]) -> list[int]:
         """Two slices of one auction's bids: the counts add (so the sliding window keeps
         one accumulator per 2 s slice, as Flink's hop windows share slices)."""
-        a[0] = b[0] if b[1] else a[0]
+        if b[1]:
+            a[0] = b[0]
         a[1] += b[1]
         return a
 

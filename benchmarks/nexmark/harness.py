@@ -472,7 +472,8 @@ class Harness:
         # flowing, the instance that joined first read every partition alone and handed
         # half on mid-run (a rebalance and a changelog restore inside the span): such a
         # run is flagged (the broker's group.initial.rebalance.delay.ms prevents it)
-        formed_at: float | None = None if system == "lockgate" and s.parallelism > 1 else started
+        track_group = system == "lockgate" and s.parallelism > 1
+        formed_at: float | None = None
         first_commit_at: float | None = None
         lockgate_groups = [self._group(run)] + ([f"nexmark-{tag}-b"] if query in TWO_STAGE else [])
         last_out = -1
@@ -488,8 +489,10 @@ class Harness:
                 committed = groups.committed()
                 if first_commit_at is None and committed > 0:
                     first_commit_at = t
-                if formed_at is None and all(
-                    group_formed(self.admin, g, s.parallelism) for g in lockgate_groups
+                if (
+                    track_group
+                    and formed_at is None
+                    and all(group_formed(self.admin, g, s.parallelism) for g in lockgate_groups)
                 ):
                     formed_at = t
                 cpu = sum(p.cpu() for p in run.procs)
@@ -569,9 +572,9 @@ class Harness:
         }
         res.update(self._figures(samples, started))
         # not a measurement of N instances: the run does not count (runs ok < repeat)
-        if formed_at is None and res["status"] == "ok":
+        if track_group and formed_at is None and res["status"] == "ok":
             res["status"] = f"late group: never formed with {s.parallelism} members"
-        elif formed_at is not None and formed_at != started:
+        elif formed_at is not None:
             res["group_formed_s"] = round(formed_at - started, 1)
             if first_commit_at is not None and formed_at >= first_commit_at:
                 res["status"] = (
