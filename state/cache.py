@@ -81,6 +81,9 @@ class StoreCache:
         values: the young generation: key -> decoded value, or :data:`DELETED`. Holds
             every dirty key. Readers may look here first and fall back to :meth:`get`.
         dirty: keys written in the open epoch.
+        fresh: dirty keys that :meth:`put_new` created: absent when the open epoch
+            began, so deleting one again in the same epoch (:meth:`delete`) leaves no
+            trace in the changelog or the database.
         derived: an in-memory view a runtime component builds on this cache (e.g. the
             timer queue of ``lockgate.time``); :meth:`discard` drops it, so it is rebuilt
             from the database after an aborted epoch.
@@ -89,7 +92,17 @@ class StoreCache:
             :func:`state.primitives.sweep_expired`.
     """
 
-    __slots__ = ("_old", "codec", "db", "derived", "dirty", "name", "sweep_cursor", "values")
+    __slots__ = (
+        "_old",
+        "codec",
+        "db",
+        "derived",
+        "dirty",
+        "fresh",
+        "name",
+        "sweep_cursor",
+        "values",
+    )
 
     def __init__(self, name: str, codec: Codec, db: KeyGroupStore) -> None:
         self.name = name
@@ -98,6 +111,7 @@ class StoreCache:
         self.values: dict[bytes, Any] = {}
         self._old: dict[bytes, Any] = {}
         self.dirty: set[bytes] = set()
+        self.fresh: set[bytes] = set()
         self.sweep_cursor: bytes | None = None
         self.derived: Any = None
 
@@ -139,6 +153,37 @@ class StoreCache:
         self.values[key] = value
         self.dirty.add(key)
 
+    def put_new(self, key: bytes, value: Any) -> None:
+        """Create ``key`` with ``value`` in the open epoch: :meth:`put` for a new key.
+
+        The caller guarantees that ``key`` is absent now (its current value is
+        :data:`DELETED`: never written, deleted by a committed or a draining epoch, or
+        deleted in the open one). The cache does not check it (that would cost a database
+        read); the time service knows it from its index of live timers. When the key was
+        not written yet in the open epoch it was absent at the epoch's start, so a
+        :meth:`delete` before the epoch ends cancels both writes.
+        """
+        dirty = self.dirty
+        if key not in dirty:
+            self.fresh.add(key)
+            dirty.add(key)
+        self.values[key] = value
+
+    def delete(self, key: bytes) -> None:
+        """Delete ``key`` in the open epoch (``put(key, DELETED)``).
+
+        A key :meth:`put_new` created in the open epoch was absent at its start: it is
+        no longer dirty, so neither its value nor a tombstone reaches the changelog or
+        the database (a timer set and fired within one epoch costs no write).
+        """
+        fresh = self.fresh
+        if key in fresh:
+            fresh.remove(key)
+            self.dirty.discard(key)
+        else:
+            self.dirty.add(key)
+        self.values[key] = DELETED  # a clean DELETED: absent from the database too
+
     def drain(self) -> dict[bytes, bytes | None]:
         """Return the encoded final value of every dirty key and clear the dirty set.
 
@@ -168,6 +213,7 @@ class StoreCache:
             value = values[key]
             out[key] = None if value is DELETED else memoryview(encode(value)).tobytes()
         self.dirty.clear()
+        self.fresh.clear()
         return out
 
     def discard(self) -> None:
@@ -176,6 +222,7 @@ class StoreCache:
         self.values.clear()
         self._old.clear()
         self.dirty.clear()
+        self.fresh.clear()
 
     def trim(self, max_entries: int) -> None:
         """Evict least recently used clean entries down to ``max_entries``.

@@ -172,6 +172,10 @@ class SavepointSeeding:
                     if pending >= SEED_CHUNK:
                         self._commit_chunk()
                         pending = 0
+            # A view built on the cache before (the time service's clock, whose index
+            # of live timers StoreCache.put_new relies on) would miss these writes:
+            # rebuilt from the seeded state when next used.
+            cache.derived = None
         return entries
 
     def done(self, g: int, plan: SeedPlan) -> None:

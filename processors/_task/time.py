@@ -443,10 +443,13 @@ class TimeService:
         if names is None:
             live[tk] = names = [name]
             heapq.heappush(clock.event if kind == _EVENT else clock.proc, (time_ms, tk))
-        elif name in names:
+            # Not live: absent from the store now (``live`` mirrors it), so a firing
+            # within this epoch writes nothing at all (StoreCache.put_new).
+            clock.cache.put_new(tk, names)
             return
-        else:
-            live[tk] = names = [*names, name]
+        if name in names:
+            return
+        live[tk] = names = [*names, name]
         clock.cache.put(tk, names)
 
     def delete(self, kind: bytes, time_ms: int, name: str) -> None:
@@ -465,7 +468,7 @@ class TimeService:
             clock.cache.put(tk, rest)
         else:
             del clock.live[tk]  # its heap entry is skipped when it surfaces
-            clock.cache.put(tk, DELETED)
+            clock.cache.delete(tk)
 
     def _fire(self, clock: _Clock, heap: list[tuple[int, bytes]], upto: int, g: int) -> None:
         """Fire the timers of ``heap`` at or before ``upto``, in time order.
@@ -493,7 +496,7 @@ class TimeService:
                 names = clock.live.pop(tk, None)
                 if names is None:
                     continue  # deleted
-                clock.cache.put(tk, DELETED)
+                clock.cache.delete(tk)
                 raw_key = tk[10:]  # after b"t", the kind and the time (see timer_key)
                 cursor.key = raw_key
                 tctx.event_time = t

@@ -255,6 +255,43 @@ def test_event_time_timer_fires_exactly_once_across_crashes() -> None:
     assert fired(d.emitted) == [("a", 100, "x")]
 
 
+def test_a_timer_set_and_fired_within_one_epoch_writes_nothing(monkeypatch: Any) -> None:
+    """No changelog record or tombstone for it; a timer that outlives its epoch gets both."""
+    d = TestDriver(timer_app(), partitions=1)
+    d.send("a", {}, timestamp=0)  # opens the key group
+    d.commit()
+    db = d.key_group_store(0)
+    written: list[dict[str, dict[bytes, bytes | None]]] = []
+    apply = db.apply
+
+    def recording_apply(per_store: Any, meta: Any) -> None:
+        written.append({name: dict(w) for name, w in per_store.items()})
+        apply(per_store, meta)
+
+    monkeypatch.setattr(db, "apply", recording_apply)
+
+    def timer_writes() -> list[tuple[bytes, bool]]:
+        return [
+            (k[10:], v is None)
+            for w in written
+            for k, v in w.get("lockgate.time", {}).items()
+            if k.startswith(b"t")
+        ]
+
+    d.send("a", {"e": [[100, "x"]]}, timestamp=0)
+    assert fired(d.send("b", {}, timestamp=200)) == [("a", 100, "x")]  # same epoch
+    d.commit()
+    assert timer_writes() == []
+    d.send("a", {"e": [[300, "y"]]}, timestamp=200)
+    d.commit()  # the timer is committed ...
+    assert fired(d.send("b", {}, timestamp=400)) == [("a", 300, "y")]
+    d.commit()  # ... so its firing writes a tombstone
+    assert timer_writes() == [(b"a", False), (b"a", True)]
+    assert not [k for k, _ in db.items("lockgate.time") if k.startswith(b"t")]
+    d.crash()
+    assert fired(d.advance_watermark(10**6)) == []  # nothing fires twice
+
+
 def script(seed: int, n: int = 250) -> list[tuple[str, dict[str, Any], int]]:
     """Records that set and delete timers, with a bounded-disorder watermark."""
     rng = random.Random(seed)
