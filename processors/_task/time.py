@@ -383,6 +383,12 @@ class TimeService:
         self._single: int | None | bool = False  # see _single_delay (False: not known yet)
         #: Internal inputs whose upstream has no event time: record times it is.
         self.record_time_inputs: set[str] = set()
+        #: An aborted epoch leaves nothing in the changelog (exactly-once: the changelog
+        #: is written in the epoch's transaction). Only then may a timer set and fired
+        #: within one epoch skip its writes (StoreCache.put_new): under at-least-once an
+        #: aborted epoch's changelog records stay, so a timer it wrote, set again and
+        #: fired in the replay, needs its tombstone. The runtime sets it per guarantee.
+        self.atomic_epochs = True
 
     # -- owners ---------------------------------------------------------------------------
 
@@ -445,7 +451,10 @@ class TimeService:
             heapq.heappush(clock.event if kind == _EVENT else clock.proc, (time_ms, tk))
             # Not live: absent from the store now (``live`` mirrors it), so a firing
             # within this epoch writes nothing at all (StoreCache.put_new).
-            clock.cache.put_new(tk, names)
+            if self.atomic_epochs:
+                clock.cache.put_new(tk, names)
+            else:
+                clock.cache.put(tk, names)
             return
         if name in names:
             return

@@ -117,3 +117,17 @@ def test_clients_made_at_start_are_read_through_getters(runner: Runner) -> None:
     runner._restorer = restorer  # type: ignore[assignment]
     assert runner._epochs._admin() is admin
     assert runner._epochs._restorer() is restorer
+
+
+@pytest.mark.parametrize(
+    ("guarantee", "atomic"), [("exactly_once", True), ("at_least_once", False)]
+)
+def test_only_exactly_once_lets_same_epoch_timers_skip_their_writes(
+    tmp_path: Path, guarantee: str, atomic: bool
+) -> None:
+    """Under at-least-once an aborted epoch's changelog stays: timers keep their tombstones."""
+    app = _own_copy("window_count")
+    settings = Settings(state_dir=tmp_path, app_name=app.name, guarantee=guarantee)
+    Runner(app, settings)
+    assert app.time_service is not None
+    assert app.time_service.atomic_epochs is atomic

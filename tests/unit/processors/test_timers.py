@@ -292,6 +292,37 @@ def test_a_timer_set_and_fired_within_one_epoch_writes_nothing(monkeypatch: Any)
     assert fired(d.advance_watermark(10**6)) == []  # nothing fires twice
 
 
+def test_at_least_once_a_timer_set_and_fired_within_one_epoch_still_writes_its_tombstone(
+    monkeypatch: Any,
+) -> None:
+    """Under at-least-once an aborted epoch's changelog records stay in the changelog.
+
+    The epoch that set the timer produced it and then failed to commit its offsets; the
+    replay sets it again and fires it in one epoch. Without the tombstone the compacted
+    changelog would keep the timer, and a restore from it would fire it a second time.
+    """
+    app = timer_app()
+    assert app.time_service is not None
+    app.time_service.atomic_epochs = False  # what the runtime sets under at-least-once
+    d = TestDriver(app, partitions=1)
+    d.send("b", {}, timestamp=0)
+    d.commit()
+    db = d.key_group_store(0)
+    written: list[tuple[bytes, bytes | None]] = []
+    apply = db.apply
+
+    def recording_apply(per_store: Any, meta: Any) -> None:
+        written.extend(per_store.get("lockgate.time", {}).items())
+        apply(per_store, meta)
+
+    monkeypatch.setattr(db, "apply", recording_apply)
+    d.send("a", {"e": [[100, "x"]]}, timestamp=0)
+    assert fired(d.send("b", {}, timestamp=200)) == [("a", 100, "x")]
+    d.commit()
+    timers = [(k[10:], v) for k, v in written if k.startswith(b"t")]
+    assert timers == [(b"a", None)]  # the tombstone, whatever an aborted attempt wrote
+
+
 def script(seed: int, n: int = 250) -> list[tuple[str, dict[str, Any], int]]:
     """Records that set and delete timers, with a bounded-disorder watermark."""
     rng = random.Random(seed)
