@@ -46,6 +46,8 @@ SubjectStrategy = Literal["topic", "record", "topic_record"]
 _STRATEGIES: tuple[str, ...] = ("topic", "record", "topic_record")
 _MAGIC = 0
 _HEADER = 5
+#: The schema id: 4 bytes big-endian after the magic byte (read in place, no slice).
+_SCHEMA_ID = struct.Struct(">I")
 
 
 def _import_sr() -> Any:
@@ -286,7 +288,7 @@ class RegistryCodec:
                 f"{self.name}: not in the Confluent wire format (magic byte {_MAGIC:#04x} "
                 f"and a 4-byte schema id expected, got {len(data)} bytes starting {head})"
             )
-        schema_id = struct.unpack(">I", data[1:_HEADER])[0]
+        schema_id = _SCHEMA_ID.unpack_from(data, 1)[0]
         sr = _import_sr()
         ctx = self._context() if self.topic is not None else None
         try:
@@ -375,8 +377,10 @@ class Avro(RegistryCodec):
         self.schema = schema
         self.to_dict = to_dict
         self.from_dict = from_dict
-        self._fast_writer: tuple[bytes, Any] | None = None
-        self._fast_readers: dict[int, Any] = {}
+        #: (wire header, parsed schema, fastavro's ``schemaless_writer``) once in use.
+        self._fast_writer: tuple[bytes, Any, Callable[..., None]] | None = None
+        #: schema id -> (parsed writer schema, fastavro's ``schemaless_reader``).
+        self._fast_readers: dict[int, tuple[Any, Callable[..., Any]]] = {}
 
     def _copy(self) -> RegistryCodec:
         clone = super()._copy()
@@ -389,7 +393,9 @@ class Avro(RegistryCodec):
     # no rules and no references, and the codec uses the default serde settings, the
     # payload is written and read with fastavro directly (the same bytes: the framing is
     # the magic byte and the id). The first record of each id always goes through
-    # Confluent's serde (registration, lookup, errors).
+    # Confluent's serde (registration, lookup, errors). The per-record path imports
+    # nothing and slices nothing: fastavro's functions are kept with the parsed schema
+    # and the id is read in place.
 
     def _plain_schema(self, schema_id: int) -> Any:
         """The parsed schema of ``schema_id`` when the fast path may use it, else None."""
@@ -414,17 +420,17 @@ class Avro(RegistryCodec):
         if fast is None:
             data = super().encode(value)
             if not self.serializer_conf and self._fast_writer is None:
-                parsed = self._plain_schema(struct.unpack(">I", data[1:_HEADER])[0])
+                parsed = self._plain_schema(_SCHEMA_ID.unpack_from(data, 1)[0])
                 if parsed is not None:
-                    self._fast_writer = (data[:_HEADER], parsed)
-            return data
-        from fastavro import schemaless_writer  # noqa: PLC0415 - comes with the avro extra
+                    from fastavro import schemaless_writer  # noqa: PLC0415 - the avro extra
 
-        header, parsed = fast
+                    self._fast_writer = (data[:_HEADER], parsed, schemaless_writer)
+            return data
+        header, parsed, write = fast
         buf = io.BytesIO()
         buf.write(header)
         try:
-            schemaless_writer(buf, parsed, self.to_dict(value) if self.to_dict else value)
+            write(buf, parsed, self.to_dict(value) if self.to_dict else value)
         except Exception as exc:  # noqa: BLE001 - any refusal is a bad value
             raise ValueError(f"{self.name} cannot encode {_short(value)}: {exc}") from exc
         return buf.getvalue()
@@ -437,25 +443,26 @@ class Avro(RegistryCodec):
             CodecUnavailable: see :meth:`RegistryCodec.decode`.
         """
         if len(data) >= _HEADER and data[0] == _MAGIC:
-            schema_id = struct.unpack(">I", data[1:_HEADER])[0]
-            parsed = self._fast_readers.get(schema_id)
-            if parsed is not None:
-                from fastavro import schemaless_reader  # noqa: PLC0415 - the avro extra
-
+            schema_id = _SCHEMA_ID.unpack_from(data, 1)[0]
+            fast = self._fast_readers.get(schema_id)
+            if fast is not None:
+                parsed, read = fast
                 buf = io.BytesIO(data)
                 buf.seek(_HEADER)
                 try:
-                    value = schemaless_reader(buf, parsed, None)
+                    value = read(buf, parsed, None)
                 except Exception as exc:  # noqa: BLE001 - a payload not of its schema
                     raise DecodeError(
                         f"{self.name}: cannot decode with schema id {schema_id}: {exc!r}"
                     ) from exc
-                return self.from_dict(value) if self.from_dict else value  # type: ignore[arg-type]
+                return self.from_dict(value) if self.from_dict else value
             value = super().decode(data)  # validates the id, fetches the schema
             if not self.deserializer_conf:
                 plain = self._plain_schema(schema_id)
                 if plain is not None:
-                    self._fast_readers[schema_id] = plain
+                    from fastavro import schemaless_reader  # noqa: PLC0415 - the avro extra
+
+                    self._fast_readers[schema_id] = (plain, schemaless_reader)
             return value
         return super().decode(data)
 

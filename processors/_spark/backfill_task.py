@@ -63,7 +63,7 @@ from processors._checkpoint.protocol import (
 )
 from processors._config.settings import Settings
 from processors._dsl.app import App
-from processors._dsl.context import Context, Headers
+from processors._dsl.context import Headers, direct_context
 from processors._dsl.record import Record
 from processors._kafka.errors import Kind, classify, describe
 from processors._spark.backfill_input import kafka_steps
@@ -179,7 +179,8 @@ class BackfillTask:
         self.kg.bind()  # the only key group of this process: bound once
         svc = self.app.time_service
         self.svc = svc
-        self.ctx = Context(self._emit, None if svc is None else svc.timers)
+        # ctx.emit *is* self._emit: one Python call less per output than Context.emit.
+        self.ctx = direct_context(self._emit, None if svc is None else svc.timers)
         if svc is not None:
             svc.emit = self._emit
             svc.on_error = self._timer_failed
@@ -207,8 +208,22 @@ class BackfillTask:
     # -- emits ------------------------------------------------------------------------------
 
     def _emit(
-        self, topic: str, key: Any, value: Any, headers: Headers, timestamp: int | None = None
+        self,
+        topic: str,
+        key: Any,
+        value: Any,
+        headers: Headers = None,
+        timestamp: int | None = None,
     ) -> None:
+        """Encode and write one output (``ctx.emit`` itself, with its contract).
+
+        Raises:
+            ConfigError: ``topic`` is not a declared output.
+            SinkFailed: an output codec's service is unavailable, or the producer failed
+                for a reason that is not the record's.
+            _OutputRejected: the record can never be written (no key for a compacted
+                topic, or the producer rejects it).
+        """
         codecs = self._encoders.get(topic)
         if codecs is None:
             raise ConfigError(f"emit to {topic!r}: not a declared output of app {self.name!r}")

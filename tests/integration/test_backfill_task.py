@@ -7,7 +7,9 @@
 * a range whose start retention deleted fails the task with the reason (never skips);
 * state the store's codec cannot encode fails the task before the transaction commits;
 * an output codec whose service is down (a schema registry) fails the task (Spark retries
-  it), even when user code swallows the exception; nothing is dead-lettered.
+  it), even when user code swallows the exception; nothing is dead-lettered;
+* the input skips control records only (records with or without headers are read), and
+  ``ctx.emit`` passes headers and a timestamp through.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from processors._checkpoint.protocol import CONTROL_TYPE
 from processors._config.settings import Settings
 from processors._spark.backfill_input import kafka_steps
 from processors._spark.backfill_outputs import SinkFailed
@@ -154,3 +157,25 @@ def test_an_unavailable_output_codec_fails_the_task_and_dead_letters_nothing(
     outs = read_all(kafka_bootstrap, out, idle=0.5, timeout=5)
     assert [orjson.loads(m.value())["i"] for m in outs] == [0, 1, 2, 3, 4]  # the first chunk
     assert read_all(kafka_bootstrap, f"{app}.dlq", idle=0.5, timeout=3) == []
+
+
+def test_input_skips_control_records_only_and_emit_passes_headers(
+    kafka_bootstrap: str, names: Any, tmp_path: Path
+) -> None:
+    app, inp, out = setup(kafka_bootstrap, names, [{"i": 0}])  # offset 0: no headers
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(inp, orjson.dumps({"i": 1}), b"k0", partition=0, headers=[("user", b"u")])
+    p.produce(inp, b"", b"k0", partition=0, headers=[(CONTROL_TYPE, b"barrier")])
+    p.produce(inp, orjson.dumps({"i": 3, "hdr": True}), b"k0", partition=0, timestamp=5_000)
+    assert p.flush(10) == 0
+    settings = Settings(bootstrap_servers=kafka_bootstrap, app_name=app)
+    spec = spec_of(app, inp, 4, tmp_path, new_savepoint_id())
+    steps = list(kafka_steps(settings, spec, (inp,)))
+    assert [m.offset() for m in steps] == [0, 1, 3]  # the control record (2) is skipped
+    assert steps[1].headers() == [("user", b"u")]
+    result = run_task(settings, spec)
+    assert (result.records, result.dead_letters) == (3, 0)
+    outs = read_all(kafka_bootstrap, out, expected=3, idle=1)
+    assert [orjson.loads(m.value())["i"] for m in outs] == [0, 1, 3]
+    assert [m.headers() for m in outs] == [None, None, [("h", b"x")]]
+    assert outs[2].timestamp()[1] == 5_001

@@ -3,7 +3,8 @@
 Input ``LOCKGATE_TEST_BF_IN``, output ``LOCKGATE_TEST_BF_OUT``. Value fields: ``v`` (added
 to the key's total), ``pad`` (the output carries that many bytes), ``nokey`` (the output has
 no key), ``bad`` (the state becomes a set, which JSON cannot encode), ``outage`` (the output
-codec's service is unavailable: it raises CodecUnavailable).
+codec's service is unavailable: it raises CodecUnavailable), ``hdr`` (the output is
+emitted with a header and the input's timestamp plus one, by keyword).
 """
 
 import os
@@ -43,4 +44,7 @@ def handle(key: str, value: dict[str, Any], ctx: Context) -> None:
     out = {"sum": total, "i": value.get("i"), "pad": "x" * value.get("pad", 0)}
     if value.get("outage"):
         out["outage"] = True
+    if value.get("hdr"):
+        ctx.emit(OUTPUT, key, out, headers=[("h", b"x")], timestamp=ctx.timestamp + 1)
+        return
     ctx.emit(OUTPUT, None if value.get("nokey") else key, out)
