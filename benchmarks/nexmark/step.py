@@ -43,9 +43,11 @@ from benchmarks.nexmark.harness import (
 from benchmarks.progress import say
 
 #: ``make bench``'s step defaults (``BENCH_NEXMARK_*`` override them): every query, on
-#: lockgate and Flink, 2M events, three interleaved runs, at parallelism 1 and 2.
-#: Measured alone: docs/benchmarks.md, "Time budget"
-STEP_EVENTS = 2_000_000
+#: lockgate and Flink, three interleaved runs, at parallelism 1 and 2. 1.5M events, not
+#: the 2M of the long form: measured alone at 2M the step took 47.7 min at load 2-8,
+#: about 29 min quiet by its per-run figures, over the ~25 min make bench has for it;
+#: 1.5M: about 25 min quiet (docs/benchmarks.md, "Time budget")
+STEP_EVENTS = 1_500_000
 STEP_REPEAT = 3
 STEP_QUERIES = list(QUERIES)
 STEP_SYSTEMS = ["lockgate", "flink"]
@@ -281,8 +283,9 @@ def markdown_section(results: dict[str, Any]) -> list[str]:
         f"queries {', '.join(results.get('queries', QUERIES))} on "
         f"{', '.join(results.get('systems', SYSTEMS))} at parallelism {pars}, "
         f"{results.get('repeat', '?')} interleaved runs each "
-        "(`python -m benchmarks.nexmark` runs it alone, into "
-        'benchmarks/RESULTS-nexmark.md; method: docs/benchmarks.md, "Nexmark and Flink").',
+        "(`python -m benchmarks.nexmark --systems lockgate,flink --flink-shared-jvm "
+        "[--parallelism 2]` runs one half alone, into benchmarks/RESULTS-nexmark.md; "
+        'method: docs/benchmarks.md, "Nexmark and Flink").',
         "",
     ]
     for p, half in halves.items():
