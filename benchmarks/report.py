@@ -548,7 +548,7 @@ def render(res: dict[str, Any], chart: bool) -> str:  # noqa: C901, PLR0915 - on
         L.extend(_window_lines(windows_render(win, meta)))
         a("")
 
-    # ---- nexmark (benchmarks/nexmark/harness.py)
+    # ---- nexmark (benchmarks/nexmark/step.py)
     nx = res.get("nexmark") or {}
     if nx:
         L.extend(_nexmark_lines(nx, res.get("step_seconds", {}).get("nexmark")))
@@ -847,14 +847,14 @@ def _window_lines(lines: list[str]) -> list[str]:
 
 
 def _nexmark_lines(nx: dict[str, Any], seconds: float | None) -> list[str]:
-    """The Nexmark section from benchmarks.nexmark.harness.markdown_section (guarded)."""
+    """The Nexmark section from benchmarks.nexmark.step.markdown_section (guarded)."""
     try:
-        from benchmarks.nexmark import harness as nexmark_harness
+        from benchmarks.nexmark import step as nexmark_step
 
-        section = nexmark_harness.markdown_section
+        section = nexmark_step.markdown_section
     except (ImportError, AttributeError) as exc:
         section = None
-        why = f"benchmarks.nexmark.harness.markdown_section is not available: {exc!r}"
+        why = f"benchmarks.nexmark.step.markdown_section is not available: {exc!r}"
     lines: list[str] = []
     if section is not None:
         why = "markdown_section returned no lines"

@@ -7,7 +7,8 @@ the keyed running sum, interleaved), windows (lockgate's window operator: open w
 per key group vs throughput, windows.py), recovery (kill -9 vs state size), latency
 (fixed offered load), profile (py-spy on lockgate's exactly-once sum), pipeline (two-app
 pipelines, savepoints: pipeline.py), enrich (two-input as-of join vs the running sum:
-enrich.py), nexmark (Nexmark queries, lockgate vs Flink: benchmarks/nexmark/harness.py).
+enrich.py), nexmark (Nexmark queries, lockgate vs Flink at parallelism 1 and 2:
+benchmarks/nexmark/step.py).
 Every knob is a ``BENCH_*`` variable, see benchmarks/config.py and docs/benchmarks.md.
 """
 
@@ -564,18 +565,19 @@ class Bench:
     # -- nexmark ----------------------------------------------------------------------
 
     def step_nexmark(self) -> None:
-        """Nexmark queries on lockgate and Flink (benchmarks/nexmark/harness.py).
+        """Nexmark queries on lockgate and Flink at parallelism 1 and 2
+        (benchmarks/nexmark/step.py).
 
-        Guarded: when the harness's ``bench_step`` is missing the step records an error
-        and the run goes on.
+        Guarded: when the step's ``bench_step`` is missing the step records an error and
+        the run goes on.
         """
         assert self.admin is not None
         try:
-            from benchmarks.nexmark import harness as nexmark_harness
+            from benchmarks.nexmark import step as nexmark_step
 
-            bench_step = nexmark_harness.bench_step
+            bench_step = nexmark_step.bench_step
         except (ImportError, AttributeError) as exc:
-            msg = f"nexmark: benchmarks.nexmark.harness.bench_step is not available: {exc!r}"
+            msg = f"nexmark: benchmarks.nexmark.step.bench_step is not available: {exc!r}"
             say(f"  !! {msg}")
             self.results["nexmark"] = {"errors": [msg]}
             self.results["errors"].append(msg)

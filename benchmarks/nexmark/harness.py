@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.nexmark [--quick] [--events N] [--queries q0,q1,...]
 [--systems lockgate,flink,quix] [--repeat R] [--disorder G] [--flink-shared-jvm]`` (or
-``make bench-nexmark``; ``make bench``'s step: :func:`bench_step`, :func:`markdown_section`).
+``make bench-nexmark``; ``make bench``'s step: benchmarks/nexmark/step.py).
 The default is the long form: 2,000,000 events, 3 runs per system and query (medians and
 ranges); ``--quick`` is 100,000 events, q0 q1 q2 q7, one run each:
 
@@ -23,8 +23,9 @@ ranges); ``--quick`` is 100,000 events, q0 q1 q2 q7, one run each:
    starts at the first sample with committed input (so start-up and the first checkpoint
    are outside it) and ends when the output reached its final committed size (with
    ``--parallelism`` above 1 the harness's broker delays a new group's first assignment
-   by 3 s, so every lockgate instance joins before any reads; a run whose groups formed
-   only at or after its first committed input is not counted: status ``late group``).
+   by 3 s, so every lockgate instance joins before any reads; a run one of whose groups
+   formed only at or after that group's own first committed input (q5, q7: the second
+   app's on the stage topic) is not counted: status ``late group``, :func:`late_group`).
    Rate = the
    input events consumed in that span / its seconds; CPU s per million events over the
    same span; peak RSS = the tree's summed VmHWM at the end; broker CPU over the span minus
@@ -45,18 +46,19 @@ import shutil
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from statistics import median
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from benchmarks import broker, flink, venvs
 from benchmarks import proc as procs
 from benchmarks.admin import Admin, GroupOffsets, group_formed
-from benchmarks.config import Config
 from benchmarks.machine import machine, uptime
 from benchmarks.nexmark.generator import GenConfig, produce
 from benchmarks.paths import BENCH_DIR, LOCKGATE_BIN, ROOT
@@ -123,7 +125,7 @@ class Settings:
 # --------------------------------------------------------------------------- broker
 
 
-def _pid_listening(port: int) -> int | None:
+def pid_listening(port: int) -> int | None:
     """The pid of the process listening on ``port`` (for a broker the harness did not
     start), via ``ss``."""
     try:
@@ -211,7 +213,7 @@ def read_rows(bootstrap: str, topic: str, query: str) -> Counter[tuple[Any, ...]
                 value = m.value()
                 if value is None:
                     continue
-                rows[_row(query, json.loads(value))] += 1
+                rows[_row(query, orjson.loads(value))] += 1
     finally:
         c.close()
     return rows
@@ -468,14 +470,16 @@ class Harness:
         samples: list[tuple[float, int, int, float, float]] = []
         status = "ok"
         stable_since: float | None = None
-        # --parallelism N, lockgate: when the group forms only after the input started
+        # --parallelism N, lockgate: when a group forms only after its input started
         # flowing, the instance that joined first read every partition alone and handed
         # half on mid-run (a rebalance and a changelog restore inside the span): such a
-        # run is flagged (the broker's group.initial.rebalance.delay.ms prevents it)
+        # run is flagged (the broker's group.initial.rebalance.delay.ms prevents it). Each
+        # group against its own input: a two-stage query's second group forms after the
+        # first group's first commit, and that is fine, as long as it forms before its own
         track_group = system == "lockgate" and s.parallelism > 1
-        formed_at: float | None = None
-        first_commit_at: float | None = None
         lockgate_groups = [self._group(run)] + ([f"nexmark-{tag}-b"] if query in TWO_STAGE else [])
+        formed_at: dict[str, float] = {}
+        first_commit_at: dict[str, float] = {}
         last_out = -1
         rss = 0.0
         deadline = time.monotonic() + s.run_timeout
@@ -487,14 +491,13 @@ class Harness:
                 except Exception:  # noqa: BLE001 - a slow answer: keep the last one
                     out = max(last_out, 0)
                 committed = groups.committed()
-                if first_commit_at is None and committed > 0:
-                    first_commit_at = t
-                if (
-                    track_group
-                    and formed_at is None
-                    and all(group_formed(self.admin, g, s.parallelism) for g in lockgate_groups)
-                ):
-                    formed_at = t
+                for i, g in enumerate(lockgate_groups if track_group else []):
+                    if g not in first_commit_at:
+                        first = committed if i == 0 or stage_b is None else stage_b.committed()
+                        if first > 0:
+                            first_commit_at[g] = t
+                    if g not in formed_at and group_formed(self.admin, g, s.parallelism):
+                        formed_at[g] = t
                 cpu = sum(p.cpu() for p in run.procs)
                 bcpu = procs.cpu_seconds(self.broker_pid) if self.broker_pid else 0.0
                 samples.append((t, committed, out, cpu, bcpu))
@@ -572,16 +575,12 @@ class Harness:
         }
         res.update(self._figures(samples, started))
         # not a measurement of N instances: the run does not count (runs ok < repeat)
-        if track_group and formed_at is None and res["status"] == "ok":
-            res["status"] = f"late group: never formed with {s.parallelism} members"
-        elif formed_at is not None:
-            res["group_formed_s"] = round(formed_at - started, 1)
-            if first_commit_at is not None and formed_at >= first_commit_at:
-                res["status"] = (
-                    f"late group: formed {formed_at - first_commit_at:.1f} s after the first "
-                    "committed input (one instance read alone, then handed partitions on; "
-                    "see GROUP_JOIN_DELAY_MS)"
-                )
+        if track_group:
+            if len(formed_at) == len(lockgate_groups):
+                res["group_formed_s"] = round(max(formed_at.values()) - started, 1)
+            late = late_group(lockgate_groups, formed_at, first_commit_at, s.parallelism)
+            if late and res["status"] == "ok":
+                res["status"] = late
         if res["status"].startswith("late group"):
             say(f"  !! {tag}: {res['status']}")
         t_read = time.monotonic()
@@ -672,6 +671,32 @@ class Harness:
                     self.results["runs"].append(res)
 
 
+def late_group(
+    groups: list[str],
+    formed_at: dict[str, float],
+    first_commit_at: dict[str, float],
+    members: int,
+) -> str | None:
+    """Why a ``--parallelism`` run does not count, or ``None`` when it does.
+
+    It does not when one of its consumer ``groups`` never formed with ``members`` members
+    (``formed_at`` lacks it), or formed only at or after its own first committed input
+    (``first_commit_at``: the first sample with committed offsets of that group): one
+    instance read alone, then handed partitions on mid-run.
+    """
+    for g in groups:
+        if g not in formed_at:
+            return f"late group: {g} never formed with {members} members"
+    for g in groups:
+        if g in first_commit_at and formed_at[g] >= first_commit_at[g]:
+            return (
+                f"late group: {g} formed {formed_at[g] - first_commit_at[g]:.1f} s after its "
+                "first committed input (one instance read alone, then handed partitions "
+                "on; see GROUP_JOIN_DELAY_MS)"
+            )
+    return None
+
+
 def _compare(rows: Counter[tuple[Any, ...]], ref: Counter[tuple[Any, ...]], ref_tag: str) -> str:
     """``same``, or what differs from the reference run's rows."""
     if rows == ref:
@@ -689,7 +714,12 @@ def _compare(rows: Counter[tuple[Any, ...]], ref: Counter[tuple[Any, ...]], ref_
 # --------------------------------------------------------------------------- report
 
 
-def _med(values: list[float]) -> str:
+def med_range(values: Sequence[float | None]) -> str:
+    """``values``' median with its range, as a table cell: ``"1,234 (1,100–1,300)"``.
+
+    ``None`` values are skipped; no value left gives ``"—"``; one value has no range.
+    Medians of 100 and more are whole numbers, smaller ones have one decimal.
+    """
     vals = [v for v in values if v is not None]
     if not vals:
         return "—"
@@ -723,7 +753,7 @@ def render(doc: dict[str, Any]) -> str:
     ]
     if meta.get("note"):
         lines += [meta["note"], ""]
-    lines += _body(res)
+    lines += body(res)
     lines += [
         'Method and caveats: docs/benchmarks.md, section "Nexmark and Flink". The machine '
         "may be shared with other work during a run (load averages above).",
@@ -732,7 +762,7 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _body(res: dict[str, Any]) -> list[str]:
+def body(res: dict[str, Any]) -> list[str]:
     """The input and config sentences, the per-query table, the ratios, the errors."""
     inp = res.get("input", {})
     lines: list[str] = []
@@ -812,12 +842,12 @@ def _body(res: dict[str, Any]) -> list[str]:
             checks = sorted({str(r.get("check")) for r in rs})
             lines.append(
                 f"| {query} {TITLES[query]} | {system} | {len(ok)}/{len(rs)} | "
-                f"{_med([r.get('rate') for r in use])} | "
-                f"{_med([r.get('cpu_s_per_m') for r in use])} | "
-                f"{_med([r.get('peak_rss_mb') for r in use])} | "
-                f"{_med([r.get('broker_cpu_s_per_m') for r in use])} | "
-                f"{_med([r.get('startup_s') for r in use])} | "
-                f"{_med([r.get('span_s') for r in use])} | "
+                f"{med_range([r.get('rate') for r in use])} | "
+                f"{med_range([r.get('cpu_s_per_m') for r in use])} | "
+                f"{med_range([r.get('peak_rss_mb') for r in use])} | "
+                f"{med_range([r.get('broker_cpu_s_per_m') for r in use])} | "
+                f"{med_range([r.get('startup_s') for r in use])} | "
+                f"{med_range([r.get('span_s') for r in use])} | "
                 f"{_loads(rs)} | "
                 f"{' / '.join(format(r['outputs'], ',') for r in rs)} | {'; '.join(checks)} |"
             )
@@ -828,8 +858,8 @@ def _body(res: dict[str, Any]) -> list[str]:
     for peer, label in (("flink", "Flink"), ("quix", "Quix Streams")):
         ratios = []
         for query in QUERIES:
-            lg = _rates(runs, query, "lockgate")
-            other = _rates(runs, query, peer)
+            lg = ok_rates(runs, query, "lockgate")
+            other = ok_rates(runs, query, peer)
             if lg and other:
                 ratios.append(f"{query} {median(lg) / median(other):.2f}×")
             elif peer == "quix" and query in QUIX_CANNOT and lg:
@@ -852,7 +882,7 @@ def _time_spent(runs: list[dict[str, Any]]) -> str:
     return ", ".join(f"{system} {m:.1f} min" for system, m in minutes.items())
 
 
-def _rates(runs: list[dict[str, Any]], query: str, system: str) -> list[float]:
+def ok_rates(runs: list[dict[str, Any]], query: str, system: str) -> list[float]:
     """The rates of the successful runs of ``system`` on ``query``."""
     return [
         r["rate"]
@@ -951,7 +981,7 @@ def main(argv: list[str] | None = None) -> int:
     if s.external_broker:
         bootstrap = s.external_broker
         port = int(bootstrap.rsplit(":", 1)[1])
-        pid = _pid_listening(port)
+        pid = pid_listening(port)
         meta["broker"] = f"existing broker at {bootstrap} (not started or stopped here)"
         if s.parallelism > 1:
             say(
@@ -996,10 +1026,10 @@ def _cleanup_topics(bootstrap: str, run_name: str, keep_broker: bool) -> None:
     if not keep_broker:
         return
     admin = Admin(bootstrap)
-    _delete(admin, [t for t in admin.topics() if run_name[-6:] in t or run_name in t])
+    delete_best_effort(admin, [t for t in admin.topics() if run_name[-6:] in t or run_name in t])
 
 
-def _delete(admin: Admin, topics: list[str]) -> None:
+def delete_best_effort(admin: Admin, topics: list[str]) -> None:
     """Delete ``topics`` (best effort: a failure leaves a topic behind, nothing more)."""
     if topics:
         for fut in admin.admin.delete_topics(topics, operation_timeout=30).values():
@@ -1007,107 +1037,3 @@ def _delete(admin: Admin, topics: list[str]) -> None:
                 fut.result(60)
             except Exception:  # noqa: BLE001, S110 - best effort
                 pass
-
-
-# --------------------------------------------------------------------------- make bench
-
-#: ``make bench``'s step defaults (``BENCH_NEXMARK_*`` override them): three interleaved
-#: runs of lockgate and Flink on four queries, one of each kind (a map, a selective filter,
-#: a two-stage window, a hop window with a re-key); measured alone: 6.6 min at load 4-9
-#: (1M events), 7.6 min at load 8-15 (500k). The long form, every query on the three
-#: systems with 2M events (about 45 min quiet, 1.5 hours loaded: an estimate), is
-#: ``make bench-nexmark`` (docs/benchmarks.md,
-#: "Time budget")
-STEP_EVENTS = 1_000_000
-STEP_REPEAT = 3
-STEP_QUERIES = ["q1", "q2", "q7", "q5"]
-STEP_SYSTEMS = ["lockgate", "flink"]
-
-
-def bench_step(cfg: Config, admin: Admin, out_dir: Path, run_id: str) -> dict[str, Any]:
-    """The "nexmark" step of ``make bench`` on its running broker (``cfg.bootstrap``).
-
-    The queries :data:`STEP_QUERIES` on :data:`STEP_SYSTEMS` (``BENCH_NEXMARK_QUERIES`` /
-    ``BENCH_NEXMARK_SYSTEMS``: any of :data:`QUERIES` and :data:`SYSTEMS`),
-    ``BENCH_NEXMARK_EVENTS`` events (default :data:`STEP_EVENTS`),
-    ``BENCH_NEXMARK_REPEAT`` runs per system and query (default :data:`STEP_REPEAT`,
-    interleaved); Flink runs every
-    query in one PyFlink process (one JVM, ``BENCH_NEXMARK_FLINK_SHARED_JVM=0``: one per
-    query). Never raises: a failed query, system or setup is recorded in ``errors``.
-    Deletes its own topics.
-    Returns the JSON-serialisable results :func:`markdown_section` renders.
-    """
-    t0 = time.monotonic()
-    s = Settings()
-    s.events = _env_int("BENCH_NEXMARK_EVENTS", STEP_EVENTS)
-    s.repeat = _env_int("BENCH_NEXMARK_REPEAT", STEP_REPEAT)
-    s.queries = _env_list("BENCH_NEXMARK_QUERIES", STEP_QUERIES)
-    s.systems = _env_list("BENCH_NEXMARK_SYSTEMS", STEP_SYSTEMS)
-    s.run_timeout = max(cfg.run_timeout, 300)
-    s.flink_shared_jvm = os.environ.get("BENCH_NEXMARK_FLINK_SHARED_JVM", "1") != "0"
-    s.kafka_port = cfg.kafka_port
-    s.external_broker = cfg.external_broker
-    if cfg.external_broker:
-        pid = _pid_listening(int(cfg.external_broker.rsplit(":", 1)[1]))
-    else:
-        pid = broker.broker_pid(cfg.kafka_port)
-    step_dir = out_dir / "nexmark"
-    step_dir.mkdir(parents=True, exist_ok=True)
-    run_name = f"step-{re.sub(r'[^A-Za-z0-9]', '', run_id)[-6:] or 'run'}"
-    harness = Harness(s, admin, step_dir, pid, run_name=run_name)
-    try:
-        harness.run()
-    except Exception as exc:  # noqa: BLE001 - the step never raises
-        say(f"  !! nexmark step: {exc!r}")
-        harness.results["errors"].append(f"step: {exc!r}")
-    finally:
-        try:
-            _delete_topics(admin, run_name)
-        except Exception as exc:  # noqa: BLE001 - best effort
-            harness.results["errors"].append(f"topic cleanup: {exc!r}")
-    res = harness.results
-    res["queries"] = s.queries
-    res["systems"] = s.systems
-    res["step_minutes"] = round((time.monotonic() - t0) / 60, 2)
-    for r in res.get("runs", []):
-        if not r.get("ok"):
-            res["errors"].append(
-                f"{r['query']} {r['system']} {r['tag']}: {r.get('status')}, {r.get('check')}"
-            )
-    try:
-        (step_dir / "nexmark.json").write_text(json.dumps(res, indent=1, default=str))
-    except OSError as exc:
-        res["errors"].append(f"writing nexmark.json: {exc!r}")
-    return json.loads(json.dumps(res, default=str))  # type: ignore[no-any-return]
-
-
-def markdown_section(results: dict[str, Any]) -> list[str]:
-    """The "## Nexmark: lockgate, Flink SQL and Quix Streams" section of RESULTS.md."""
-    lines = [
-        "## Nexmark: lockgate, Flink SQL and Quix Streams",
-        "",
-        f"Step `nexmark` of `make bench` ({results.get('step_minutes', 0):.1f} min): the "
-        f"queries {', '.join(results.get('queries', QUERIES))} on "
-        f"{', '.join(results.get('systems', SYSTEMS))}, on this run's broker "
-        "(`python -m benchmarks.nexmark` runs it alone, into "
-        'benchmarks/RESULTS-nexmark.md; method: docs/benchmarks.md, "Nexmark and Flink").',
-        "",
-    ]
-    lines += _body(results)
-    return lines
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").replace("_", "")
-    return int(raw) if raw else default
-
-
-def _env_list(name: str, default: list[str]) -> list[str]:
-    raw = os.environ.get(name, "")
-    return [x.strip() for x in raw.split(",") if x.strip()] if raw else list(default)
-
-
-def _delete_topics(admin: Admin, run_name: str) -> None:
-    """Delete the topics of this run (every one holds ``nexmark`` and its short name)."""
-    short = run_name[-6:]
-    _delete(admin, [t for t in admin.topics() if "nexmark" in t and short in t])
