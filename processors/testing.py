@@ -193,6 +193,7 @@ class TestDriver:
             svc.emit = self._emit
             svc.on_error = self._timer_failed
             svc.decode_key = app.key_codec.decode
+            svc.atomic_epochs = True  # commit() applies an epoch whole; crash() drops it
 
     # -- clock ------------------------------------------------------------------------------
 

@@ -399,7 +399,7 @@ class Runner:
             svc.hooks = self._timer_guard
             svc.decode_key = app.key_codec.decode
             svc.reads_barriers = True
-            svc.atomic_epochs = settings.guarantee is Guarantee.EXACTLY_ONCE
+            svc.atomic_epochs = self.eos  # at-least-once: the changelog is not transactional
 
     def _init_epoch_components(self, app: App, settings: Settings) -> None:
         """The components the loop hands work to, wired to each other by callbacks.

@@ -186,6 +186,9 @@ class BackfillTask:
             svc.on_error = self._timer_failed
             svc.decode_key = self.app.key_codec.decode
             svc.reads_barriers = False  # upstream barriers are not read: record times count
+            # No changelog: an attempt rebuilds its state by replay, and a chunk's writes
+            # reach the database only after its commit.
+            svc.atomic_epochs = True
         self.sink: TaskSink = TaskSink()
         self.emitting = False
         self.records = 0

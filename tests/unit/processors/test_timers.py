@@ -303,8 +303,8 @@ def test_at_least_once_a_timer_set_and_fired_within_one_epoch_still_writes_its_t
     """
     app = timer_app()
     assert app.time_service is not None
-    app.time_service.atomic_epochs = False  # what the runtime sets under at-least-once
     d = TestDriver(app, partitions=1)
+    app.time_service.atomic_epochs = False  # what the runtime sets under at-least-once
     d.send("b", {}, timestamp=0)
     d.commit()
     db = d.key_group_store(0)
@@ -487,3 +487,12 @@ def test_a_dead_lettered_record_does_not_undo_advance_watermark() -> None:
     assert len(d.dead_letters) == 1
     assert d.watermark(0) == 500  # "It never goes back"
     assert fired(d.emitted) == [("a", 100, "x")]
+
+
+def test_same_epoch_timer_writes_are_skipped_only_where_epochs_are_declared_atomic() -> None:
+    """A time service nobody configured keeps every timer write (fails closed)."""
+    app = timer_app()
+    assert app.time_service is not None
+    assert app.time_service.atomic_epochs is False
+    TestDriver(app, partitions=1)  # the driver's commit applies an epoch whole
+    assert app.time_service.atomic_epochs is True
