@@ -182,7 +182,9 @@ class StoreCache:
             self.dirty.discard(key)
         else:
             self.dirty.add(key)
-        self.values[key] = DELETED  # a clean DELETED: absent from the database too
+        # A tombstone, or (a fresh key, no longer dirty) a clean DELETED: absent from the
+        # database too.
+        self.values[key] = DELETED
 
     def drain(self) -> dict[bytes, bytes | None]:
         """Return the encoded final value of every dirty key and clear the dirty set.
